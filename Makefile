@@ -1,0 +1,32 @@
+# wmx: one command to install and run the main job, one to install and test.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOME_DIR ?= $(CURDIR)/wmx_home
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: install test test-slow demo clean
+
+$(VENV)/.installed: requirements-lock.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements-lock.txt
+	$(PY) -m pip install --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+## make test: install and run the default test suite (the command CI runs).
+test: install
+	$(PY) -m pytest -q
+
+## make test-slow: the long real-environment tests left out of the default run.
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+## make demo: install and run the main job at a small default scale.
+demo: install
+	$(VENV)/bin/wmx demo --home $(HOME_DIR)
+
+clean:
+	rm -rf $(VENV) .pytest_cache
