@@ -1,0 +1,135 @@
+"""Normed MLPs (shared_blocks B4; tdmpc2_spec 1.1-1.2; dreamerv3_spec 1.1-1.4).
+
+Hidden layer: act(Norm(Dropout_{first layer only}(x W + b))). Two forms:
+
+- functional (TD-MPC2 uses these, params are plain dicts, so a Q ensemble is
+  a leading axis on every leaf): `layer_norm`, `normed_mlp_init`,
+  `normed_mlp_apply`;
+- `NormedMLP`, a flax.linen module with the same semantics for modules that
+  prefer flax (norm "layer" or "rms").
+
+LayerNorm: eps 1e-5 for TD-MPC2, biased variance computed as mean((x-mu)^2)
+(flax's default eps 1e-6 and fast variance are both wrong here).
+"""
+from __future__ import annotations
+
+from typing import Callable, Literal, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from wmx.nn.init import Initializer, normal_init, zeros_init
+
+Params = dict
+
+
+def layer_norm(x: jnp.ndarray, scale: jnp.ndarray, bias: jnp.ndarray,
+               eps: float = 1e-5) -> jnp.ndarray:
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * scale + bias."""
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    var = jnp.mean(xc * xc, axis=-1, keepdims=True)
+    return xc * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+def dropout(key: jax.Array, x: jnp.ndarray, rate: float) -> jnp.ndarray:
+    """Inverted dropout: zero with probability `rate`, scale kept units by 1/(1-rate)."""
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+def normed_mlp_init(key: jax.Array, dims: Sequence[int], *, last_normed: bool,
+                    kernel_init: Initializer = normal_init(0.02),
+                    last_kernel_init: Initializer | None = None) -> Params:
+    """Params of an MLP dims[0] -> ... -> dims[-1].
+
+    Returns {"layer{i}": {"kernel" (in, out), "bias" (out,), ["ln_scale",
+    "ln_bias" (out,)]}}; every hidden layer is normed, the last one only when
+    `last_normed`. Biases 0, LN scale 1, LN bias 0; `last_kernel_init`
+    (default `kernel_init`) for the last kernel (TD-MPC2 zeroes reward/Q).
+    """
+    if len(dims) < 2:
+        raise ValueError(f"an MLP needs at least input and output dims, got {list(dims)}")
+    n = len(dims) - 1
+    keys = jax.random.split(key, n)
+    params = {}
+    for i in range(n):
+        init = last_kernel_init if (i == n - 1 and last_kernel_init is not None) else kernel_init
+        layer = {"kernel": init(keys[i], (dims[i], dims[i + 1]), jnp.float32),
+                 "bias": jnp.zeros((dims[i + 1],), jnp.float32)}
+        if i < n - 1 or last_normed:
+            layer["ln_scale"] = jnp.ones((dims[i + 1],), jnp.float32)
+            layer["ln_bias"] = jnp.zeros((dims[i + 1],), jnp.float32)
+        params[f"layer{i}"] = layer
+    return params
+
+
+def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
+                     act: Callable = jax.nn.mish, last_act: Callable | None = None,
+                     dropout_rate: float = 0.0, dropout_key: jax.Array | None = None,
+                     eps: float = 1e-5) -> jnp.ndarray:
+    """Apply `normed_mlp_init` params to x f32[..., in] -> f32[..., out].
+
+    Hidden layers: Linear -> [Dropout, first layer only, when dropout_rate > 0
+    and a key is given] -> LayerNorm -> act. Last layer: Linear -> LayerNorm ->
+    last_act if it is normed (last_act None = identity), else plain Linear.
+    """
+    n = len(params)
+    h = x
+    for i in range(n):
+        p = params[f"layer{i}"]
+        h = h @ p["kernel"] + p["bias"]
+        if i == 0 and dropout_rate > 0.0 and dropout_key is not None:
+            h = dropout(dropout_key, h, dropout_rate)
+        if "ln_scale" in p:
+            h = layer_norm(h, p["ln_scale"], p["ln_bias"], eps)
+            if i < n - 1:
+                h = act(h)
+            elif last_act is not None:
+                h = last_act(h)
+    return h
+
+
+class NormedMLP(nn.Module):
+    """flax NormedMLP: hidden layers Dense -> [Dropout first layer] -> Norm -> act,
+    then an optional output layer (plain Dense, or Dense -> Norm -> out_norm_act).
+
+    norm "layer" (LayerNorm, learnable scale and bias, biased variance) or
+    "rms" (RMSNorm, scale only); `norm_eps` must be set explicitly per paper
+    (TD-MPC2 1e-5 layer, DreamerV3 1e-4 rms). `out=None`: no output layer.
+    Call with `deterministic=False` and an rng stream "dropout" for dropout.
+    """
+
+    hidden: Sequence[int]
+    out: int | None = None
+    out_norm_act: Callable | None = None
+    norm: Literal["layer", "rms"] = "layer"
+    norm_eps: float = 1e-5
+    act: Callable = jax.nn.mish
+    dropout: float = 0.0
+    kernel_init: Initializer = normal_init(0.02)
+    out_kernel_init: Initializer = normal_init(0.02)
+
+    def _norm(self, name: str):
+        if self.norm == "layer":
+            return nn.LayerNorm(epsilon=self.norm_eps, use_fast_variance=False, name=name)
+        if self.norm == "rms":
+            return nn.RMSNorm(epsilon=self.norm_eps, name=name)
+        raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray, deterministic: bool = True) -> jnp.ndarray:
+        h = x
+        for i, units in enumerate(self.hidden):
+            h = nn.Dense(units, kernel_init=self.kernel_init, bias_init=zeros_init,
+                         name=f"dense{i}")(h)
+            if i == 0 and self.dropout > 0.0:
+                h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
+            h = self.act(self._norm(f"norm{i}")(h))
+        if self.out is not None:
+            h = nn.Dense(self.out, kernel_init=self.out_kernel_init, bias_init=zeros_init,
+                         name="out")(h)
+            if self.out_norm_act is not None:
+                h = self.out_norm_act(self._norm("out_norm")(h))
+        return h

@@ -1,0 +1,40 @@
+"""TD-MPC2 tanh-Gaussian policy pieces (tdmpc2_spec 1.8-1.9, 2.12; shared_blocks B12).
+
+Paper-era (PE, 5f6fade) log-probability:
+log_pi = n * (sum_d(-eps^2/2 - log_std) - ln(2 pi)/2) - sum_d log(relu(1 - tanh(u)^2) + 1e-6)
+with n the number of valid action dims (the Gaussian part, constant included,
+is scaled by n; the tanh term is not, and keeps its gradient).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)  # 0.9189385175704956
+
+
+def bound_log_std(raw: jnp.ndarray, log_std_min: float = -10.0,
+                  log_std_max: float = 2.0) -> jnp.ndarray:
+    """log_std = min + (max - min)/2 * (tanh(raw) + 1), in (min, max); raw 0 -> -4."""
+    return log_std_min + 0.5 * (log_std_max - log_std_min) * (jnp.tanh(raw) + 1.0)
+
+
+def gaussian_residual(eps: jnp.ndarray, log_std: jnp.ndarray) -> jnp.ndarray:
+    """sum_d(-eps^2/2 - log_std), keepdims: f32[..., 1]."""
+    return jnp.sum(-0.5 * eps ** 2 - log_std, axis=-1, keepdims=True)
+
+
+def squash_logdet(action: jnp.ndarray, eps: float = 1e-6) -> jnp.ndarray:
+    """sum_d log(relu(1 - action^2) + eps), action = tanh(u): f32[..., 1].
+
+    TD-MPC2's form (not the exact stable log-det): flat at saturation.
+    """
+    return jnp.sum(jnp.log(jax.nn.relu(1.0 - action ** 2) + eps), axis=-1, keepdims=True)
+
+
+def pe_log_prob(eps: jnp.ndarray, log_std: jnp.ndarray, action: jnp.ndarray,
+                n: jnp.ndarray | float) -> jnp.ndarray:
+    """PE log_pi f32[..., 1] = n * (residual - ln(2pi)/2) - squash_logdet(action)."""
+    return n * (gaussian_residual(eps, log_std) - HALF_LOG_2PI) - squash_logdet(action)
