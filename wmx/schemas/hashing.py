@@ -4,15 +4,16 @@ The content hash of an episode set or a pooled dataset is the sha256 of a
 canonical JSON document (sorted keys, no spaces, ASCII)::
 
     {"episode_digests": [sorted per-episode sha256 hex digests],
-     "kind": "episode_set" | "dataset",
+     "kind": "episode_set" | "pooled_dataset",
      "schema_version": SCHEMA_VERSION,
      "subject": <TaskInfo dict for an episode set, TaskSet dict for a dataset>}
 
 It depends on the logical content only, never on the file bytes, the number
-of files or shards, the episode order or the runner that wrote them. For an
-episode set the digests are those of its "episode" records; for a pooled
-dataset those of its "pooled_episode" records (which include the task id and
-the padding; both are fixed by the TaskSet). File bytes get their own digests
+of files or shards, the episode order or the runner that wrote them. In both
+cases the digests are those of the unpadded "episode" records
+(``episode_digest``), so a pooled dataset's hash follows from its source
+episode sets' manifests and its TaskSet (the padding and the task ids are a
+function of the TaskSet). File bytes get their own digests
 (``file_digest``) for integrity checks. Short names use the first
 ``SHORT_HASH_LEN`` = 10 hex digits.
 """
@@ -27,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from wmx.schemas.episode import SCHEMA_VERSION
 
 SHORT_HASH_LEN = 10
-HASH_KINDS = ("episode_set", "dataset")
+HASH_KINDS = ("episode_set", "pooled_dataset")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -47,7 +48,7 @@ def content_hash(kind: str, subject: Mapping[str, Any],
                  schema_version: int = SCHEMA_VERSION) -> str:
     """sha256 hex of the canonical content document (module docstring).
 
-    kind: "episode_set" or "dataset"; subject: the TaskInfo dict (episode set)
+    kind: "episode_set" or "pooled_dataset"; subject: the TaskInfo dict (episode set)
     or TaskSet dict (dataset); episode_digests: per-record sha256 hex digests
     in any order (duplicates kept: two identical episodes count twice).
     Raises ValueError on an unknown kind or a digest that is not sha256 hex.
@@ -72,9 +73,10 @@ def episode_set_content_hash(task: Any, episode_digests: Iterable[str]) -> str:
 
 def dataset_content_hash(taskset: Any, episode_digests: Iterable[str]) -> str:
     """Content hash of a pooled dataset over ``taskset`` (TaskSet or its dict)
-    and the digests of its pooled records."""
+    and the digests of its episodes before padding (``episode_digest`` of the
+    source episodes, as listed in the source episode-set manifests)."""
     subject = taskset.to_dict() if hasattr(taskset, "to_dict") else dict(taskset)
-    return content_hash("dataset", subject, episode_digests)
+    return content_hash("pooled_dataset", subject, episode_digests)
 
 
 def short_hash(h: str) -> str:

@@ -328,17 +328,17 @@ class DatasetManifest(_ManifestIO):
 
     name: dataset name (the TaskSet name for a full build, "mt19");
     taskset: the TaskSet (task ids, padding widths, reference scores);
-    task_stats: {task name: TaskStats} for every task of the TaskSet;
-    shards: shard files; episode_digests: digests of the pooled records,
-    sorted; sources: content hashes of the source episode sets, sorted;
+    per_task: {task name: TaskStats} for every task of the TaskSet;
+    shards: shard files; episode_digests: ``episode_digest`` of every
+    episode before padding (the digests its source manifests list), sorted; sources: content hashes of the source episode sets, sorted;
     builder: JSON-able description of the build (pipeline, runner, code
     version, options). content_hash: wmx.schemas.hashing (checked).
     Raises ManifestError on any inconsistency.
     """
-    KIND = "dataset"
+    KIND = "pooled_dataset"
     name: str
     taskset: TaskSet
-    task_stats: Mapping[str, TaskStats]
+    per_task: Mapping[str, TaskStats]
     shards: tuple[FileEntry, ...]
     episode_digests: tuple[str, ...]
     sources: tuple[str, ...]
@@ -354,11 +354,11 @@ class DatasetManifest(_ManifestIO):
                  and "/" not in self.name,
                  f"dataset name {self.name!r} must be non-empty, without '@' or '/'")
         _require(isinstance(self.taskset, TaskSet), "taskset must be a TaskSet")
-        stats = dict(self.task_stats)
+        stats = dict(self.per_task)
         _require(set(stats) == set(self.taskset.names),
-                 f"task_stats covers {sorted(stats)}, expected exactly the "
+                 f"per_task covers {sorted(stats)}, expected exactly the "
                  f"TaskSet's tasks {list(self.taskset.names)}")
-        object.__setattr__(self, "task_stats",
+        object.__setattr__(self, "per_task",
                            {n: stats[n] for n in self.taskset.names})
         digests = tuple(sorted(self.episode_digests))
         _check_digests(digests, "episode_digests")
@@ -372,7 +372,7 @@ class DatasetManifest(_ManifestIO):
         n_stats = sum(s.episodes for s in stats.values())
         n_rec = sum(f.num_records for f in self.shards)
         _require(n_stats == len(digests) == n_rec,
-                 f"episode counts disagree: task_stats {n_stats}, digests "
+                 f"episode counts disagree: per_task {n_stats}, digests "
                  f"{len(digests)}, shard records {n_rec}")
         _require(isinstance(self.builder, Mapping), "builder must be a JSON object")
         try:
@@ -394,7 +394,7 @@ class DatasetManifest(_ManifestIO):
         """JSON-able dict, with ``kind`` and ``episode_count`` added."""
         return {"kind": self.KIND, "schema_version": self.schema_version,
                 "name": self.name, "taskset": self.taskset.to_dict(),
-                "task_stats": {k: _as_dict(v) for k, v in self.task_stats.items()},
+                "per_task": {k: _as_dict(v) for k, v in self.per_task.items()},
                 "shards": [_as_dict(f) for f in self.shards],
                 "episode_count": self.episode_count,
                 "episode_digests": list(self.episode_digests),
@@ -406,12 +406,12 @@ class DatasetManifest(_ManifestIO):
         """Validate and build; ManifestError names the problem."""
         _check_header(d, cls.KIND)
         _check_keys_m(d, ["kind", "schema_version", "name", "taskset",
-                          "task_stats", "shards", "episode_count",
+                          "per_task", "shards", "episode_count",
                           "episode_digests", "sources", "builder",
                           "content_hash", "created"], "dataset manifest")
         for key in ("shards", "episode_digests", "sources"):
             _require(isinstance(d[key], list), f"{key} must be a list")
-        _require(isinstance(d["task_stats"], Mapping), "task_stats must be an object")
+        _require(isinstance(d["per_task"], Mapping), "per_task must be an object")
         _require(d["episode_count"] == len(d["episode_digests"]),
                  f"episode_count {d['episode_count']} != "
                  f"{len(d['episode_digests'])} listed digests")
@@ -420,8 +420,8 @@ class DatasetManifest(_ManifestIO):
         except ValueError as e:
             raise ManifestError(f"taskset: {e}") from None
         return cls(name=d["name"], taskset=taskset,
-                   task_stats={k: TaskStats.from_dict(v)
-                               for k, v in d["task_stats"].items()},
+                   per_task={k: TaskStats.from_dict(v)
+                               for k, v in d["per_task"].items()},
                    shards=tuple(FileEntry.from_dict(f) for f in d["shards"]),
                    episode_digests=tuple(d["episode_digests"]),
                    sources=tuple(d["sources"]), builder=d["builder"],

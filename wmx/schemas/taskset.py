@@ -75,12 +75,17 @@ class TaskInfo:
     @classmethod
     def from_spec(cls, spec: Any) -> "TaskInfo":
         """From any object with the attributes name, obs_dim, action_dim,
-        episode_length, action_repeat, discount (e.g. wmx.envs.registry.TaskSpec).
+        episode_length (or T), action_repeat, discount (e.g.
+        wmx.envs.registry.TaskSpec).
         Raises ValueError naming a missing attribute."""
         if isinstance(spec, TaskInfo):
             return spec
         kw = {}
         for f in dataclasses.fields(cls):
+            if f.name == "episode_length" and not hasattr(spec, f.name) \
+                    and hasattr(spec, "T"):
+                kw[f.name] = getattr(spec, "T")
+                continue
             if not hasattr(spec, f.name):
                 raise ValueError(
                     f"{type(spec).__name__} has no attribute {f.name!r}; a task "
