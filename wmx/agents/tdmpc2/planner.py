@@ -1,0 +1,443 @@
+"""TD-MPC2 MPPI planner, paper-era ("PE") semantics (tdmpc2_spec §3, 3.C).
+
+One decision for one environment; callers `jax.vmap` over envs (and seeds)
+and run it inside `lax.scan`. All randomness enters through `PlanNoise`
+(made by `draw_plan_noise`), laid out in the order the reference draws it, so
+the parity tests can inject the recorded draws of the official code.
+
+Built from small pure pieces that the tests call one by one:
+
+- `init_mean_std`        warm start (spec 3.7)
+- `policy_trajectories`  the P prior rollouts (spec 3.5-3.6)
+- `sample_candidates`    columns P: of the candidate set (spec 3.8-3.9)
+- `trajectory_value`     sum_t gamma^t r_t + gamma^H Q_avg (spec 3.10, 3.13-3.14)
+- `select_elites`        nan_to_num + top-k (spec 3.15)
+- `mppi_update`          score, weighted mean and std (spec 3.16-3.17, B13)
+- `pick_elite`           PE's np.random.choice: inverse CDF of one uniform (spec 3.19)
+- `plan_iteration`       one MPPI iteration built from the above
+- `plan`                 the whole decision (spec 3.18-3.21); `plan_with_stats`
+                         returns every per-iteration statistic (tests, debugging).
+
+Deviations: T-PLAN-QPAIR (only the drawn pair of Q members is evaluated,
+reference_design §4.3), T-PLAN-ELITE32 (inverse CDF in float32 instead of
+float64, spec §0.5 item 11d).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmx.agents.tdmpc2 import world_model as wm
+from wmx.agents.tdmpc2.config import TDMPC2Config
+from wmx.nn.ensemble import random_pair, reduce_pair
+
+Array = jax.Array
+
+
+class PlanNoise(NamedTuple):
+    """Every random draw of one planning decision, in the reference's order.
+
+    Shapes (H horizon, P num_pi_trajs, N num_samples, I planning_iterations,
+    A action_dim); all float32 unless stated:
+
+    - `pi_traj_eps` f32[H,P,A]: policy eps for the prior trajectories, row t
+      for step t (fixture `plan_pitraj_eps_t{t}`).
+    - `candidate_noise` f32[I,H,N-P,A]: standard normals of the Gaussian
+      candidates (fixture `plan_iter{I}_candidate_noise`).
+    - `terminal_pi_eps` f32[I,N,A]: policy eps at z_H in the value estimate.
+    - `q_pair` i32[I,2]: two distinct indices into the online Q ensemble.
+    - `elite_uniform` f32[]: the uniform in [0, 1) of the final elite pick.
+    - `explore_noise` f32[A]: exploration noise (scaled by std[0]; unused in
+      eval mode).
+    - `q_dropout_keys` [I] PRNG keys (or u32[I,2] raw keys): dropout masks of
+      the terminal Q pass; PE keeps Q dropout on while planning (spec §0.5
+      item 10). Unused when `cfg.dropout == 0`.
+
+    Source: tdmpc2_spec 3.C / §3.A, fixtures README "Planner draws".
+    """
+
+    pi_traj_eps: Array
+    candidate_noise: Array
+    terminal_pi_eps: Array
+    q_pair: Array
+    elite_uniform: Array
+    explore_noise: Array
+    q_dropout_keys: Array
+
+
+class IterNoise(NamedTuple):
+    """The draws of one MPPI iteration (one slice of `PlanNoise` along I)."""
+
+    candidate_noise: Array  # f32[H,N-P,A]
+    terminal_pi_eps: Array  # f32[N,A]
+    q_pair: Array           # i32[2]
+    q_dropout_key: Array    # PRNG key
+
+
+class IterStats(NamedTuple):
+    """Statistics of one MPPI iteration (what the reference's locals hold).
+
+    `candidates` f32[H,N,A], `value_raw` f32[N] (before nan_to_num),
+    `value` f32[N], `reward_sum` f32[N] (sum_t gamma^t r_t), `elite_idxs`
+    i32[E] (sorted by value, descending), `elite_value` f32[E], `score` f32[E],
+    `mean` f32[H,A], `std` f32[H,A] (after this iteration's update).
+    """
+
+    candidates: Array
+    value_raw: Array
+    value: Array
+    reward_sum: Array
+    elite_idxs: Array
+    elite_value: Array
+    score: Array
+    mean: Array
+    std: Array
+
+
+def _check_cfg(cfg: TDMPC2Config) -> TDMPC2Config:
+    cfg = cfg.resolved()
+    if cfg.num_pi_trajs > cfg.num_samples or cfg.num_elites > cfg.num_samples:
+        raise ValueError(
+            f"planner needs num_pi_trajs ({cfg.num_pi_trajs}) and num_elites "
+            f"({cfg.num_elites}) <= num_samples ({cfg.num_samples})")
+    return cfg
+
+
+def discount_powers(gamma: float, horizon: int) -> list[float]:
+    """[1, gamma, gamma^2, ..., gamma^H] as Python floats (float64 products).
+
+    The reference multiplies a Python float `discount *= gamma` once per step
+    and casts the result to float32 only where it scales a tensor
+    (tdmpc2_spec 3.10, §0.5 item 11c). Length H+1.
+    """
+    out = [1.0]
+    d = 1.0
+    for _ in range(horizon):
+        d *= float(gamma)
+        out.append(d)
+    return out
+
+
+def draw_plan_noise(key: Array, cfg: TDMPC2Config, eval_mode: bool = False) -> PlanNoise:
+    """Draw the `PlanNoise` of one decision from `key`.
+
+    Shapes as in `PlanNoise` (iterations = `cfg.planning_iterations`). The
+    Q pair is a uniformly random ordered pair of distinct members, like the
+    reference's `np.random.choice(num_q, 2, replace=False)`. With
+    `eval_mode=True` the exploration noise is zeros (the reference draws
+    none). Source: tdmpc2_spec §3.A (key splitting).
+    """
+    cfg = _check_cfg(cfg)
+    H, P, N, A = cfg.horizon, cfg.num_pi_trajs, cfg.num_samples, cfg.action_dim
+    I = cfg.planning_iterations
+    k_pi, k_cand, k_term, k_pair, k_u, k_x, k_drop = jax.random.split(key, 7)
+    pair = jax.vmap(lambda k: random_pair(k, cfg.num_q))(jax.random.split(k_pair, I))
+    explore = jax.random.normal(k_x, (A,), jnp.float32)
+    if eval_mode:
+        explore = jnp.zeros_like(explore)
+    return PlanNoise(
+        pi_traj_eps=jax.random.normal(k_pi, (H, P, A), jnp.float32),
+        candidate_noise=jax.random.normal(k_cand, (I, H, N - P, A), jnp.float32),
+        terminal_pi_eps=jax.random.normal(k_term, (I, N, A), jnp.float32),
+        q_pair=pair.astype(jnp.int32),
+        elite_uniform=jax.random.uniform(k_u, (), jnp.float32),
+        explore_noise=explore,
+        q_dropout_keys=jax.random.split(k_drop, I),
+    )
+
+
+# ---------------------------------------------------------------------------
+# pieces
+# ---------------------------------------------------------------------------
+
+def init_mean_std(prev_mean: Array, t0: Array, cfg: TDMPC2Config) -> tuple[Array, Array]:
+    """MPPI start (tdmpc2_spec 3.7): mean = shift(prev_mean) or zeros, std = max_std.
+
+    prev_mean f32[H,A]; t0 bool[] (traced; per env). Not t0: mean[:-1] =
+    prev_mean[1:], mean[-1] = 0. t0: all zeros. std is never warm-started.
+    Returns (mean f32[H,A], std f32[H,A]).
+    """
+    prev_mean = jnp.asarray(prev_mean, jnp.float32)
+    shifted = jnp.concatenate([prev_mean[1:], jnp.zeros_like(prev_mean[:1])], axis=0)
+    mean = jnp.where(jnp.asarray(t0, bool), jnp.zeros_like(prev_mean), shifted)
+    std = jnp.full(prev_mean.shape, cfg.max_std, jnp.float32)
+    return mean, std
+
+
+def policy_trajectories(params: Any, z: Array, pi_traj_eps: Array, cfg: TDMPC2Config,
+                        action_mask: Array | None = None, task_emb: Array | None = None
+                        ) -> Array:
+    """The P policy-prior trajectories (tdmpc2_spec 3.5-3.6).
+
+    z f32[L] (encoded obs); pi_traj_eps f32[H,P,A]. a_t = pi(z_t, eps_t).action
+    (the stochastic squashed sample, also in eval mode), z_{t+1} = d(z_t, a_t).
+    Returns f32[H,P,A]. `action_mask` f32[A] and `task_emb` f32[task_dim]
+    (multi-task) go to the world model (masked dims of the action are 0).
+    """
+    H, P = pi_traj_eps.shape[0], pi_traj_eps.shape[1]
+    _z = jnp.broadcast_to(z, (P, z.shape[-1]))
+    acts = []
+    for t in range(H):
+        a = wm.pi_forward(params, _z, pi_traj_eps[t], cfg, e=task_emb, mask=action_mask).action
+        acts.append(a)
+        if t < H - 1:
+            _z = wm.next_latent(params, _z, a, cfg, e=task_emb)
+    return jnp.stack(acts, axis=0)
+
+
+def sample_candidates(pi_actions: Array, mean: Array, std: Array, noise: Array,
+                      action_mask: Array | None = None) -> Array:
+    """All N candidates of one iteration (tdmpc2_spec 3.8-3.9).
+
+    pi_actions f32[H,P,A] (columns :P, fixed), mean/std f32[H,A],
+    noise f32[H,N-P,A]. Columns P: = clip(mean + std*noise, -1, 1).
+    With `action_mask` f32[A] every column is multiplied by it.
+    Returns f32[H,N,A].
+    """
+    gauss = jnp.clip(mean[:, None, :] + std[:, None, :] * noise, -1.0, 1.0)
+    cand = jnp.concatenate([pi_actions.astype(jnp.float32), gauss], axis=1)
+    if action_mask is not None:
+        cand = cand * action_mask
+    return cand
+
+
+def trajectory_value(params: Any, z: Array, actions: Array, terminal_pi_eps: Array,
+                     q_pair: Array, q_dropout_key: Array | None, cfg: TDMPC2Config,
+                     action_mask: Array | None = None, task_emb: Array | None = None
+                     ) -> tuple[Array, Array]:
+    """Value of N action sequences from one latent (tdmpc2_spec 3.10, 3.13-3.14).
+
+    z f32[L]; actions f32[H,N,A]; terminal_pi_eps f32[N,A]; q_pair i32[2].
+    V = sum_t gamma^t r_t + gamma^H * (Q_i + Q_j)/2 at (z_H, pi(z_H).action),
+    rewards and Qs decoded with the TD-MPC2 two-hot (symexp of the expectation).
+    Discount powers are float64 products cast to float32 (spec §0.5 item 11c).
+    Only the drawn pair of Q members is evaluated (T-PLAN-QPAIR); their first
+    layer uses dropout with `q_dropout_key` when cfg.dropout > 0 (PE, §0.5
+    item 10). `action_mask` f32[A] / `task_emb` f32[task_dim]: multi-task hooks
+    passed to the world model (the discount stays `cfg.discount`).
+    Returns (value_raw f32[N], reward_sum f32[N]); no nan_to_num.
+    """
+    H, N = actions.shape[0], actions.shape[1]
+    disc = discount_powers(cfg.discount, H)
+    th = wm.twohot(cfg)
+    _z = jnp.broadcast_to(z, (N, z.shape[-1]))
+    G = None
+    for t in range(H):
+        r = th.decode(wm.reward_logits(params, _z, actions[t], cfg, e=task_emb))
+        _z = wm.next_latent(params, _z, actions[t], cfg, e=task_emb)
+        term = r * jnp.float32(disc[t])
+        G = term if G is None else G + term
+    a_H = wm.pi_forward(params, _z, terminal_pi_eps, cfg, e=task_emb, mask=action_mask).action
+    key = q_dropout_key if cfg.dropout > 0 else None
+    q = wm.q_pair_values(params["qs"], q_pair, _z, a_H, cfg, dropout_key=key, e=task_emb)
+    return G + jnp.float32(disc[H]) * reduce_pair(q, "avg"), G
+
+
+def select_elites(value: Array, actions: Array, num_elites: int) -> tuple[Array, Array, Array]:
+    """Top-E elites of one iteration (tdmpc2_spec 3.15).
+
+    value f32[N] (already nan_to_num'd); actions f32[H,N,A]. lax.top_k:
+    sorted by value descending, ties broken towards lower indices.
+    Returns (elite_idxs i32[E], elite_value f32[E], elite_actions f32[H,E,A]).
+    """
+    elite_value, idx = jax.lax.top_k(value, num_elites)
+    return idx, elite_value, jnp.take(actions, idx, axis=1)
+
+
+def mppi_update(elite_value: Array, elite_actions: Array, *, temperature: float = 0.5,
+                min_std: float = 0.05, max_std: float = 2.0,
+                action_mask: Array | None = None) -> tuple[Array, Array, Array]:
+    """Score and the new mean/std from the elites (tdmpc2_spec 3.16-3.17, B13).
+
+    elite_value f32[E]; elite_actions f32[H,E,A].
+    score = exp(temperature*(eV - max eV)), normalised to sum 1;
+    mean = sum_k s_k eA_k / (sum s + 1e-9); std = sqrt(sum_k s_k (eA_k - mean)^2
+    / (sum s + 1e-9)) (biased, around the new mean), clipped to [min_std,
+    max_std]; then mean and std multiplied by `action_mask` (f32[A]) if given.
+    Returns (score f32[E], mean f32[H,A], std f32[H,A]).
+    """
+    s = jnp.exp(temperature * (elite_value - jnp.max(elite_value)))
+    s = s / jnp.sum(s)
+    denom = jnp.sum(s) + 1e-9
+    w = s[None, :, None]
+    mean = jnp.sum(w * elite_actions, axis=1) / denom
+    std = jnp.sqrt(jnp.sum(w * (elite_actions - mean[:, None, :]) ** 2, axis=1) / denom)
+    std = jnp.clip(std, min_std, max_std)
+    if action_mask is not None:
+        mean = mean * action_mask
+        std = std * action_mask
+    return s, mean, std
+
+
+def pick_elite(score: Array, u: Array) -> Array:
+    """PE's `np.random.choice(E, p=score)` from one uniform u (tdmpc2_spec 3.19).
+
+    numpy's legacy algorithm: cdf = cumsum(score) / cdf[-1];
+    k = searchsorted(cdf, u, side='right'). Here in float32 (T-PLAN-ELITE32),
+    k clipped to E-1. score f32[E], u f32[] in [0, 1). Returns i32[].
+    """
+    score = jnp.asarray(score, jnp.float32)
+    cdf = jnp.cumsum(score)
+    cdf = cdf / cdf[-1]
+    k = jnp.searchsorted(cdf, jnp.asarray(u, jnp.float32), side="right")
+    return jnp.minimum(k, score.shape[0] - 1).astype(jnp.int32)
+
+
+def plan_iteration(params: Any, z: Array, pi_actions: Array, mean: Array, std: Array,
+                   noise: IterNoise, cfg: TDMPC2Config, *,
+                   action_mask: Array | None = None, task_emb: Array | None = None,
+                   elite_idxs: Array | None = None) -> tuple[Array, Array, IterStats]:
+    """One MPPI iteration (tdmpc2_spec 3.18): sample, value, top-k, update.
+
+    z f32[L]; pi_actions f32[H,P,A]; mean/std f32[H,A]; noise one `IterNoise`.
+    `elite_idxs` i32[E], if given, replaces the top-k choice (teacher forcing
+    for parity tests whose top-k margins are below float32 error).
+    Returns (new_mean f32[H,A], new_std f32[H,A], IterStats); the stats'
+    `elite_value` and `score` refer to the elites used.
+    """
+    cand = sample_candidates(pi_actions, mean, std, noise.candidate_noise, action_mask)
+    v_raw, rsum = trajectory_value(params, z, cand, noise.terminal_pi_eps, noise.q_pair,
+                                   noise.q_dropout_key, cfg, action_mask, task_emb)
+    value = jnp.nan_to_num(v_raw, nan=0.0)
+    if elite_idxs is None:
+        idx, e_val, e_act = select_elites(value, cand, cfg.num_elites)
+    else:
+        idx = jnp.asarray(elite_idxs, jnp.int32)
+        e_val, e_act = value[idx], jnp.take(cand, idx, axis=1)
+    score, new_mean, new_std = mppi_update(
+        e_val, e_act, temperature=cfg.temperature, min_std=cfg.min_std,
+        max_std=cfg.max_std, action_mask=action_mask)
+    return new_mean, new_std, IterStats(cand, v_raw, value, rsum, idx, e_val, score,
+                                        new_mean, new_std)
+
+
+def _iter_noise(noise: PlanNoise) -> IterNoise:
+    return IterNoise(noise.candidate_noise, noise.terminal_pi_eps,
+                     noise.q_pair.astype(jnp.int32), noise.q_dropout_keys)
+
+
+def _check_inputs(obs: Array, prev_mean: Array, noise: PlanNoise, cfg: TDMPC2Config) -> None:
+    H, A = cfg.horizon, cfg.action_dim
+    if jnp.ndim(obs) != 1:
+        raise ValueError(f"plan takes one env's obs f32[O], got shape {jnp.shape(obs)}; "
+                         "jax.vmap over envs for a batch")
+    if tuple(jnp.shape(prev_mean)) != (H, A):
+        raise ValueError(f"prev_mean must be f32[H={H}, A={A}], got {jnp.shape(prev_mean)}")
+    I, P, N = cfg.planning_iterations, cfg.num_pi_trajs, cfg.num_samples
+    want = {"pi_traj_eps": (H, P, A), "candidate_noise": (I, H, N - P, A),
+            "terminal_pi_eps": (I, N, A), "q_pair": (I, 2), "explore_noise": (A,)}
+    for name, shape in want.items():
+        got = tuple(jnp.shape(getattr(noise, name)))
+        if got != shape:
+            raise ValueError(f"PlanNoise.{name} has shape {got}, config needs {shape}; "
+                             "draw it with draw_plan_noise(key, cfg)")
+
+
+def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
+          record: bool):
+    cfg = _check_cfg(cfg)
+    _check_inputs(obs, prev_mean, noise, cfg)
+    z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
+    if cfg.num_pi_trajs > 0:
+        pi_actions = policy_trajectories(params, z, noise.pi_traj_eps, cfg, action_mask,
+                                         task_emb)
+    else:
+        pi_actions = jnp.zeros((cfg.horizon, 0, cfg.action_dim), jnp.float32)
+    mean0, std0 = init_mean_std(prev_mean, t0, cfg)
+    E, H, A = cfg.num_elites, cfg.horizon, cfg.action_dim
+
+    def body(carry, it_noise):
+        mean, std, _, _ = carry
+        new_mean, new_std, st = plan_iteration(params, z, pi_actions, mean, std, it_noise,
+                                               cfg, action_mask=action_mask,
+                                               task_emb=task_emb)
+        e_act = jnp.take(st.candidates, st.elite_idxs, axis=1)
+        carry = (new_mean, new_std, st.score, e_act)
+        return carry, (st if record else None)
+
+    carry0 = (mean0, std0, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
+    (mean, std, score, e_act), stats = jax.lax.scan(body, carry0, _iter_noise(noise))
+    k = pick_elite(score, noise.elite_uniform)
+    selected = e_act[:, k]
+    explore = jnp.where(jnp.asarray(eval_mode, bool), 0.0,
+                        std[0] * jnp.asarray(noise.explore_noise, jnp.float32))
+    action = jnp.clip(selected[0] + explore, -1.0, 1.0)
+    if record:
+        info = {"z": z, "pi_actions": pi_actions, "init_mean": mean0, "init_std": std0,
+                "iters": stats, "final_score": score, "elite_choice_index": k,
+                "selected_sequence": selected, "final_std": std}
+    else:
+        info = {"elite_index": k}
+    return action, mean, info
+
+
+def plan(params: Any, obs: Array, prev_mean: Array, t0: Array, noise: PlanNoise,
+         cfg: TDMPC2Config, *, eval_mode: bool, task_emb: Array | None = None,
+         action_mask: Array | None = None) -> tuple[Array, Array, dict]:
+    """One MPPI decision for one env, paper-era TD-MPC2 (tdmpc2_spec 3.C).
+
+    params: world-model `Params` (world_model.py); obs f32[O]; prev_mean
+    f32[H,A] (the last mean of the previous decision); t0 bool[] (traced, per
+    env: True at an episode's first step, mean starts at 0); noise: `PlanNoise`
+    for `cfg`; eval_mode (bool, Python or traced) removes only the final
+    exploration noise (spec 3.20). Multi-task hooks (spec 3.9): `action_mask`
+    f32[A] masks the policy, candidates, mean and std; `task_emb`
+    f32[task_dim] is passed to every network (the caller renorms it, spec
+    1.22); the discount is `cfg.discount` (per-task discounts: pass a config
+    with that task's discount).
+
+    Returns (action f32[A] in [-1, 1], new_prev_mean f32[H,A] = the last
+    iteration's mean (spec 3.21), info {"elite_index": i32[]}).
+    Raises ValueError for wrong shapes. jit-able; vmap over envs.
+    """
+    return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
+                 record=False)
+
+
+def plan_with_stats(params: Any, obs: Array, prev_mean: Array, t0: Array, noise: PlanNoise,
+                    cfg: TDMPC2Config, *, eval_mode: bool, task_emb: Array | None = None,
+                    action_mask: Array | None = None) -> tuple[Array, Array, dict]:
+    """`plan` that also returns every intermediate (tests and debugging).
+
+    Same arguments and first two outputs as `plan`. info holds `z` f32[L],
+    `pi_actions` f32[H,P,A], `init_mean`/`init_std` f32[H,A], `iters`
+    (`IterStats` stacked on a leading I axis), `final_score` f32[E],
+    `elite_choice_index` i32[], `selected_sequence` f32[H,A], `final_std`
+    f32[H,A]. Slower than `plan` (keeps all candidates of every iteration).
+    """
+    return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
+                 record=True)
+
+
+def noise_from_reference(draws: dict[str, np.ndarray], cfg: TDMPC2Config,
+                         eval_mode: bool, dropout_key: Array | None = None) -> PlanNoise:
+    """`PlanNoise` from a fixture's recorded draws of one decision.
+
+    `draws` maps the fixture labels without their "NN_" prefix
+    (`plan_pitraj_eps_t{t}`, `plan_iter{I}_candidate_noise`,
+    `plan_iter{I}_terminal_pi_eps`, `plan_iter{I}_q_pair`, `plan_elite_uniform`,
+    `plan_explore_noise` (absent in eval mode)) to arrays. The float64 uniform
+    is rounded to float32 (T-PLAN-ELITE32). Raises KeyError for a missing draw.
+    """
+    cfg = _check_cfg(cfg)
+    H, I, A = cfg.horizon, cfg.planning_iterations, cfg.action_dim
+    if dropout_key is None:
+        dropout_key = jax.random.key(0)
+    explore = (np.zeros((A,), np.float32) if eval_mode
+               else np.asarray(draws["plan_explore_noise"], np.float32))
+    return PlanNoise(
+        pi_traj_eps=jnp.asarray(np.stack([draws[f"plan_pitraj_eps_t{t}"] for t in range(H)]),
+                                jnp.float32),
+        candidate_noise=jnp.asarray(
+            np.stack([draws[f"plan_iter{i}_candidate_noise"] for i in range(I)]), jnp.float32),
+        terminal_pi_eps=jnp.asarray(
+            np.stack([draws[f"plan_iter{i}_terminal_pi_eps"] for i in range(I)]), jnp.float32),
+        q_pair=jnp.asarray(np.stack([draws[f"plan_iter{i}_q_pair"] for i in range(I)]),
+                           jnp.int32),
+        elite_uniform=jnp.asarray(np.float32(draws["plan_elite_uniform"])),
+        explore_noise=jnp.asarray(explore),
+        q_dropout_keys=jax.random.split(dropout_key, I),
+    )
