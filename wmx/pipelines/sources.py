@@ -1,0 +1,188 @@
+"""Plan a pooled build from the episode sets in the store, and run it.
+
+`make_plan` finds the episode sets (`<home>/episodes/<task>/<set-id>/manifest.json`),
+picks the sources (all sets of each task by default, or the named ones),
+checks them against the TaskSet and returns a BuildPlan; `run_build` runs the
+Beam pipeline and leaves either the finished dataset or nothing.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from wmx.pipelines.plan import BuildPlan, SourceSet
+
+
+class BuildInputError(ValueError):
+    """The requested build's inputs are missing or inconsistent."""
+
+
+def code_version() -> str:
+    """git commit of the wmx checkout, else the package version."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("wmx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def find_episode_sets(home) -> list[tuple[Path, object]]:
+    """All episode sets in the store as (directory, EpisodeSetManifest), sorted
+    by task then set id. Directories whose name starts with '.' (staging) are
+    skipped; an unreadable manifest raises BuildInputError naming it."""
+    from wmx.schemas.manifest import EpisodeSetManifest
+    root = Path(home) / "episodes"
+    out = []
+    for man_path in sorted(root.glob("*/*/manifest.json")):
+        d = man_path.parent
+        if d.name.startswith(".") or d.parent.name.startswith("."):
+            continue
+        try:
+            out.append((d, EpisodeSetManifest.load(d)))
+        except ValueError as e:
+            raise BuildInputError(f"episode set {d}: {e}") from None
+    return out
+
+
+def _match(ref: str, d: Path, man) -> bool:
+    ref = ref.rstrip("/")
+    return (ref == d.name or ref == f"{d.parent.name}/{d.name}"
+            or (len(ref) >= 8 and man.content_hash.startswith(ref))
+            or Path(ref).expanduser().resolve() == d.resolve())
+
+
+def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[tuple[Path, object]]:
+    """The episode sets a build of `taskset` uses.
+
+    sources None: every set of each task of the TaskSet. Otherwise each entry
+    names one set: its set id, `<task>/<set-id>`, a content-hash prefix of 8+
+    hex digits, or its path. Raises BuildInputError naming: an unknown or
+    ambiguous source, a source whose task is not in the TaskSet, a task with no
+    episode set, a set whose dims / T / action repeat differ from the TaskSet's,
+    the same set named twice."""
+    found = find_episode_sets(home)
+    if sources is None:
+        chosen = [(d, m) for d, m in found if m.task.name in taskset.names]
+    else:
+        chosen = []
+        for ref in sources:
+            hits = [(d, m) for d, m in found if _match(ref, d, m)]
+            if not hits and Path(ref).expanduser().is_dir():
+                from wmx.schemas.manifest import EpisodeSetManifest
+                d = Path(ref).expanduser().resolve()
+                try:
+                    hits = [(d, EpisodeSetManifest.load(d))]
+                except (ValueError, FileNotFoundError) as e:
+                    raise BuildInputError(f"source {ref!r}: {e}") from None
+            if not hits:
+                raise BuildInputError(
+                    f"source {ref!r} names no episode set under {Path(home) / 'episodes'}; "
+                    "give a set id, <task>/<set-id>, a content-hash prefix (8+ hex) or a path")
+            if len(hits) > 1:
+                raise BuildInputError(
+                    f"source {ref!r} is ambiguous: it matches {[str(d) for d, _ in hits]}; "
+                    "give <task>/<set-id> or a longer hash prefix")
+            d, m = hits[0]
+            if m.task.name not in taskset.names:
+                raise BuildInputError(
+                    f"source {ref!r} holds task {m.task.name!r}, which is not in TaskSet "
+                    f"{taskset.name} ({list(taskset.names)}); add it with --tasks")
+            chosen.append(hits[0])
+    hashes = [m.content_hash for _, m in chosen]
+    dup = sorted({h for h in hashes if hashes.count(h) > 1})
+    if dup:
+        raise BuildInputError(f"episode sets with content hashes {[h[:10] for h in dup]} "
+                              "are named more than once; name each set once")
+    have = {m.task.name for _, m in chosen}
+    missing = [t for t in taskset.names if t not in have]
+    if missing:
+        raise BuildInputError(
+            f"no episode sets for task(s) {missing} of TaskSet {taskset.name}; export "
+            f"them with train_online, or build a subset with --tasks "
+            f"{','.join(t for t in taskset.names if t in have) or '<tasks>'}")
+    for t in taskset.tasks:
+        sets = [(d, m) for d, m in chosen if m.task.name == t.name]
+        dims = {(m.task.obs_dim, m.task.action_dim) for _, m in sets}
+        if len(dims) > 1:
+            raise BuildInputError(
+                f"task {t.name}: episode sets disagree on (obs dim, action dim): "
+                + ", ".join(f"{d} has {(m.task.obs_dim, m.task.action_dim)}" for d, m in sets)
+                + "; they come from different env versions, build from one of them")
+        for d, m in sets:
+            got = (m.task.obs_dim, m.task.action_dim, m.task.episode_length, m.task.action_repeat)
+            want = (t.obs_dim, t.action_dim, t.episode_length, t.action_repeat)
+            if got != want:
+                raise BuildInputError(
+                    f"episode set {d} (task {t.name}) has (obs dim, action dim, T, action "
+                    f"repeat) {got}, TaskSet {taskset.name} says {want}")
+    return chosen
+
+
+def make_plan(home, taskset, sources: Sequence[str] | None = None,
+              num_shards: int | None = None, runner: str = "DirectRunner") -> BuildPlan:
+    """BuildPlan for pooling `taskset`'s episode sets from store `home`.
+
+    num_shards default: ceil(episodes / 512), at least 1. The dataset is named
+    after the TaskSet (a `--tasks` subset is its own TaskSet with its own name).
+    The staging directory is `<home>/datasets/.staging/<name>-<uuid>` (not
+    created here). Raises BuildInputError (see select_sources) and ValueError
+    for num_shards < 1."""
+    home = Path(home)
+    chosen = select_sources(home, taskset, sources)
+    n_eps = sum(m.episode_count for _, m in chosen)
+    if num_shards is None:
+        num_shards = max(1, math.ceil(n_eps / 512))
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    srcs = tuple(SourceSet(
+        path=str(d), task=m.task.name, set_id=d.name, content_hash=m.content_hash,
+        obs_dim=m.task.obs_dim, action_dim=m.task.action_dim, T=m.task.episode_length,
+        num_episodes=m.episode_count, returns=tuple(m.episode_returns)) for d, m in chosen)
+    root = home / "datasets"
+    return BuildPlan(
+        name=taskset.name, tasks=taskset.names,
+        obs_dims=tuple(t.obs_dim for t in taskset.tasks),
+        action_dims=tuple(t.action_dim for t in taskset.tasks),
+        Ts=tuple(t.episode_length for t in taskset.tasks), taskset=taskset.to_dict(),
+        sources=srcs, num_shards=int(num_shards),
+        staging_dir=str(root / ".staging" / f"{taskset.name}-{uuid.uuid4().hex}"),
+        datasets_root=str(root), code_version=code_version(), runner=runner)
+
+
+def run_build(plan: BuildPlan, beam_args: Iterable[str] = ()) -> Path:
+    """Run the Beam build of `plan` with Beam pipeline options `beam_args`
+    (e.g. ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    or "--runner=FlinkRunner ..."; the store must then be on a shared
+    filesystem). Returns the dataset directory. On any failure the staging
+    directory is removed, so no partial dataset is left, and the error re-raised."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from wmx.pipelines.transforms import BuildPooled
+    os.makedirs(plan.staging_dir, exist_ok=False)
+    opts = PipelineOptions(list(beam_args))
+    try:
+        with beam.Pipeline(options=opts) as p:
+            _ = p | "Build" >> BuildPooled(plan)
+    except BaseException:
+        shutil.rmtree(plan.staging_dir, ignore_errors=True)
+        raise
+    result = Path(plan.staging_dir + ".result")
+    dest = Path(result.read_text())
+    result.unlink()
+    if os.path.exists(plan.staging_dir):
+        shutil.rmtree(plan.staging_dir, ignore_errors=True)
+    return dest
