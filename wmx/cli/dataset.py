@@ -1,0 +1,95 @@
+"""`wmx dataset ...`: ls, info, validate (pooled datasets in the store)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    """Register `dataset` and its subcommands on an argparse subparsers object."""
+    p = sub.add_parser("dataset", help="list, inspect and validate pooled datasets")
+    p.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx)")
+    ds = p.add_subparsers(dest="dataset_cmd", required=True)
+    ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
+    ls.add_argument("name", nargs="?", default=None)
+    info = ds.add_parser("info", help="TaskSet, per-task counts, returns, lineage")
+    info.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
+    val = ds.add_parser("validate", help="run every check; exit 0 only if all pass")
+    val.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
+    p.set_defaults(func=run)
+
+
+def _size(path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def cmd_ls(args) -> int:
+    from wmx.datasets.store import Store
+    from wmx.schemas.manifest import DatasetManifest
+    rows = []
+    for e in Store(args.home).list_datasets(args.name):
+        try:
+            m = DatasetManifest.load(e.path)
+            tasks, eps = str(len(m.taskset)), str(m.episode_count)
+        except ValueError:
+            tasks, eps = "?", "? (bad manifest)"
+        rows.append((e.name, e.content_hash[:10], tasks, eps, _human(_size(e.path)),
+                     e.created[:19].replace("T", " ")))
+    if not rows:
+        print("no datasets (build one with: beam run pipelines/build_mt19.py)")
+        return 0
+    head = ("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED")
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)).rstrip())
+    return 0
+
+
+def cmd_info(args) -> int:
+    from wmx.datasets.readers import open_dataset
+    ds = open_dataset(args.ref, home=args.home)
+    m = ds.manifest
+    print(f"{m.name}@{m.content_hash}\n  path: {ds.path}\n  created: {m.created}")
+    print(f"  episodes: {m.episode_count} in {len(m.shards)} shards, "
+          f"{_human(sum(s.size_bytes for s in m.shards))}")
+    print(f"  TaskSet {m.taskset.name}: {len(m.taskset)} tasks, max obs dim "
+          f"{m.taskset.max_obs_dim}, max action dim {m.taskset.max_action_dim}")
+    print(f"  {'id':>3} {'task':<26}{'obs':>4}{'act':>4}{'T':>5}{'episodes':>9}"
+          f"{'ret mean':>10}{'ret std':>9}{'ret min':>9}{'ret max':>9}")
+    for i, t in enumerate(m.taskset.tasks):
+        s = m.per_task[t.name]
+        f = (lambda v: f"{v:9.2f}" if v is not None else f"{'-':>9}")
+        print(f"  {i:>3} {t.name:<26}{t.obs_dim:>4}{t.action_dim:>4}{t.episode_length:>5}"
+              f"{s.episodes:>9} {f(s.return_mean)}{f(s.return_std)}{f(s.return_min)}"
+              f"{f(s.return_max)}")
+    print("  lineage: source episode sets (content hashes):")
+    for h in m.sources:
+        print(f"    {h}")
+    b = dict(m.builder)
+    print(f"  builder: {b.get('pipeline')} runner={b.get('runner')} "
+          f"code={b.get('code_version')}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from wmx.datasets.validate import validate_dataset
+    rep = validate_dataset(args.ref, home=args.home)
+    print(rep.format())
+    return 0 if rep.ok else 1
+
+
+def run(args) -> int:
+    """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2."""
+    try:
+        return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate}[args.dataset_cmd](args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

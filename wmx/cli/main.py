@@ -1,0 +1,19 @@
+"""The `wmx` command: `wmx dataset ls|info|validate ...`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `wmx`; returns the exit status."""
+    from wmx.cli import dataset
+    ap = argparse.ArgumentParser(prog="wmx", description="wmx data tools")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    dataset.add_parser(sub)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
