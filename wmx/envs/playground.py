@@ -1,0 +1,172 @@
+"""MuJoCo Playground DMC tasks behind the jittable `Env` interface.
+
+`make_env(name)` loads the Playground env with the pure-JAX MJX backend
+(impl="jax"; Warp is far slower on CPU), maps agent actions from [-1, 1] to the
+actuator ctrlrange, repeats each action `action_repeat` control steps summing
+the rewards, flattens the observation to f32[O] and tracks the time limit.
+Sources: reference_design §5.1 (action bounds, action repeat), §2 (T from the
+env's episode_length // action_repeat), tdmpc2_spec 4.11-4.13 (DMC protocol),
+deviations E18 (MJX ports), E19 (the repeat continues after a termination).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmx.envs.base import Env, EnvState, check_action, stable_dtypes
+from wmx.envs.registry import TaskSpec, get_task
+
+__all__ = ["PlaygroundEnv", "make_env", "action_bounds", "env_versions",
+           "Env", "EnvState"]
+
+
+def action_bounds(mj_model) -> tuple[np.ndarray, np.ndarray]:
+    """Centre c and half-range h (f32[A]) of the actuators' ctrlrange.
+
+    a_env = c + h · clip(a, −1, 1) (reference_design §5.1). Raises ValueError
+    if an actuator is not ctrl-limited (no finite bounds to map onto) or has
+    an empty range.
+    """
+    limited = np.asarray(mj_model.actuator_ctrllimited).astype(bool)
+    ranges = np.asarray(mj_model.actuator_ctrlrange, dtype=np.float64)
+    if not limited.all():
+        raise ValueError(
+            "every actuator must be ctrl-limited to map [-1, 1] actions onto "
+            f"its bounds; unlimited actuators: {np.flatnonzero(~limited)}")
+    low, high = ranges[:, 0], ranges[:, 1]
+    if not (high > low).all():
+        raise ValueError(f"empty actuator ctrlrange: low={low}, high={high}")
+    return (((high + low) / 2).astype(np.float32),
+            ((high - low) / 2).astype(np.float32))
+
+
+def env_versions() -> dict[str, str]:
+    """Installed versions of the env stack (for episode-set manifests)."""
+    out = {}
+    for pkg in ("playground", "mujoco", "mujoco-mjx", "jax"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+class PlaygroundEnv(Env):
+    """A Playground DMC env with action mapping, action repeat and time limit.
+
+    reset(key) -> EnvState with obs f32[O], reward 0, done False, t 0.
+    step(state, action f32[A]) -> EnvState: a_env = c + h·clip(action, −1, 1);
+    `action_repeat` Playground steps with a_env (lax.fori_loop); reward = sum
+    of the per-step rewards; done = any underlying done (NaN physics on DMC)
+    or t+1 >= T. The repeat does not stop at an underlying done (E19; DMC
+    never terminates). The state's dtypes are made strong so repeated
+    jit/scan calls do not retrace (CheetahRun's reset sets a weak `time`).
+    """
+
+    def __init__(self, spec: TaskSpec, pg_env, T: int):
+        self.pg_env = pg_env
+        self.spec = spec.replace(T=int(T))
+        c, h = action_bounds(pg_env.mj_model)
+        if c.shape != (spec.action_dim,):
+            raise RuntimeError(
+                f"{spec.name}: Playground env has {c.shape[0]} actuators, the "
+                f"registry pins action_dim={spec.action_dim}; the installed "
+                f"playground version differs from the one probed ({env_versions()})")
+        self._centre = c
+        self._half = h
+
+    def _flat_obs(self, obs) -> jax.Array:
+        if isinstance(obs, dict):
+            if tuple(self.spec.obs_keys) == ():
+                raise ValueError(
+                    f"{self.name}: Playground returned a dict observation "
+                    f"with keys {sorted(obs)} but the TaskSpec has no obs_keys")
+            parts = [jnp.ravel(jnp.asarray(obs[k], jnp.float32))
+                     for k in self.spec.obs_keys]
+            return jnp.concatenate(parts)
+        return jnp.ravel(jnp.asarray(obs, jnp.float32))
+
+    def to_env_action(self, action: jax.Array) -> jax.Array:
+        """f32[A] agent action in [-1, 1] -> env units c + h·clip(a, −1, 1)."""
+        a = check_action(action, self.action_dim, self.name)
+        return self._centre + self._half * jnp.clip(a, -1.0, 1.0)
+
+    def reset(self, key: jax.Array) -> EnvState:
+        """Fresh randomised initial state from `key` (spec 4.11; E20)."""
+        inner = stable_dtypes(self.pg_env.reset(key))
+        return EnvState(obs=self._flat_obs(inner.obs),
+                        reward=jnp.zeros((), jnp.float32),
+                        done=jnp.zeros((), jnp.bool_),
+                        t=jnp.zeros((), jnp.int32), inner=inner)
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        """One agent step = `action_repeat` Playground steps (rewards summed)."""
+        a_env = self.to_env_action(action)
+
+        def body(_, carry):
+            inner, reward, done = carry
+            inner = stable_dtypes(self.pg_env.step(inner, a_env))
+            reward = reward + jnp.asarray(inner.reward, jnp.float32)
+            done = done | (jnp.asarray(inner.done) > 0)
+            return inner, reward, done
+
+        init = (state.inner, jnp.zeros((), jnp.float32),
+                jnp.zeros((), jnp.bool_))
+        inner, reward, done = jax.lax.fori_loop(
+            0, self.action_repeat, body, init)
+        t = state.t + 1
+        return EnvState(obs=self._flat_obs(inner.obs), reward=reward,
+                        done=done | (t >= self.T), t=t, inner=inner)
+
+
+def _load_playground(playground_name: str):
+    from mujoco_playground import registry as pg_registry
+    return pg_registry.dm_control_suite.load(
+        playground_name, config_overrides={"impl": "jax"})
+
+
+def make_env(name: str, action_repeat: int | None = None,
+             episode_length: int | None = None) -> Env:
+    """Build the jittable Env for a registered task (mt19 or probe).
+
+    name: mt30 spelling ("cartpole-balance") or a probe name ("probe-action").
+    action_repeat: control steps per agent step; None -> the TaskSpec's (2 on
+      DMC, 1 for probes).
+    episode_length: override of T in agent steps (for short test runs); None ->
+      Playground episode_length // action_repeat (reference_design §2), i.e.
+      T = 500 on DMC at repeat 2.
+    Raises ValueError for an unknown task, a non-positive repeat/length, or an
+    episode_length not divisible by action_repeat; RuntimeError if the
+    installed Playground env's dims differ from the pinned TaskSpec.
+    """
+    spec = get_task(name)
+    if spec.kind == "probe":
+        from wmx.envs.probes import make_probe_env
+        return make_probe_env(name, action_repeat=action_repeat,
+                              episode_length=episode_length)
+    ar = spec.action_repeat if action_repeat is None else int(action_repeat)
+    if ar < 1:
+        raise ValueError(f"action_repeat must be >= 1, got {action_repeat}")
+    pg_env = _load_playground(spec.playground_name)
+    sim_len = int(pg_env._config.episode_length)
+    if sim_len % ar:
+        raise ValueError(
+            f"{name}: Playground episode_length {sim_len} is not divisible by "
+            f"action_repeat {ar}; choose a divisor")
+    T = sim_len // ar
+    if episode_length is not None:
+        if int(episode_length) < 1:
+            raise ValueError(
+                f"episode_length must be >= 1 agent step, got {episode_length}")
+        T = int(episode_length)
+    env = PlaygroundEnv(spec.replace(action_repeat=ar), pg_env, T)
+    obs_shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs.shape
+    if obs_shape != (spec.obs_dim,):
+        raise RuntimeError(
+            f"{name}: Playground observation has shape {obs_shape}, the "
+            f"registry pins obs_dim={spec.obs_dim}; the installed playground "
+            f"differs from the one probed ({env_versions()})")
+    return env
