@@ -155,7 +155,7 @@ def serialize_episode(ep: Mapping[str, Any]) -> bytes:
     _check_fields(ep, kind)
     fields, chunks = [], []
     for key in _KINDS[kind]:
-        arr = np.ascontiguousarray(ep[key], dtype=_DTYPES[key])
+        arr = np.asarray(ep[key], dtype=_DTYPES[key], order="C")
         fields.append({"dtype": _DTYPES[key].str, "name": key,
                        "shape": [int(d) for d in arr.shape]})
         chunks.append(arr.tobytes(order="C"))
