@@ -127,8 +127,7 @@ def test_round_trip_against_the_collector_rows(store):
     env = make_probe_env("probe-action", episode_length=T)
     eps, stats = collect_episodes(env, uniform_policy(env.action_dim),
                                   jax.random.PRNGKey(0), n_envs=2, n_episodes=2)
-    path = write_episode_set(store, env.spec if hasattr(env, "spec") else TASK,
-                             eps, PRODUCER)
+    path = write_episode_set(store, env.spec, eps, PRODUCER)  # a registry TaskSpec
     m, it = read_episode_set(path)
     back = list(it)
     assert len(back) == 4 == m.episode_count
