@@ -59,7 +59,7 @@ def find_episode_sets(home) -> list[tuple[Path, object]]:
 
 def _match(ref: str, d: Path, man) -> bool:
     ref = ref.rstrip("/")
-    return (ref == d.name or ref == f"{d.parent.name}/{d.name}"
+    return (ref == d.name or ref == d.parent.name or ref == f"{d.parent.name}/{d.name}"
             or (len(ref) >= 8 and man.content_hash.startswith(ref))
             or Path(ref).expanduser().resolve() == d.resolve())
 
@@ -69,7 +69,7 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
 
     sources None: every set of each task of the TaskSet. Otherwise each entry
     names one set: its set id, `<task>/<set-id>`, a content-hash prefix of 8+
-    hex digits, or its path. Raises BuildInputError naming: an unknown or
+    hex digits, its path, or a task name that has exactly one set. Raises BuildInputError naming: an unknown or
     ambiguous source, a source whose task is not in the TaskSet, a task with no
     episode set, a set whose dims / T / action repeat differ from the TaskSet's,
     the same set named twice."""
