@@ -137,8 +137,7 @@ def sample(buf: EpisodeBuffer, key: jax.Array, batch_size: int, horizon: int,
                       reward=jnp.swapaxes(reward, 0, 1))
 
 
-def round_slots(buf: EpisodeBuffer, n_envs: int, episode: int) -> list[int]:
-    """Host helper: the slots that hold round ``episode`` (for export)."""
-    rounds = buf.obs.shape[0] // n_envs
+def round_slots(rounds: int, n_envs: int, episode: int) -> list[int]:
+    """Host helper: the slots that hold round ``episode`` in a ring of ``rounds`` rounds."""
     base = (episode % rounds) * n_envs
     return list(range(base, base + n_envs))

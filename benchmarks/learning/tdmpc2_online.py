@@ -1,0 +1,125 @@
+"""Learning check: does online TD-MPC2 learn real Playground tasks on this CPU?
+
+Runs ``train_online`` (cpu preset by default) and compares the mean eval
+return with the published TD-MPC2 curve at the same env steps
+(../shared/reference/tdmpc2_dmc_curves.json, copied into
+wmx/evaluate/reference/). Writes JSON and a plot; ``docs/validation.md``
+records the results.
+
+Acceptance (online issue): cartpole-balance reaches a mean eval return of at
+least 800 within 20,000 env steps (2 seeds, cpu preset); pendulum-swingup is
+recorded as far as a 30-minute budget allows.
+
+    python benchmarks/learning/tdmpc2_online.py --task cartpole-balance --env-steps 20000
+    python benchmarks/learning/tdmpc2_online.py --task pendulum-swingup --env-steps 60000 \\
+        --budget-min 30
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wmx.datasets.store import Store
+from wmx.evaluate.reference_curves import published_return
+from wmx.paths import wmx_home
+from wmx.train_online import cli as online_cli
+from wmx.train_online.loop import run
+from wmx.train_online.run_config import OnlineRunConfig
+
+
+def eval_curve(run_dir: Path) -> dict[int, list[float]]:
+    """{env_steps: [mean eval return per seed]} from a run's metrics.csv."""
+    out: dict[int, list[float]] = {}
+    with (run_dir / "metrics.csv").open() as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "eval":
+                out.setdefault(int(r["env_steps"]), []).append(float(r["return"]))
+    return dict(sorted(out.items()))
+
+
+def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float | None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = np.array(list(curve))
+    ys = np.array([np.mean(v) for v in curve.values()])
+    lo = np.array([np.min(v) for v in curve.values()])
+    hi = np.array([np.max(v) for v in curve.values()])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, ys, "o-", label="wmx TD-MPC2 (mean of seeds)")
+    ax.fill_between(xs, lo, hi, alpha=0.2, label="seed range")
+    ref_x = np.linspace(0, max(xs.max(), 1), 50)
+    ref = [published_return(task, x) for x in ref_x]
+    if any(r is not None for r in ref):
+        ax.plot(ref_x, [np.nan if r is None else r for r in ref], "--",
+                label="TD-MPC2 paper (published curve)")
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"threshold {threshold:g}")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("eval return")
+    ax.set_title(task)
+    ax.set_ylim(0, 1000)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="cartpole-balance")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--env-steps", type=int, default=20_000)
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--eval-every", type=int, default=2_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--threshold", type=float, default=None)
+    p.add_argument("--budget-min", type=float, default=None,
+                   help="stop after this many minutes (whole chunks); record as far as reached")
+    p.add_argument("--home", default=None)
+    p.add_argument("--out", default="benchmarks/results")
+    args = p.parse_args()
+
+    rc = OnlineRunConfig(task=args.task, seeds=tuple(args.seeds), env_steps=args.env_steps,
+                         preset=args.preset, eval_every=args.eval_every,
+                         eval_episodes=args.eval_episodes)
+    store = Store(wmx_home(args.home)).ensure_layout()
+    run_dir = store.runs_dir / f"learning-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
+    export = online_cli.make_export(store, rc, run_dir)
+    t0 = time.perf_counter()
+    deadline = None if args.budget_min is None else t0 + 60 * args.budget_min
+    while True:
+        summary = run(rc, run_dir, export, progress=True, stop_after_chunks=1)
+        if summary["finished"] or (deadline is not None and time.perf_counter() > deadline):
+            break
+    wall = time.perf_counter() - t0
+    curve = eval_curve(run_dir)
+    final_x = max(curve) if curve else 0
+    final = float(np.mean(curve[final_x])) if curve else float("nan")
+    ref = published_return(args.task, final_x)
+    res = {"task": args.task, "seeds": args.seeds, "preset": args.preset,
+           "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
+           "finished": summary["finished"], "wall_s": wall,
+           "eval_curve": {str(k): v for k, v in curve.items()},
+           "final_mean_eval_return": final,
+           "published_tdmpc2_at_same_env_steps": ref, "threshold": args.threshold,
+           "passed": None if args.threshold is None else bool(final >= args.threshold),
+           "run_dir": str(run_dir)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"tdmpc2_online_{args.task}.json").write_text(json.dumps(res, indent=1))
+    plot(args.task, curve, out / f"tdmpc2_online_{args.task}.png", args.threshold)
+    print(json.dumps({k: res[k] for k in ("task", "env_steps_reached", "final_mean_eval_return",
+                                          "published_tdmpc2_at_same_env_steps", "passed",
+                                          "wall_s")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

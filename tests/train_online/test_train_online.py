@@ -1,0 +1,110 @@
+"""train_online on a probe env: exact resume, episode export, CLI errors.
+
+One tiny configuration is used throughout, so the chunk and evaluation
+programs compile once for the module (they are cached per config and env).
+"""
+import csv
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from wmx.collect.episode_set import read_episode_set
+from wmx.datasets.store import Store
+from wmx.train_online import cli
+from wmx.train_online.loop import run
+from wmx.train_online.run_config import OnlineRunConfig
+
+T = 20
+RC = OnlineRunConfig(task="probe-action", seeds=(0, 3), env_steps=6 * T, preset="tiny",
+                     agent_overrides={"seed_steps": 2 * T}, eval_every=2 * T, eval_episodes=2,
+                     chunk_episodes=1)
+
+
+def _metrics(run_dir):
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    store = Store(home).ensure_layout()
+    run_dir = store.runs_dir / "full"
+    run_dir.mkdir()
+    export = cli.make_export(store, RC, run_dir)
+    summary = run(RC, run_dir, export, progress=False)
+    return store, run_dir, summary
+
+
+def test_run_finishes_with_metrics_and_evals(full_run):
+    _, run_dir, summary = full_run
+    assert summary["finished"] and summary["agent_steps"] == 6 * T
+    rows = _metrics(run_dir)
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert len(train) == 6 * 2                              # one row per chunk and seed
+    assert [int(r["env_steps"]) for r in evals[::2]] == [2 * T, 4 * T, 6 * T]
+    # updates: burst of seed_steps (40) after agent step 40, then 1 per step: 40 + 79 = 119
+    assert int(train[-1]["updates"]) == 2 * T + (6 * T - 2 * T - 1)
+    assert summary["n_offschedule_dones"] == [0, 0]
+
+
+def test_episode_sets_hold_every_episode_with_correct_rows(full_run):
+    store, run_dir, summary = full_run
+    sets = summary["episode_sets"]
+    assert set(sets) == {"0", "3"}
+    rows = _metrics(run_dir)
+    for seed, path in sets.items():
+        manifest, episodes = read_episode_set(path)
+        eps = list(episodes)
+        assert len(eps) == 6
+        train_returns = [float(r["return"]) for r in rows
+                         if r["kind"] == "train" and r["seed"] == seed]
+        np.testing.assert_allclose([e["reward"].sum() for e in eps], train_returns, rtol=1e-5)
+        for e in eps:
+            assert e["obs"].shape == (T + 1, 2) and e["action"].shape == (T + 1, 2)
+            assert e["is_first"][0] and not e["is_first"][1:].any()
+            assert e["is_last"][-1] and not e["is_last"][:-1].any()
+            assert e["reward"][0] == 0 and not e["action"][-1].any()
+            # probe-action: reward of row k+1 = first action dim at row k
+            np.testing.assert_allclose(e["reward"][1:], np.clip(e["action"][:-1, 0], -1, 1),
+                                       atol=1e-6)
+        assert manifest.producer.seed == int(seed)
+
+
+def test_split_run_equals_uninterrupted(full_run, tmp_path):
+    store, full_dir, _ = full_run
+    run_dir = tmp_path / "split"
+    run_dir.mkdir()
+    first = run(RC, run_dir, None, progress=False, stop_after_chunks=3)
+    assert not first["finished"]
+    second = run(RC, run_dir, None, progress=False)      # restores the newest checkpoint
+    assert second["finished"]
+    a, b = _metrics(full_dir), _metrics(run_dir)
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        for k in ("seed", "kind", "agent_steps", "updates", "return", "total_loss", "pi_scale"):
+            assert ra[k] == rb[k], (k, ra, rb)
+
+
+def test_cli_errors_write_nothing(tmp_path, capsys):
+    home = tmp_path / "h"
+    assert cli.main(["--task", "walker-wlak", "--home", str(home), "--no-progress"]) == 2
+    assert "unknown task" in capsys.readouterr().err
+    assert cli.main(["--task", "probe-action", "--preset", "huge", "--home", str(home)]) == 2
+    assert cli.main(["--task", "probe-action", "--env-steps", "0", "--home", str(home)]) == 2
+    assert cli.main(["--task", "probe-action", "--agent", "sac", "--home", str(home)]) == 2
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    (home / "runs" / "taken").mkdir(parents=True)
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--home", str(home),
+                     "--name", "taken"]) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert cli.main(["--resume", str(tmp_path / "nope")]) == 2
+
+
+def test_dry_run_prints_parameter_counts(capsys):
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "total" in out and "encoder" in out

@@ -1,0 +1,85 @@
+"""Run checkpoints: the device state pytree (orbax) plus a host-state JSON.
+
+A checkpoint is the folder ``<run>/checkpoints/<step:012d>/`` holding
+``state/`` (orbax StandardCheckpointer) and ``host.json`` (the host loop's
+counters). It is written into a temporary folder and renamed into place
+when complete, so a crash never leaves a half-written checkpoint; the newest
+``keep`` checkpoints are kept. Everything a run needs to continue exactly
+is saved: parameters, optimiser and RunningScale state, replay, collector
+and planner carries, keys (deviation T12: the reference saves parameters
+only).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+def _ckpt_root(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = _ckpt_root(run_dir)
+    if not root.is_dir():
+        return []
+    done = [p for p in root.iterdir()
+            if p.is_dir() and p.name.isdigit() and (p / "host.json").is_file()]
+    return sorted(done, key=lambda p: int(p.name))
+
+
+def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
+                    keep: int = 2) -> Path:
+    """Save ``state`` (a pytree of arrays) and ``host`` (JSON-able) atomically.
+
+    ``step`` orders checkpoints (the host loop uses the absolute tick).
+    Returns the checkpoint folder. Raises FileExistsError if a checkpoint of
+    that step exists.
+    """
+    root = _ckpt_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{step:012d}"
+    if final.exists():
+        raise FileExistsError(f"checkpoint {final} exists already")
+    tmp = root / f".tmp-{step:012d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        ckptr = ocp.StandardCheckpointer()
+        ckptr.save((tmp / "state").resolve(), state)
+        ckptr.wait_until_finished()
+        (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def restore_checkpoint(path: Path, like: Any) -> tuple[Any, dict[str, Any]]:
+    """Restore a checkpoint folder into the structure of ``like``.
+
+    ``like`` is a pytree with the state's structure, shapes and dtypes
+    (concrete arrays or ``jax.ShapeDtypeStruct``, e.g. from
+    ``jax.eval_shape``). Raises ValueError when the saved shapes do not match
+    (a checkpoint of another config).
+    """
+    path = Path(path)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    try:
+        state = ocp.StandardCheckpointer().restore((path / "state").resolve(), abstract)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"checkpoint {path} does not match this run's configuration: {err}") from err
+    host = json.loads((path / "host.json").read_text())
+    return state, host

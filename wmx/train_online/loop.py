@@ -1,0 +1,227 @@
+"""Host loop of an online run: chunks, evaluation, metrics, checkpoints, export.
+
+The device does everything between chunk boundaries (wmx.train_online.program);
+the host runs only between chunks (DESIGN.md §3 principle 1): it shows a
+progress bar, runs evaluations, appends metrics, exports the episodes that
+were completed in the chunk and checkpoints. Chunks are whole rounds of
+n_envs episodes, so every chunk boundary is an episode boundary.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from wmx.agents.tdmpc2 import buffer as buffer_lib
+from wmx.agents.tdmpc2 import world_model as wm
+from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.envs.playground import make_env
+from wmx.train_online import program
+from wmx.train_online.export import RunEpisodeExport
+from wmx.train_online.run_config import OnlineRunConfig
+
+log = logging.getLogger("wmx.train_online")
+
+METRICS_COLUMNS = ("seed", "kind", "agent_steps", "env_steps", "episodes", "return",
+                   "return_std", "updates", "wall_s", *program.METRIC_KEYS)
+
+
+@dataclass
+class HostState:
+    """Counters of the host loop, saved in every checkpoint's host.json."""
+
+    next_tick: int = 0
+    eval_index: int = 0
+    next_eval_env_steps: int = 0
+    wall_s: float = 0.0
+    exported_rounds: int = 0
+    finished: bool = False
+    last_eval: dict[str, list[float]] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=8)
+def cached_env(task: str, episode_length: int | None):
+    """``make_env`` once per process and task (compiled programs are cached per env)."""
+    return make_env(task, episode_length=episode_length)
+
+
+def param_counts(rc: OnlineRunConfig) -> dict[str, int]:
+    """Parameters per module and in total (target Q excluded, spec 1.24)."""
+    cfg = rc.agent_config
+    params = jax.eval_shape(lambda: wm.init_params(jax.random.PRNGKey(0), cfg))
+    counts = dict(wm.param_count(params))
+    counts.setdefault("total", sum(v for k, v in counts.items() if k != "total"))
+    return counts
+
+
+class MetricsWriter:
+    """Appends rows to ``metrics.csv``; on resume drops rows past the checkpoint."""
+
+    def __init__(self, path: Path, keep_until_agent_steps: int | None = None):
+        self.path = path
+        if keep_until_agent_steps is not None and path.exists():
+            with path.open() as f:
+                rows = [r for r in csv.DictReader(f)
+                        if int(r["agent_steps"]) <= keep_until_agent_steps]
+            self._write_all(rows)
+        elif not path.exists():
+            self._write_all([])
+
+    def _write_all(self, rows):
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            w = csv.DictWriter(f, METRICS_COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(self.path)
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        with self.path.open("a", newline="") as f:
+            w = csv.DictWriter(f, METRICS_COLUMNS)
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in METRICS_COLUMNS})
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
+        progress: bool = True, stop_after_chunks: int | None = None) -> dict[str, Any]:
+    """Train (or continue) the run in ``run_dir`` until its last round.
+
+    ``run_dir`` holds config.json already. If it holds a checkpoint the run
+    continues from the newest one exactly. ``stop_after_chunks`` stops early
+    after that many chunks of this call (tests of resume). Returns a summary
+    dict (final evaluation returns per seed, env steps, wall time).
+    """
+    env = cached_env(rc.task, rc.episode_length)
+    spec, T, n_envs, ar = rc.task_spec, env.T, rc.n_envs, env.action_repeat
+    ticks_per_round = T + 1
+    total_ticks = rc.rounds * ticks_per_round
+
+    carries = program.init_carries(rc, env)
+    host = HostState(next_eval_env_steps=rc.eval_every)
+    ckpts = list_checkpoints(run_dir)
+    if ckpts:
+        carries, h = restore_checkpoint(ckpts[-1], carries)
+        host = HostState(**h)
+        log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
+    metrics = MetricsWriter(run_dir / "metrics.csv",
+                            keep_until_agent_steps=(host.next_tick // ticks_per_round) * T * n_envs
+                            if ckpts else None)
+    if host.finished and (run_dir / "summary.json").exists():
+        log.info("run %s is finished already", run_dir)
+        return json.loads((run_dir / "summary.json").read_text())
+
+    chunk_fn = program.make_chunk_fn(rc, env)
+    eval_fn = program.make_eval_fn(rc, env)
+
+    def agent_steps_at(tick: int) -> int:        # per run (all envs), at a round boundary
+        return (tick // ticks_per_round) * T * n_envs
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=rc.total_env_steps, initial=agent_steps_at(host.next_tick) * ar,
+                   unit="env step", unit_scale=True, dynamic_ncols=True,
+                   desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
+
+    chunks_done = 0
+    while host.next_tick < total_ticks:
+        t_start = time.perf_counter()
+        end = min(host.next_tick + rc.chunk_episodes * ticks_per_round, total_ticks)
+        ticks = np.arange(host.next_tick, end, dtype=np.int32)
+        carries = chunk_fn(carries, ticks)
+        jax.block_until_ready(carries.n_updates)
+        host.next_tick = end
+        agent_steps = agent_steps_at(end)
+        env_steps = agent_steps * ar
+
+        # episodes completed in this chunk: rounds exported_rounds .. end_round-1
+        end_round = end // ticks_per_round
+        train_returns = export.add_rounds(carries.buffer, host.exported_rounds, end_round) \
+            if export is not None else _round_returns(carries.buffer, n_envs,
+                                                      host.exported_rounds, end_round)
+        host.exported_rounds = end_round
+        host.wall_s += time.perf_counter() - t_start
+
+        rows = []
+        m = jax.device_get(carries.metrics)
+        n_up = np.asarray(jax.device_get(carries.n_updates))
+        for i, seed in enumerate(rc.seeds):
+            rets = train_returns[i]
+            row = {"seed": seed, "kind": "train", "agent_steps": agent_steps,
+                   "env_steps": env_steps, "episodes": end_round * n_envs,
+                   "return": float(np.mean(rets)) if len(rets) else "",
+                   "return_std": float(np.std(rets)) if len(rets) else "",
+                   "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)}
+            row.update({k: float(m[k][i]) for k in program.METRIC_KEYS})
+            rows.append(row)
+
+        final = host.next_tick >= total_ticks
+        if env_steps >= host.next_eval_env_steps or final:
+            t_eval = time.perf_counter()
+            rets = np.asarray(eval_fn(carries.train.params, carries.key, host.eval_index))
+            host.eval_index += 1
+            while host.next_eval_env_steps <= env_steps:
+                host.next_eval_env_steps += rc.eval_every
+            host.last_eval = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
+            host.wall_s += time.perf_counter() - t_eval
+            for i, seed in enumerate(rc.seeds):
+                rows.append({"seed": seed, "kind": "eval", "agent_steps": agent_steps,
+                             "env_steps": env_steps, "episodes": rc.eval_episodes,
+                             "return": float(rets[i].mean()), "return_std": float(rets[i].std()),
+                             "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)})
+        metrics.append(rows)
+
+        chunks_done += 1
+        if final:
+            host.finished = True
+        if final or chunks_done % rc.checkpoint_every_chunks == 0:
+            save_checkpoint(run_dir, host.next_tick, carries, host.__dict__)
+        if bar is not None:
+            last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
+            post = {"train": "/".join(_fmt(x) for x in last_train)}
+            if host.last_eval:
+                post["eval"] = "/".join(_fmt(float(np.mean(v))) for v in host.last_eval.values())
+            post["sps"] = f"{(end - ticks[0]) * n_envs * len(rc.seeds) * ar / max(time.perf_counter() - t_start, 1e-9):.0f}"
+            bar.set_postfix(post, refresh=False)
+            bar.update(env_steps - bar.n)
+        if stop_after_chunks is not None and chunks_done >= stop_after_chunks and not final:
+            break
+
+    if bar is not None:
+        bar.close()
+    summary = {"run_dir": str(run_dir), "finished": host.finished, "agent_steps":
+               agent_steps_at(host.next_tick), "env_steps": agent_steps_at(host.next_tick) * ar,
+               "wall_s": host.wall_s, "final_eval": host.last_eval,
+               "n_offschedule_dones": np.asarray(jax.device_get(
+                   program.offschedule_dones(carries))).tolist()}
+    if host.finished:
+        if export is not None:
+            summary["episode_sets"] = export.finalize()
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _round_returns(buf: buffer_lib.EpisodeBuffer, n_envs: int, first: int, end: int):
+    """Per seed, the undiscounted returns of rounds first..end-1 (host)."""
+    rewards = np.asarray(jax.device_get(buf.reward))   # [S, R*n, T+1]
+    rounds = rewards.shape[1] // n_envs
+    out = []
+    for s in range(rewards.shape[0]):
+        rets = []
+        for e in range(first, end):
+            for slot in buffer_lib.round_slots(rounds, n_envs, e):
+                rets.append(float(rewards[s, slot].sum()))
+        out.append(rets)
+    return out

@@ -1,0 +1,113 @@
+"""Configuration of an online run (`train_online`)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from wmx.agents.tdmpc2.config import PRESETS, TDMPC2Config, make_config
+from wmx.envs.registry import TaskSpec, get_task
+
+AGENTS = ("tdmpc2",)
+
+
+@dataclass(frozen=True)
+class OnlineRunConfig:
+    """Everything that defines an online run; saved as the run's config.json.
+
+    Units: ``env_steps`` counts simulator steps (agent steps x action repeat,
+    the papers' x axis, summed over the run's vectorised envs);
+    ``eval_every`` too. The run covers whole rounds of ``n_envs`` episodes,
+    so the number of agent steps is rounded up to a multiple of T * n_envs.
+
+    Raises ValueError (naming the flag) for an unknown agent or preset, a
+    non-positive size, or an empty/duplicated seed list; unknown tasks raise
+    the registry's ValueError listing the known tasks.
+    """
+
+    task: str
+    agent: str = "tdmpc2"
+    seeds: tuple[int, ...] = (0,)
+    env_steps: int = 20_000
+    n_envs: int = 1
+    preset: str = "cpu"
+    agent_overrides: dict[str, Any] = field(default_factory=dict)
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    chunk_episodes: int = 1
+    checkpoint_every_chunks: int = 1
+    episode_length: int | None = None   # override of T (agent steps), for short smoke runs only
+
+    def __post_init__(self) -> None:
+        if self.agent not in AGENTS:
+            raise ValueError(f"--agent {self.agent!r} is not supported; choose one of {AGENTS}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+        get_task(self.task)   # raises with the known names
+        if not self.seeds:
+            raise ValueError("--seeds needs at least one seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"--seeds has duplicates: {list(self.seeds)}")
+        if self.episode_length is not None and self.episode_length < 4:
+            raise ValueError(f"--episode-length must be >= 4 agent steps, got {self.episode_length}")
+        for name in ("env_steps", "n_envs", "eval_every", "eval_episodes", "chunk_episodes",
+                     "checkpoint_every_chunks"):
+            if getattr(self, name) <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be > 0, got {getattr(self, name)}")
+
+    # ---- derived ---------------------------------------------------------
+    @property
+    def task_spec(self) -> TaskSpec:
+        spec = get_task(self.task)
+        return spec if self.episode_length is None else spec.replace(T=self.episode_length)
+
+    @property
+    def agent_config(self) -> TDMPC2Config:
+        spec = self.task_spec
+        return make_config(self.preset, obs_dim=spec.obs_dim, action_dim=spec.action_dim,
+                           episode_length=spec.T, **self.agent_overrides)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of n_envs lockstep episodes in the run (rounded up)."""
+        spec = self.task_spec
+        agent_steps = math.ceil(self.env_steps / spec.action_repeat)
+        return math.ceil(agent_steps / (spec.T * self.n_envs))
+
+    @property
+    def total_agent_steps(self) -> int:
+        return self.rounds * self.task_spec.T * self.n_envs
+
+    @property
+    def total_env_steps(self) -> int:
+        return self.total_agent_steps * self.task_spec.action_repeat
+
+    @property
+    def ticks_per_round(self) -> int:
+        return self.task_spec.T + 1
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["seeds"] = list(self.seeds)
+        d["resolved_agent_config"] = dataclasses.asdict(self.agent_config)
+        d["derived"] = {"rounds": self.rounds, "total_agent_steps": self.total_agent_steps,
+                        "total_env_steps": self.total_env_steps,
+                        "episode_length": self.task_spec.T,
+                        "action_repeat": self.task_spec.action_repeat}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "OnlineRunConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["seeds"] = tuple(kw["seeds"])
+        return cls(**kw)
+
+    def config_hash(self) -> str:
+        """sha256 (hex, 16 digits) of the agent config and the run protocol."""
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
