@@ -36,10 +36,10 @@ def store(tmp_path_factory):
              TaskInfo("cheetah-run", 17, 6, T, 2, 0.9),
              TaskInfo("synthetic-wide", 24, 6, T, 2, 0.9)]
     cart = playground_episodes("cartpole-balance", 5, T, 0)  # one compile per task
+    rng = np.random.default_rng(3)
     eps = {"cartpole-balance": [cart[:3], cart[3:]],
            "cheetah-run": [playground_episodes("cheetah-run", 3, T, 2)],
-           "synthetic-wide": [[synthetic_episode(np.random.default_rng(3), T, 24, 6)
-                               for _ in range(4)]]}
+           "synthetic-wide": [[synthetic_episode(rng, T, 24, 6) for _ in range(4)]]}
     for i, info in enumerate(infos):
         for j, e in enumerate(eps[info.name]):
             write_set(home, info, e, seed=10 * i + j)
