@@ -1,4 +1,4 @@
-"""The `wmx` command: `wmx dataset ls|info|validate ...`."""
+"""The `wmx` command: `wmx dataset ls|info|validate ...`, `wmx demo`."""
 from __future__ import annotations
 
 import argparse
@@ -7,10 +7,11 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `wmx`; returns the exit status."""
-    from wmx.cli import dataset
-    ap = argparse.ArgumentParser(prog="wmx", description="wmx data tools")
+    from wmx.cli import dataset, demo
+    ap = argparse.ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
     sub = ap.add_subparsers(dest="cmd", required=True)
     dataset.add_parser(sub)
+    demo.add_parser(sub)
     args = ap.parse_args(argv)
     return args.func(args)
 
