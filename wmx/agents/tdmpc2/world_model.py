@@ -25,7 +25,7 @@ from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.nn.init import normal_init, zeros_init
 from wmx.nn.mlp import normed_mlp_apply, normed_mlp_init
 from wmx.nn.simnorm import simnorm
-from wmx.nn.tanh_gaussian import bound_log_std, pe_log_prob
+from wmx.nn.tanh_gaussian import bound_log_std, pe_log_prob, squash
 from wmx.nn.twohot import TwoHot
 
 Params = dict
@@ -177,6 +177,7 @@ def pi_forward(params: Params, z: jnp.ndarray, eps: jnp.ndarray, cfg: TDMPC2Conf
     mu, raw = split(pi([z, e])); log_std = -10 + 6 (tanh(raw) + 1); with a
     mask (f32[..., A] of 0/1, valid dims first) mu, log_std and eps are
     multiplied by it and n = mask.sum(-1) (else n = A); u = mu + eps exp(log_std);
+    tanh is `wmx.nn.tanh_gaussian.squash` (1-ulp accurate near +-1, like torch's);
     log_pi = n (sum(-eps^2/2 - log_std) - ln(2pi)/2) - sum log(relu(1 - tanh(u)^2) + 1e-6).
     """
     out = normed_mlp_apply(params["pi"], _cat(z, e))
@@ -188,9 +189,9 @@ def pi_forward(params: Params, z: jnp.ndarray, eps: jnp.ndarray, cfg: TDMPC2Conf
         n = jnp.sum(mask, axis=-1, keepdims=True)
     else:
         n = float(A)
-    action = jnp.tanh(mu + eps * jnp.exp(log_std))
+    action = squash(mu + eps * jnp.exp(log_std))
     log_pi = pe_log_prob(eps, log_std, action, n)
-    return PolicyOut(jnp.tanh(mu), action, log_pi, log_std)
+    return PolicyOut(squash(mu), action, log_pi, log_std)
 
 
 # ---- reference state dicts ------------------------------------------------------
