@@ -140,7 +140,7 @@ def _teacher_forced_decision(f, d, cfg, params, prev_mean):
         else:
             m_in = jnp.asarray(f[f"decision{d}/iter{i-1}/mean"])
             s_in = jnp.asarray(f[f"decision{d}/iter{i-1}/std"])
-        it_noise = jax.tree_util.tree_map(lambda x: x[i], pl._iter_noise(noise))
+        it_noise = pl.iteration_noise(noise, i)
         _, _, st = step(params, z, pi_ref, m_in, s_in, it_noise, cfg=cfg,
                         elite_idxs=jnp.asarray(f[p + "elite_idxs"]))
         _check_iteration(f, d, i, st, f"{msg} iter {i}", check_elites=False)

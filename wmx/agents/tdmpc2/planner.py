@@ -319,6 +319,11 @@ def _iter_noise(noise: PlanNoise) -> IterNoise:
                      noise.q_pair.astype(jnp.int32), noise.q_dropout_keys)
 
 
+def iteration_noise(noise: PlanNoise, i: int) -> IterNoise:
+    """The draws of MPPI iteration `i` (0-based) of `noise`, for `plan_iteration`."""
+    return jax.tree_util.tree_map(lambda x: x[i], _iter_noise(noise))
+
+
 def _check_inputs(obs: Array, prev_mean: Array, noise: PlanNoise, cfg: TDMPC2Config) -> None:
     H, A = cfg.horizon, cfg.action_dim
     if jnp.ndim(obs) != 1:
