@@ -35,6 +35,16 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(done, key=lambda p: int(p.name))
 
 
+def _nonempty_leaves(tree: Any) -> dict[str, Any]:
+    """The tree's leaves with elements, keyed by their flat index.
+
+    orbax refuses zero-size arrays (e.g. the MJX state's empty actuator
+    activations); those carry no data and are rebuilt from the template.
+    """
+    leaves = jax.tree_util.tree_leaves(tree)
+    return {f"{i:05d}": x for i, x in enumerate(leaves) if getattr(x, "size", 1) > 0}
+
+
 def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
                     keep: int = 2) -> Path:
     """Save ``state`` (a pytree of arrays) and ``host`` (JSON-able) atomically.
@@ -54,7 +64,7 @@ def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
     tmp.mkdir()
     try:
         ckptr = ocp.StandardCheckpointer()
-        ckptr.save((tmp / "state").resolve(), state)
+        ckptr.save((tmp / "state").resolve(), _nonempty_leaves(state))
         ckptr.wait_until_finished()
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
         os.replace(tmp, final)
@@ -75,11 +85,14 @@ def restore_checkpoint(path: Path, like: Any) -> tuple[Any, dict[str, Any]]:
     (a checkpoint of another config).
     """
     path = Path(path)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _nonempty_leaves(like))
     try:
-        state = ocp.StandardCheckpointer().restore((path / "state").resolve(), abstract)
+        saved = ocp.StandardCheckpointer().restore((path / "state").resolve(), abstract)
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"checkpoint {path} does not match this run's configuration: {err}") from err
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    state = jax.tree_util.tree_unflatten(
+        treedef, [saved.get(f"{i:05d}", x) for i, x in enumerate(leaves)])
     host = json.loads((path / "host.json").read_text())
     return state, host

@@ -222,6 +222,6 @@ def _round_returns(buf: buffer_lib.EpisodeBuffer, n_envs: int, first: int, end: 
         rets = []
         for e in range(first, end):
             for slot in buffer_lib.round_slots(rounds, n_envs, e):
-                rets.append(float(rewards[s, slot].sum()))
+                rets.append(float(np.sum(rewards[s, slot], dtype=np.float64)))
         out.append(rets)
     return out

@@ -1,0 +1,32 @@
+"""Run checkpoints: round trip (zero-size leaves included), pruning, mismatch errors."""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+
+
+def _state(x=0.0):
+    return {"a": jnp.arange(3.0) + x, "empty": jnp.zeros((2, 0)),
+            "n": (jnp.int32(4), jnp.ones((2, 2)))}
+
+
+def test_round_trip_and_prune(tmp_path):
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, _state(step), {"step": step}, keep=2)
+    ckpts = list_checkpoints(tmp_path)
+    assert [int(p.name) for p in ckpts] == [2, 3]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+    state, host = restore_checkpoint(ckpts[-1], _state())
+    assert host == {"step": 3}
+    np.testing.assert_array_equal(state["a"], np.arange(3.0) + 3)
+    assert state["empty"].shape == (2, 0) and int(state["n"][0]) == 4
+
+
+def test_existing_step_refused_and_mismatch_is_clear(tmp_path):
+    save_checkpoint(tmp_path, 1, _state(), {})
+    with pytest.raises(FileExistsError):
+        save_checkpoint(tmp_path, 1, _state(), {})
+    other = {"a": jnp.arange(5.0), "empty": jnp.zeros((2, 0)), "n": (jnp.int32(4), jnp.ones((2, 2)))}
+    with pytest.raises(ValueError, match="does not match"):
+        restore_checkpoint(list_checkpoints(tmp_path)[-1], other)
