@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -165,21 +166,75 @@ def load_in_memory(ds: PooledDataset, num_threads: int = 8, device=None) -> dict
 # ---------------------------------------------------------------- streaming
 
 
+class _RecordLayout:
+    """Zero-copy views of pooled records (wmx.schemas.episode format, version
+    SCHEMA_VERSION). The JSON header of each distinct record shape is parsed
+    once and cached; each record then costs a few np.frombuffer calls. Checks
+    the magic, version, kind and total length (EpisodeFormatError); the full
+    content checks are `validate_dataset`'s and the shard digests
+    `open_dataset(verify=True)`'s."""
+
+    def __init__(self):
+        self._cache: dict[bytes, tuple[int, dict]] = {}
+
+    def views(self, record: bytes) -> dict:
+        if len(record) < _PREFIX.size:
+            return schema.deserialize_episode(record)  # raises the precise error
+        magic, version, hlen = _PREFIX.unpack_from(record, 0)
+        if magic != schema.MAGIC or version != schema.SCHEMA_VERSION:
+            return schema.deserialize_episode(record)  # raises the precise error
+        head = bytes(record[_PREFIX.size:_PREFIX.size + hlen])
+        layout = self._cache.get(head)
+        if layout is None:
+            layout = self._parse(head, _PREFIX.size + hlen)
+            self._cache[head] = layout
+        total, fields = layout
+        if len(record) != total:
+            raise schema.EpisodeFormatError(
+                f"pooled record has {len(record)} bytes, its header describes {total}")
+        return {k: np.frombuffer(record, dtype=dt, count=n, offset=off).reshape(shape)
+                for k, (dt, n, off, shape) in fields.items()}
+
+    @staticmethod
+    def _parse(head: bytes, offset: int) -> tuple[int, dict]:
+        import json
+        h = json.loads(head.decode("ascii"))
+        if h.get("kind") != "pooled_episode" or \
+                [f["name"] for f in h["fields"]] != list(schema.POOLED_KEYS):
+            raise schema.EpisodeFormatError(
+                f"record kind {h.get('kind')!r} is not a pooled record; stream from a "
+                "pooled dataset built by pipelines/build_mt19.py")
+        fields = {}
+        for f in h["fields"]:
+            dt = np.dtype(f["dtype"])
+            shape = tuple(int(d) for d in f["shape"])
+            n = int(np.prod(shape, dtype=np.int64))
+            fields[f["name"]] = (dt, n, offset, shape)
+            offset += n * dt.itemsize
+        return offset, fields
+
+
+_PREFIX = struct.Struct("<8sII")
+_SLICE_FIELDS = ("obs", "action", "reward")
+
+
 class _Crop:
     """Grain random map: one pooled record -> k crops of `length` rows, starts
-    uniform in 0..T+1-length (tdmpc2_spec 4.8 within-episode distribution)."""
+    uniform in 0..T+1-length (tdmpc2_spec 4.8 within-episode distribution).
+    Only `fields` are gathered (rows of the record's zero-copy views)."""
 
-    def __init__(self, length: int, k: int):
-        self.length, self.k = length, k
+    def __init__(self, length: int, k: int, fields: tuple[str, ...] = _FIELDS):
+        self.length, self.k, self.fields = length, k, tuple(fields)
+        self._layout = _RecordLayout()
 
     def __call__(self, record: bytes, rng: np.random.Generator) -> dict:
-        r = schema.deserialize_episode(record)
+        r = self._layout.views(record)
         rows = r["obs"].shape[0]
         if self.length > rows:
             raise ValueError(f"crop of {self.length} rows exceeds the episode's {rows} rows")
         s = rng.integers(0, rows - self.length + 1, size=self.k)
         idx = s[:, None] + np.arange(self.length)[None, :]
-        out = {f: r[f][idx] for f in _FIELDS}
+        out = {f: r[f][idx] for f in self.fields}
         out["task"] = np.full((self.k,), r["task_id"], np.int32)
         return out
 
@@ -232,7 +287,8 @@ class DatasetStream:
         self._it.set_state(state["iterator"])
 
 
-def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_workers, post):
+def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_workers, post,
+            fields=_FIELDS):
     import grain
     from grain.python import ArrayRecordDataSource
     if batch % slices_per_episode:
@@ -241,7 +297,7 @@ def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_worker
     src = ArrayRecordDataSource([str(ds.path / s.name) for s in ds.manifest.shards
                                  if s.num_records])
     mds = (grain.MapDataset.source(src).seed(seed).shuffle().repeat(None)
-           .random_map(_Crop(length, slices_per_episode)))
+           .random_map(_Crop(length, slices_per_episode, fields)))
     ids = mds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                 prefetch_buffer_size=4 * batch))
     ids = ids.batch(batch // slices_per_episode).map(post)
@@ -265,7 +321,7 @@ def stream_slices(ds: PooledDataset, batch: int, H: int, seed: int,
     without replacement within an epoch (vs the in-memory sampler's with
     replacement; deviation DS-S1). Deterministic for a seed; checkpointable."""
     return _stream(ds, H + 1, batch, seed, slices_per_episode, num_threads,
-                   num_workers, _to_slices)
+                   num_workers, _to_slices, _SLICE_FIELDS)
 
 
 def stream_windows(ds: PooledDataset, batch: int, seed: int, length: int = 65,
