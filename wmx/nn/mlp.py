@@ -68,11 +68,12 @@ def normed_mlp_init(key: jax.Array, dims: Sequence[int], *, last_normed: bool,
 def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
                      act: Callable = jax.nn.mish, last_act: Callable | None = None,
                      dropout_rate: float = 0.0, dropout_key: jax.Array | None = None,
-                     eps: float = 1e-5) -> jnp.ndarray:
+                     eps: float = 1e-5, dropout_mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """Apply `normed_mlp_init` params to x f32[..., in] -> f32[..., out].
 
     Hidden layers: Linear -> [Dropout, first layer only, when dropout_rate > 0
-    and a key is given] -> LayerNorm -> act. Last layer: Linear -> LayerNorm ->
+    and a key is given; or a precomputed boolean keep-mask `dropout_mask` of
+    the first layer's output shape] -> LayerNorm -> act. Last layer: Linear -> LayerNorm ->
     last_act if it is normed (last_act None = identity), else plain Linear.
     """
     n = len(params)
@@ -80,7 +81,9 @@ def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
     for i in range(n):
         p = params[f"layer{i}"]
         h = h @ p["kernel"] + p["bias"]
-        if i == 0 and dropout_rate > 0.0 and dropout_key is not None:
+        if i == 0 and dropout_rate > 0.0 and dropout_mask is not None:
+            h = jnp.where(dropout_mask, h / (1.0 - dropout_rate), 0.0)
+        elif i == 0 and dropout_rate > 0.0 and dropout_key is not None:
             h = dropout(dropout_key, h, dropout_rate)
         if "ln_scale" in p:
             h = layer_norm(h, p["ln_scale"], p["ln_bias"], eps)

@@ -128,8 +128,28 @@ def reward_logits(params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Con
     return normed_mlp_apply(params["reward"], _cat(z, e, a))
 
 
-def _q_member(p, x, key, cfg):
-    return normed_mlp_apply(p, x, dropout_rate=cfg.dropout, dropout_key=key)
+def _q_member(p, x, mask, cfg):
+    return normed_mlp_apply(p, x, dropout_rate=cfg.dropout, dropout_mask=mask)
+
+
+def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tuple,
+                   cfg: TDMPC2Config) -> jnp.ndarray:
+    """Keep-mask bool[*shape, mlp_dim] of Q member `member` for one Q pass.
+
+    Bernoulli(1 - cfg.dropout) from XLA's fast RngBitGenerator ("rbg"),
+    seeded from fold_in(dropout_key, member): threefry bits for the ~4M
+    mask entries of one update cost more than the matmuls on CPU.
+    """
+    seed = jax.random.bits(jax.random.fold_in(dropout_key, member), (4,), jnp.uint32)
+    rk = jax.random.wrap_key_data(seed, impl="rbg")
+    return jax.random.bernoulli(rk, 1.0 - cfg.dropout, (*shape, cfg.resolved().mlp_dim))
+
+
+def _run_members(q_params, members, x, dropout_key, cfg):
+    if dropout_key is None or cfg.dropout == 0.0:
+        return jax.vmap(lambda p: _q_member(p, x, None, cfg))(q_params)
+    masks = jnp.stack([q_dropout_mask(dropout_key, m, x.shape[:-1], cfg) for m in members])
+    return jax.vmap(lambda p, mk: _q_member(p, x, mk, cfg))(q_params, masks)
 
 
 def q_logits(q_params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Config,
@@ -138,15 +158,13 @@ def q_logits(q_params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Config
     """All members' Q logits f32[Nq, ..., K] of Q([z, e, a]) (spec 1.10).
 
     `q_params` is params["qs"] or params["target_qs"]. dropout_key None:
-    deterministic; with a key, each member gets its own inverted-dropout mask
-    (p = cfg.dropout) after its first Linear, before the LayerNorm.
+    deterministic; with a key, member k gets its own inverted-dropout mask
+    `q_dropout_mask(dropout_key, k, ...)` (p = cfg.dropout) after its first
+    Linear, before the LayerNorm.
     """
     x = _cat(z, e, a)
     nq = jax.tree.leaves(q_params)[0].shape[0]
-    if dropout_key is None or cfg.dropout == 0.0:
-        return jax.vmap(lambda p: _q_member(p, x, None, cfg))(q_params)
-    keys = jax.random.split(dropout_key, nq)
-    return jax.vmap(lambda p, k: _q_member(p, x, k, cfg))(q_params, keys)
+    return _run_members(q_params, list(range(nq)), x, dropout_key, cfg)
 
 
 def q_pair_values(q_params: Params, pair: jnp.ndarray, z: jnp.ndarray, a: jnp.ndarray,
@@ -155,17 +173,12 @@ def q_pair_values(q_params: Params, pair: jnp.ndarray, z: jnp.ndarray, a: jnp.nd
     """Decoded values f32[2, ...] of the two members `pair` (i32[2]).
 
     Runs only those two members (the reference evaluates all Nq and indexes;
-    same values). Member k's dropout mask comes from split(dropout_key, Nq)[k],
-    as in `q_logits`. Reduce with `wmx.nn.ensemble.reduce_pair`.
+    same values). Member k's dropout mask is the one `q_logits` would use.
+    Reduce with `wmx.nn.ensemble.reduce_pair`.
     """
     x = _cat(z, e, a)
-    nq = jax.tree.leaves(q_params)[0].shape[0]
     sub = jax.tree.map(lambda leaf: leaf[pair], q_params)
-    if dropout_key is None or cfg.dropout == 0.0:
-        logits = jax.vmap(lambda p: _q_member(p, x, None, cfg))(sub)
-    else:
-        keys = jax.random.split(dropout_key, nq)[pair]
-        logits = jax.vmap(lambda p, k: _q_member(p, x, k, cfg))(sub, keys)
+    logits = _run_members(sub, [pair[0], pair[1]], x, dropout_key, cfg)
     return twohot(cfg).decode(logits)
 
 
