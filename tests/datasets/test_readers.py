@@ -107,19 +107,22 @@ def test_stream_matches_the_dataset_rows(ds):
 
 
 def test_stream_rejects_a_bad_record():
-    from wmx.datasets.readers import _Crop
+    from wmx.datasets.readers import _CropBatch
     from wmx.schemas.episode import EpisodeFormatError, pad_episode, serialize_episode
     rec = serialize_episode(pad_episode(synthetic_episode(np.random.default_rng(0), T, 5, 1),
                                         0, 24, 6))
-    crop = _Crop(4, 1)
-    assert crop(rec, np.random.default_rng(0))["obs"].shape == (1, 4, 24)
+    crop = _CropBatch(4, 2, seed=0)
+    out = crop(0, [rec, rec])
+    assert out["obs"].shape == (2, 2, 4, 24) and out["task"].shape == (2, 2)
     with pytest.raises(EpisodeFormatError, match="bytes"):
-        crop(rec[:-3], np.random.default_rng(0))
+        crop(0, [rec[:-3]])
+    with pytest.raises(EpisodeFormatError, match="bytes"):
+        crop(0, [rec, rec[:-3]])
     with pytest.raises(EpisodeFormatError, match="magic"):
-        crop(b"X" + rec[1:], np.random.default_rng(0))
+        crop(0, [b"X" + rec[1:]])
     unpadded = serialize_episode(synthetic_episode(np.random.default_rng(0), T, 5, 1))
     with pytest.raises(EpisodeFormatError, match="not a pooled record"):
-        crop(unpadded, np.random.default_rng(0))
+        crop(0, [unpadded])
 
 
 @pytest.mark.slow  # spawns 2 Python processes that import grain/jax: ~1 min here

@@ -195,6 +195,12 @@ class _RecordLayout:
         return {k: np.frombuffer(record, dtype=dt, count=n, offset=off).reshape(shape)
                 for k, (dt, n, off, shape) in fields.items()}
 
+    def layout_of(self, record: bytes) -> tuple[int, dict]:
+        """(total bytes, {field: (dtype, count, offset, shape)}) of a record
+        whose header `views` has already parsed."""
+        hlen = _PREFIX.unpack_from(record, 0)[2]
+        return self._cache[bytes(record[_PREFIX.size:_PREFIX.size + hlen])]
+
     @staticmethod
     def _parse(head: bytes, offset: int) -> tuple[int, dict]:
         import json
@@ -218,24 +224,61 @@ _PREFIX = struct.Struct("<8sII")
 _SLICE_FIELDS = ("obs", "action", "reward")
 
 
-class _Crop:
-    """Grain random map: one pooled record -> k crops of `length` rows, starts
-    uniform in 0..T+1-length (tdmpc2_spec 4.8 within-episode distribution).
-    Only `fields` are gathered (rows of the record's zero-copy views)."""
+class _CropBatch:
+    """Grain map over (batch index, list of pooled record bytes): k crops of
+    `length` consecutive rows from each record, starts uniform in
+    0..T+1-length (tdmpc2_spec 4.8 within-episode distribution).
 
-    def __init__(self, length: int, k: int, fields: tuple[str, ...] = _FIELDS):
-        self.length, self.k, self.fields = length, k, tuple(fields)
+    The starts come from ``np.random.default_rng([seed, batch index])``, so a
+    batch depends only on the seed and its position in the shuffled episode
+    order (deterministic, and a restored iterator state
+    replays it). A crop of rows is a contiguous byte range of each field, so a
+    batch costs a few byte slices per record and one ``np.frombuffer`` per
+    field. Each record's header must equal the dataset's (same TaskSet
+    shapes) and its length must match (EpisodeFormatError otherwise); full
+    content checks are `validate_dataset`'s, shard digests
+    `open_dataset(verify=True)`'s. Returns fields shaped [n, k, length, ...]
+    and task i32[n, k]."""
+
+    def __init__(self, length: int, k: int, seed: int, fields: tuple[str, ...] = _FIELDS):
+        self.length, self.k, self.seed, self.fields = length, k, int(seed), tuple(fields)
         self._layout = _RecordLayout()
 
-    def __call__(self, record: bytes, rng: np.random.Generator) -> dict:
-        r = self._layout.views(record)
-        rows = r["obs"].shape[0]
+    def __call__(self, batch_index: int, recs) -> dict:
+        r0 = recs[0]
+        views = self._layout.views(r0)  # checks magic/version/kind/length of the first
+        total, layout = self._layout.layout_of(r0)
+        head = bytes(r0[:total - sum(n * dt.itemsize for dt, n, _, _ in layout.values())])
+        rows = views["obs"].shape[0]
         if self.length > rows:
             raise ValueError(f"crop of {self.length} rows exceeds the episode's {rows} rows")
-        s = rng.integers(0, rows - self.length + 1, size=self.k)
-        idx = s[:, None] + np.arange(self.length)[None, :]
-        out = {f: r[f][idx] for f in self.fields}
-        out["task"] = np.full((self.k,), r["task_id"], np.int32)
+        n, k, L = len(recs), self.k, self.length
+        starts = np.random.default_rng([self.seed, int(batch_index)]).integers(
+            0, rows - L + 1, size=(n, k))
+        hl = len(head)
+        tid_off = layout["task_id"][2]
+        tasks = np.empty((n,), np.int32)
+        parts = {f: [] for f in self.fields}
+        for j, rec in enumerate(recs):
+            if len(rec) != total or rec[:hl] != head:
+                self._layout.views(rec)  # raises the precise error for a foreign record
+                raise schema.EpisodeFormatError(
+                    "a pooled record's header differs from the dataset's first record's "
+                    "(records of one dataset share one padded shape)")
+            tasks[j] = int.from_bytes(rec[tid_off:tid_off + 4], "little", signed=True)
+            mv = memoryview(rec)
+            for f in self.fields:
+                dt, _, off, shape = layout[f]
+                row_bytes = dt.itemsize * (shape[1] if len(shape) > 1 else 1)
+                for s in starts[j]:
+                    a = off + int(s) * row_bytes
+                    parts[f].append(mv[a:a + L * row_bytes])
+        out = {}
+        for f in self.fields:
+            dt, _, _, shape = layout[f]
+            arr = np.frombuffer(b"".join(parts[f]), dtype=dt).reshape((n, k, L) + shape[1:])
+            out[f] = arr.astype(dt.newbyteorder("="), copy=False)
+        out["task"] = np.repeat(tasks[:, None], k, axis=1)
         return out
 
 
@@ -296,11 +339,13 @@ def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_worker
                          f"{slices_per_episode}")
     src = ArrayRecordDataSource([str(ds.path / s.name) for s in ds.manifest.shards
                                  if s.num_records])
+    # Batches are formed on the MapDataset, so each batch's records are fetched
+    # with one batched ArrayRecord read; threads prefetch whole batches.
     mds = (grain.MapDataset.source(src).seed(seed).shuffle().repeat(None)
-           .random_map(_Crop(length, slices_per_episode, fields)))
+           .batch(batch // slices_per_episode, batch_fn=list)
+           .map_with_index(_CropBatch(length, slices_per_episode, seed, fields)).map(post))
     ids = mds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
-                                                prefetch_buffer_size=4 * batch))
-    ids = ids.batch(batch // slices_per_episode).map(post)
+                                                prefetch_buffer_size=2 * max(1, num_threads)))
     if num_workers > 0:
         from absl import flags
         if not flags.FLAGS.is_parsed():
