@@ -121,6 +121,20 @@ def discount_powers(gamma: float, horizon: int) -> list[float]:
     return out
 
 
+def discount_powers_f32(gamma: Array, horizon: int) -> list[Array]:
+    """[1, g, g*g, ...] (length H+1) as float32 products of a traced gamma f32[].
+
+    The multi-task reference multiplies float32 tensors, `discount *=
+    self.discount[task]` (tdmpc2_spec 3.12, §0.5 item 12d), unlike the
+    single-task float64 `discount_powers`.
+    """
+    g = jnp.asarray(gamma, jnp.float32)
+    out = [jnp.float32(1.0)]
+    for _ in range(horizon):
+        out.append(g if len(out) == 1 else out[-1] * g)
+    return out
+
+
 def draw_plan_noise(key: Array, cfg: TDMPC2Config, eval_mode: bool = False) -> PlanNoise:
     """Draw the `PlanNoise` of one decision from `key`.
 
@@ -206,8 +220,8 @@ def sample_candidates(pi_actions: Array, mean: Array, std: Array, noise: Array,
 
 def trajectory_value(params: Any, z: Array, actions: Array, terminal_pi_eps: Array,
                      q_pair: Array, q_dropout_key: Array | None, cfg: TDMPC2Config,
-                     action_mask: Array | None = None, task_emb: Array | None = None
-                     ) -> tuple[Array, Array]:
+                     action_mask: Array | None = None, task_emb: Array | None = None,
+                     discount: Array | None = None) -> tuple[Array, Array]:
     """Value of N action sequences from one latent (tdmpc2_spec 3.10, 3.13-3.14).
 
     z f32[L]; actions f32[H,N,A]; terminal_pi_eps f32[N,A]; q_pair i32[2].
@@ -217,23 +231,28 @@ def trajectory_value(params: Any, z: Array, actions: Array, terminal_pi_eps: Arr
     Only the drawn pair of Q members is evaluated (T-PLAN-QPAIR); their first
     layer uses dropout with `q_dropout_key` when cfg.dropout > 0 (PE, §0.5
     item 10). `action_mask` f32[A] / `task_emb` f32[task_dim]: multi-task hooks
-    passed to the world model (the discount stays `cfg.discount`).
+    passed to the world model. `discount` f32[] (multi-task, the task's
+    gamma) replaces `cfg.discount` and its powers are float32 products
+    (`discount_powers_f32`, spec 3.12); None keeps the single-task float64 powers.
     Returns (value_raw f32[N], reward_sum f32[N]); no nan_to_num.
     """
     H, N = actions.shape[0], actions.shape[1]
-    disc = discount_powers(cfg.discount, H)
+    if discount is None:
+        disc = [jnp.float32(d) for d in discount_powers(cfg.discount, H)]
+    else:
+        disc = discount_powers_f32(discount, H)
     th = wm.twohot(cfg)
     _z = jnp.broadcast_to(z, (N, z.shape[-1]))
     G = None
     for t in range(H):
         r = th.decode(wm.reward_logits(params, _z, actions[t], cfg, e=task_emb))
         _z = wm.next_latent(params, _z, actions[t], cfg, e=task_emb)
-        term = r * jnp.float32(disc[t])
+        term = r * disc[t]
         G = term if G is None else G + term
     a_H = wm.pi_forward(params, _z, terminal_pi_eps, cfg, e=task_emb, mask=action_mask).action
     key = q_dropout_key if cfg.dropout > 0 else None
     q = wm.q_pair_values(params["qs"], q_pair, _z, a_H, cfg, dropout_key=key, e=task_emb)
-    return G + jnp.float32(disc[H]) * reduce_pair(q, "avg"), G
+    return G + disc[H] * reduce_pair(q, "avg"), G
 
 
 def select_elites(value: Array, actions: Array, num_elites: int) -> tuple[Array, Array, Array]:
@@ -289,18 +308,21 @@ def pick_elite(score: Array, u: Array) -> Array:
 def plan_iteration(params: Any, z: Array, pi_actions: Array, mean: Array, std: Array,
                    noise: IterNoise, cfg: TDMPC2Config, *,
                    action_mask: Array | None = None, task_emb: Array | None = None,
-                   elite_idxs: Array | None = None) -> tuple[Array, Array, IterStats]:
+                   elite_idxs: Array | None = None, discount: Array | None = None
+                   ) -> tuple[Array, Array, IterStats]:
     """One MPPI iteration (tdmpc2_spec 3.18): sample, value, top-k, update.
 
     z f32[L]; pi_actions f32[H,P,A]; mean/std f32[H,A]; noise one `IterNoise`.
     `elite_idxs` i32[E], if given, replaces the top-k choice (teacher forcing
     for parity tests whose top-k margins are below float32 error).
+    `action_mask`, `task_emb`, `discount`: multi-task hooks (see `plan`).
     Returns (new_mean f32[H,A], new_std f32[H,A], IterStats); the stats'
     `elite_value` and `score` refer to the elites used.
     """
     cand = sample_candidates(pi_actions, mean, std, noise.candidate_noise, action_mask)
     v_raw, rsum = trajectory_value(params, z, cand, noise.terminal_pi_eps, noise.q_pair,
-                                   noise.q_dropout_key, cfg, action_mask, task_emb)
+                                   noise.q_dropout_key, cfg, action_mask, task_emb,
+                                   discount)
     value = jnp.nan_to_num(v_raw, nan=0.0)
     if elite_idxs is None:
         idx, e_val, e_act = select_elites(value, cand, cfg.num_elites)
@@ -342,7 +364,7 @@ def _check_inputs(obs: Array, prev_mean: Array, noise: PlanNoise, cfg: TDMPC2Con
 
 
 def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
-          record: bool):
+          discount, record: bool):
     cfg = _check_cfg(cfg)
     _check_inputs(obs, prev_mean, noise, cfg)
     z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
@@ -358,7 +380,7 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
         mean, std, _, _ = carry
         new_mean, new_std, st = plan_iteration(params, z, pi_actions, mean, std, it_noise,
                                                cfg, action_mask=action_mask,
-                                               task_emb=task_emb)
+                                               task_emb=task_emb, discount=discount)
         e_act = jnp.take(st.candidates, st.elite_idxs, axis=1)
         carry = (new_mean, new_std, st.score, e_act)
         return carry, (st if record else None)
@@ -381,7 +403,8 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
 
 def plan(params: Any, obs: Array, prev_mean: Array, t0: Array, noise: PlanNoise,
          cfg: TDMPC2Config, *, eval_mode: bool, task_emb: Array | None = None,
-         action_mask: Array | None = None) -> tuple[Array, Array, dict]:
+         action_mask: Array | None = None, discount: Array | None = None
+         ) -> tuple[Array, Array, dict]:
     """One MPPI decision for one env, paper-era TD-MPC2 (tdmpc2_spec 3.C).
 
     params: world-model `Params` (world_model.py); obs f32[O]; prev_mean
@@ -391,20 +414,24 @@ def plan(params: Any, obs: Array, prev_mean: Array, t0: Array, noise: PlanNoise,
     exploration noise (spec 3.20). Multi-task hooks (spec 3.9): `action_mask`
     f32[A] masks the policy, candidates, mean and std; `task_emb`
     f32[task_dim] is passed to every network (the caller renorms it, spec
-    1.22); the discount is `cfg.discount` (per-task discounts: pass a config
-    with that task's discount).
+    1.22); `discount` f32[] is the task's gamma, whose powers are float32
+    products as in the reference (spec 3.12); None uses `cfg.discount` with
+    float64 powers (single task). The iteration count reads cfg.action_dim,
+    the padded A_max in multi-task (spec 3.1). `multitask.plan_task` applies
+    all three from a `TaskContext`.
 
     Returns (action f32[A] in [-1, 1], new_prev_mean f32[H,A] = the last
     iteration's mean (spec 3.21), info {"elite_index": i32[]}).
     Raises ValueError for wrong shapes. jit-able; vmap over envs.
     """
     return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
-                 record=False)
+                 discount, record=False)
 
 
 def plan_with_stats(params: Any, obs: Array, prev_mean: Array, t0: Array, noise: PlanNoise,
                     cfg: TDMPC2Config, *, eval_mode: bool, task_emb: Array | None = None,
-                    action_mask: Array | None = None) -> tuple[Array, Array, dict]:
+                    action_mask: Array | None = None, discount: Array | None = None
+                    ) -> tuple[Array, Array, dict]:
     """`plan` that also returns every intermediate (tests and debugging).
 
     Same arguments and first two outputs as `plan`. info holds `z` f32[L],
@@ -414,7 +441,7 @@ def plan_with_stats(params: Any, obs: Array, prev_mean: Array, t0: Array, noise:
     f32[H,A]. Slower than `plan` (keeps all candidates of every iteration).
     """
     return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
-                 record=True)
+                 discount, record=True)
 
 
 def noise_from_reference(draws: dict[str, np.ndarray], cfg: TDMPC2Config,

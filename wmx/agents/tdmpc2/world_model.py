@@ -64,12 +64,14 @@ def _dims(cfg: TDMPC2Config) -> dict[str, list[int]]:
 
 
 def init_params(key: jax.Array, cfg: TDMPC2Config) -> Params:
-    """Initial parameters (spec 1.13).
+    """Initial parameters (spec 1.13; multi-task: plus "task_emb", spec 1.22).
 
     Weights N(0, 0.02^2) (torch's absolute +-2 truncation is a no-op), biases 0,
     LayerNorm scale 1 / bias 0; the final weight of the reward head and of every
     Q member is 0; each Q member draws from its own key; "target_qs" is an exact
-    copy of "qs". Pure; jit with `cfg` static.
+    copy of "qs". Multi-task configs (num_tasks > 0) add "task_emb"
+    f32[num_tasks, task_dim] (`init_task_embedding`, from fold_in(key, 0x7A5C)).
+    Pure; jit with `cfg` static.
     """
     d = _dims(cfg)
     nq = cfg.resolved().num_q
@@ -85,14 +87,32 @@ def init_params(key: jax.Array, cfg: TDMPC2Config) -> Params:
                                                       last_kernel_init=zeros_init))(
         jax.random.split(k_q, nq))
     params["target_qs"] = jax.tree.map(lambda x: x, params["qs"])
+    c = cfg.resolved()
+    if c.num_tasks > 0:
+        # Own key stream, so the single-task draws above are unchanged (spec 1.22).
+        params["task_emb"] = init_task_embedding(jax.random.fold_in(key, 0x7A5C), c)
     return params
+
+
+def init_task_embedding(key: jax.Array, cfg: TDMPC2Config) -> jnp.ndarray:
+    """Task-embedding table f32[num_tasks, task_dim], U(-0.02, 0.02) (spec 1.22, T14).
+
+    Rows are task ids. Max-norm 1 is enforced lazily at look-up time
+    (`wmx.agents.tdmpc2.multitask.renorm_rows`), not here. Raises ValueError
+    for a single-task config (num_tasks == 0).
+    """
+    c = cfg.resolved()
+    if c.num_tasks <= 0:
+        raise ValueError("init_task_embedding needs a multi-task config (num_tasks > 0)")
+    return jax.random.uniform(key, (c.num_tasks, c.task_dim), jnp.float32, -0.02, 0.02)
 
 
 def param_count(params: Params) -> dict[str, int]:
     """Parameter counts per module (encoder, dynamics, reward, pi, qs) and "total".
 
     The target Q ensemble is excluded (spec 1.24). Extra top-level entries
-    (e.g. a task embedding) are counted under their own name.
+    (the multi-task "task_emb" table) are counted under their own name and in
+    "total" (MT reference S=39, A=6, 80 tasks, task_dim 96: 5,389,930).
     """
     out = {k: int(sum(np.size(x) for x in jax.tree.leaves(v)))
            for k, v in params.items() if k != "target_qs"}
@@ -218,7 +238,8 @@ def from_reference_state_dict(sd: dict, cfg: TDMPC2Config) -> Params:
     Names as in fixtures/tdmpc2/README.md: `_encoder.state.{i}.{weight,bias,
     ln.weight,ln.bias}`, `_dynamics.{i}.*`, `_reward.{i}.*`, `_pi.{i}.*` (weights
     (out, in), transposed here), `_Qs.params.{0..9}` and `_target_Qs.params.{0..9}`
-    (stacked members: W1, b1, LN1 w, LN1 b, W2, b2, LN2 w, LN2 b, W3, b3).
+    (stacked members: W1, b1, LN1 w, LN1 b, W2, b2, LN2 w, LN2 b, W3, b3);
+    multi-task configs also read `_task_emb.weight` (n_tasks, task_dim).
     Extra keys (e.g. a "model." prefix is not stripped) are ignored; missing
     ones raise KeyError naming the key; shapes are checked against `cfg`.
     """
@@ -234,6 +255,8 @@ def from_reference_state_dict(sd: dict, cfg: TDMPC2Config) -> Params:
                 layer["ln_scale"] = np.asarray(sd[f"{prefix}.{i}.ln.weight"])
                 layer["ln_bias"] = np.asarray(sd[f"{prefix}.{i}.ln.bias"])
             params[mod][lname] = layer
+    if "task_emb" in ref:
+        params["task_emb"] = np.asarray(sd["_task_emb.weight"])
     for mod, prefix in (("qs", "_Qs.params"), ("target_qs", "_target_Qs.params")):
         g = lambda j: np.asarray(sd[f"{prefix}.{j}"])  # noqa: E731
         params[mod] = {
@@ -264,6 +287,8 @@ def to_reference_state_dict(params: Params) -> dict[str, np.ndarray]:
             if "ln_scale" in layer:
                 sd[f"{prefix}.{i}.ln.weight"] = np.asarray(layer["ln_scale"])
                 sd[f"{prefix}.{i}.ln.bias"] = np.asarray(layer["ln_bias"])
+    if "task_emb" in params:
+        sd["_task_emb.weight"] = np.asarray(params["task_emb"])
     for mod, prefix in (("qs", "_Qs.params"), ("target_qs", "_target_Qs.params")):
         if mod not in params:
             continue
