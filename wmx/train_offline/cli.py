@@ -1,0 +1,203 @@
+"""`train_offline`: train multi-task TD-MPC2 on a pooled dataset, without an env.
+
+Example::
+
+    train_offline --agent tdmpc2 --dataset mt19@3fa2c1d0 --updates 100000 \\
+        --batch-size 1024 --preset cpu --eval-every 10000 --seeds 0 1
+
+Seeds run vmapped in one jitted update scan; the dataset (validated first) is
+read into device memory when it fits, else streamed (``--stream`` forces it).
+The run directory ``<home>/runs/<name>/`` holds config.json (dataset
+name@hash, TaskSet, code version), metrics.csv, checkpoints/ and
+summary.json. Every ``--eval-every`` updates each task of the TaskSet (or
+``--tasks``) is evaluated on its real Playground env: ``--eval-episodes``
+eval_mode episodes per task and seed from fresh initial states.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from wmx.paths import wmx_home
+
+DESCRIPTION = __doc__.split("\n\n")[0]
+
+_WIDTH_FLAGS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q", "task_dim",
+                "num_samples", "num_elites", "num_pi_trajs", "iterations", "model_size")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train_offline", description=DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Presets: paper = the TD-MPC2 paper's sizes (model size 5; --model-size 1/5/"
+               "19/48/317 picks another); cpu = smaller widths for a laptop CPU; tiny = tests. "
+               "The paper's offline batch is 1024 slices (spec 4.19), the default here; on a "
+               "laptop CPU one update at batch 1024 takes seconds, use --batch-size 256 for "
+               "quick runs. Updates count gradient steps (the offline x axis).")
+    p.add_argument("--agent", default="tdmpc2", help="agent to train (tdmpc2)")
+    p.add_argument("--dataset", help="pooled dataset: name@hash (8+ hex digits), name@latest "
+                                     "or a dataset directory")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
+    p.add_argument("--updates", type=int, default=100_000, help="gradient updates of the run")
+    p.add_argument("--batch-size", type=int, default=1024, help="slices per update (spec 4.19)")
+    p.add_argument("--preset", default="cpu", help="paper | cpu | tiny")
+    p.add_argument("--model-size", type=int, default=None,
+                   help="TD-MPC2 model size 1/5/19/48/317 (fills the widths the preset leaves)")
+    for name in ("enc-dim", "mlp-dim", "latent-dim", "num-enc-layers", "num-q", "task-dim",
+                 "num-samples", "num-elites", "num-pi-trajs", "iterations"):
+        p.add_argument(f"--{name}", type=int, default=None, help=f"explicit {name} (overrides)")
+    p.add_argument("--log-every", type=int, default=1_000,
+                   help="updates per jitted chunk and per metrics row")
+    p.add_argument("--eval-every", type=int, default=50_000,
+                   help="updates between evaluations (a multiple of --log-every)")
+    p.add_argument("--checkpoint-every", type=int, default=None,
+                   help="updates between checkpoints (default: --eval-every)")
+    p.add_argument("--eval-episodes", type=int, default=10,
+                   help="eval_mode episodes per task and seed (spec 4.20)")
+    p.add_argument("--tasks", nargs="+", default=None,
+                   help="evaluate only these tasks of the TaskSet (training uses all)")
+    p.add_argument("--episode-length", type=int, default=None,
+                   help="override T of the evaluation episodes (short smoke runs only)")
+    p.add_argument("--stream", action="store_true",
+                   help="stream the dataset with Grain even when it fits in memory")
+    p.add_argument("--skip-validation", action="store_true",
+                   help="do not run wmx.datasets.validate on the dataset first")
+    p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    p.add_argument("--name", default=None, help="run directory name under <home>/runs/")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the run in RUN_DIR exactly from its newest checkpoint")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the dataset and config, print the parameter counts, and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
+    """Open dataset ``ref`` and (unless skipped) validate it.
+
+    Returns the PooledDataset. Raises NameResolutionError / FileNotFoundError
+    for a ref that does not resolve, ValueError naming every failed check for
+    a dataset that fails validation (wmx.datasets.validate).
+    """
+    from wmx.datasets.readers import open_dataset
+    from wmx.datasets.validate import validate_dataset
+    ds = open_dataset(ref, home=home)
+    if not skip_validation:
+        rep = validate_dataset(ds.path)
+        if not rep.ok:
+            raise ValueError(f"dataset {ref} failed validation; fix or rebuild it (or pass "
+                             f"--skip-validation):\n{rep.format()}")
+    return ds
+
+
+def config_from_args(args: argparse.Namespace, ds):
+    """OfflineRunConfig for the opened dataset ``ds`` and the flags."""
+    from wmx.train_offline.loop import dataset_nbytes, memory_budget
+    from wmx.train_offline.run_config import OfflineRunConfig
+    overrides = {k: getattr(args, k) for k in _WIDTH_FLAGS if getattr(args, k) is not None}
+    stream = bool(args.stream)
+    if not stream and dataset_nbytes(ds) > memory_budget():
+        logging.getLogger("wmx.train_offline").info(
+            "dataset %s (%.1f GB) exceeds the in-memory budget: streaming", ds.name,
+            dataset_nbytes(ds) / 1e9)
+        stream = True
+    return OfflineRunConfig(
+        dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(), agent=args.agent,
+        seeds=tuple(args.seeds), updates=args.updates, batch_size=args.batch_size,
+        preset=args.preset, agent_overrides=overrides, log_every=args.log_every,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every or args.eval_every,
+        eval_episodes=args.eval_episodes,
+        tasks=None if args.tasks is None else tuple(args.tasks),
+        episode_length=args.episode_length, stream=stream)
+
+
+def _print_counts(rc) -> None:
+    from wmx.train_offline.loop import param_counts
+    counts = param_counts(rc)
+    ts = rc.task_set
+    print(f"{rc.agent} multi-task on {rc.dataset_name}@{rc.dataset_hash[:12]}: {len(ts)} tasks, "
+          f"obs_dim {ts.max_obs_dim}, action_dim {ts.max_action_dim} (padded), preset "
+          f"{rc.preset}, batch {rc.batch_size}, feed {'stream' if rc.stream else 'in-memory'}")
+    for k, v in counts.items():
+        if k != "total":
+            print(f"  {k:<12s} {v:>12,d}")
+    print(f"  {'total':<12s} {counts['total']:>12,d}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except (ValueError, FileExistsError, FileNotFoundError) as err:
+        print(f"train_offline: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    from wmx.datasets.store import Store
+    from wmx.train_offline.run_config import OfflineRunConfig
+
+    home = wmx_home(args.home)
+    if args.resume:
+        run_dir = Path(args.resume).expanduser().resolve()
+        cfg_path = run_dir / "config.json"
+        if not cfg_path.is_file():
+            raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
+                                    "directory written by train_offline")
+        rc = OfflineRunConfig.from_json(json.loads(cfg_path.read_text()))
+        if args.home is None and run_dir.parent.name == "runs":
+            home = run_dir.parent.parent
+        if args.dataset:
+            from wmx.datasets.readers import open_dataset
+            ds = open_dataset(args.dataset, home=home)
+            if ds.content_hash != rc.dataset_hash:
+                raise ValueError(f"--dataset {args.dataset} is {ds.name}@{ds.content_hash[:12]}"
+                                 f", but the run {run_dir} trains on {rc.dataset}")
+    else:
+        if not args.dataset:
+            raise ValueError("--dataset is required (e.g. --dataset mt19@3fa2c1d0); list the "
+                             "store's datasets with `wmx dataset ls`")
+        ds = resolve_and_validate(args.dataset, home, args.skip_validation)
+        rc = config_from_args(args, ds)
+    if args.dry_run:
+        _print_counts(rc)
+        print(f"{rc.updates:,d} updates x batch {rc.batch_size}; evaluating "
+              f"{list(rc.eval_tasks)} every {rc.eval_every:,d} updates; seeds {list(rc.seeds)}")
+        return 0
+
+    if not args.resume:
+        from wmx.collect.episode_set import code_version
+        store = Store(home).ensure_layout()
+        name = args.name or f"{rc.agent}-{rc.dataset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = store.runs_dir / name
+        if run_dir.exists():
+            raise FileExistsError(f"run directory {run_dir} exists already; choose another "
+                                  "--name, or continue it with --resume " + str(run_dir))
+        tmp = store.runs_dir / f".tmp-{name}-{os.getpid()}"
+        tmp.mkdir(parents=True)
+        meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
+                "training_hash": rc.training_hash(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        (tmp / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        os.replace(tmp, run_dir)
+        _print_counts(rc)
+    print(f"run directory: {run_dir}")
+
+    from wmx.train_offline.loop import run
+    summary = run(rc, run_dir, home=home, progress=not args.no_progress)
+    print(json.dumps({k: summary[k] for k in ("updates", "final_eval", "final_score")},
+                     indent=1))
+    print(f"metrics: {run_dir / 'metrics.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

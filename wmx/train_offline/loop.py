@@ -1,0 +1,312 @@
+"""Host loop of an offline multi-task run: chunks, evaluation, metrics, checkpoints.
+
+The device runs chunks of ``log_every`` updates (wmx.train_offline.program);
+the host runs only between chunks (DESIGN.md §3 principle 1): progress bar,
+metrics rows, per-task evaluation every ``eval_every`` updates, checkpoints
+every ``checkpoint_every`` updates and at the end. A checkpoint holds the
+seeds' full training state and the host counters (with the streaming
+iterators' states, bound to the dataset hash), so a run continued from it
+by a new process replays the uninterrupted run exactly.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from wmx.agents.tdmpc2 import world_model as wm
+from wmx.agents.tdmpc2.multitask import make_task_context
+from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.train_offline import program
+from wmx.train_offline.run_config import DMC_SCORE_DIVISOR, OfflineRunConfig
+
+log = logging.getLogger("wmx.train_offline")
+
+METRICS_COLUMNS = ("seed", "kind", "updates", "task", "episodes", "return", "return_std",
+                   "score", "wall_s", *program.METRIC_KEYS)
+"""metrics.csv columns. kind "train": mean losses over the last ``log_every``
+updates; kind "eval": one row per seed and task (return mean/std over the
+episodes, score = return / 10) and one row with task "mean" (mean score)."""
+
+IN_MEMORY_FRACTION = 0.25
+"""Datasets up to this fraction of the device's memory (host RAM on CPU) are
+loaded into device memory; larger ones stream."""
+
+
+@dataclass
+class HostState:
+    """Counters of the host loop, saved in every checkpoint's host.json."""
+
+    updates: int = 0
+    eval_index: int = 0
+    wall_s: float = 0.0
+    finished: bool = False
+    training_hash: str = ""
+    dataset: str = ""
+    streams: list[dict] | None = None
+    last_eval: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+
+def param_counts(rc: OfflineRunConfig) -> dict[str, int]:
+    """Parameters per module (task_emb included) and in total (target Q excluded, spec 1.24)."""
+    cfg = rc.agent_config
+    params = jax.eval_shape(lambda: wm.init_params(jax.random.PRNGKey(0), cfg))
+    return dict(wm.param_count(params))
+
+
+def dataset_nbytes(ds) -> int:
+    """Bytes of the in-memory arrays of an opened pooled dataset (obs, action, reward, task)."""
+    ts = ds.taskset
+    n, rows = ds.num_episodes, ds.rows
+    return 4 * n * (rows * (ts.max_obs_dim + ts.max_action_dim + 1) + 1)
+
+
+def memory_budget() -> int:
+    """Bytes a dataset may take in device memory: IN_MEMORY_FRACTION of the first
+    device's memory limit (accelerators) or of the host's physical memory (CPU)."""
+    dev = jax.devices()[0]
+    try:
+        limit = (dev.memory_stats() or {}).get("bytes_limit")
+    except Exception:  # noqa: BLE001 - CPU devices may not report
+        limit = None
+    if not limit:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(IN_MEMORY_FRACTION * limit)
+
+
+@functools.lru_cache(maxsize=32)
+def cached_env(task: str, episode_length: int, action_repeat: int):
+    """``make_env`` once per process and (task, T, repeat): eval programs are cached per env."""
+    from wmx.envs.playground import make_env
+    return make_env(task, action_repeat=action_repeat, episode_length=episode_length)
+
+
+class MetricsWriter:
+    """Appends rows to ``metrics.csv``; on resume drops rows past the checkpoint."""
+
+    def __init__(self, path: Path, keep_until_updates: int | None = None):
+        self.path = path
+        if keep_until_updates is not None and path.exists():
+            with path.open() as f:
+                rows = [r for r in csv.DictReader(f) if int(r["updates"]) <= keep_until_updates]
+            self._write_all(rows)
+        elif not path.exists():
+            self._write_all([])
+
+    def _write_all(self, rows):
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            w = csv.DictWriter(f, METRICS_COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(self.path)
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        with self.path.open("a", newline="") as f:
+            w = csv.DictWriter(f, METRICS_COLUMNS)
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in METRICS_COLUMNS})
+
+
+def open_run_dataset(rc: OfflineRunConfig, home=None):
+    """Open the run's dataset by its full hash and check it is the run's TaskSet.
+
+    Raises NameResolutionError / FileNotFoundError when it is gone, ValueError
+    when its content hash or TaskSet differs from the run's config.
+    """
+    from wmx.datasets.readers import open_dataset
+    ds = open_dataset(rc.dataset, home=home)
+    if ds.content_hash != rc.dataset_hash:
+        raise ValueError(f"{rc.dataset} resolved to content hash {ds.content_hash}; the run "
+                         f"needs {rc.dataset_hash}")
+    if ds.taskset.to_dict() != rc.taskset:
+        raise ValueError(f"dataset {rc.dataset}'s TaskSet differs from the run's config")
+    return ds
+
+
+class _Feed:
+    """The dataset feed of a run: device arrays, or per-seed Grain streams."""
+
+    def __init__(self, rc: OfflineRunConfig, ds, stream_states: list[dict] | None):
+        cfg = rc.agent_config
+        self.stream = rc.stream
+        if not self.stream:
+            from wmx.datasets.readers import load_numpy
+            self.data = program.device_dataset(load_numpy(ds))
+            self.streams = None
+            return
+        from wmx.datasets.readers import stream_slices
+        self.streams = [stream_slices(ds, cfg.batch_size, cfg.horizon, seed=s,
+                                      num_threads=2) for s in rc.seeds]
+        if stream_states is not None:
+            if len(stream_states) != len(self.streams):
+                raise ValueError("checkpoint has stream states for another number of seeds")
+            for st, state in zip(self.streams, stream_states):
+                st.set_state(state)
+
+    def next_batches(self, n: int) -> dict[str, np.ndarray]:
+        """[S, n, ...] stacked batches of the seeds' streams."""
+        per_seed = []
+        for st in self.streams:
+            bs = [next(st) for _ in range(n)]
+            per_seed.append({k: np.stack([b[k] for b in bs]) for k in program.SLICE_KEYS})
+        return {k: np.stack([p[k] for p in per_seed]) for k in program.SLICE_KEYS}
+
+    def states(self) -> list[dict] | None:
+        return None if self.streams is None else [s.get_state() for s in self.streams]
+
+
+def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,
+        stop_after_chunks: int | None = None,
+        env_fn: Callable[[str, int, int], Any] | None = None) -> dict[str, Any]:
+    """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
+
+    ``run_dir`` holds config.json already. If it holds a checkpoint the run
+    continues from the newest one exactly. ``stop_after_chunks`` stops early
+    after that many chunks of this call (tests of resume). ``env_fn(task, T,
+    action_repeat)`` builds an evaluation env (default: the Playground env,
+    cached). Returns the summary dict (also written to summary.json when the
+    run finishes): final per-task evaluation returns per seed, mean scores.
+
+    Raises ValueError, before writing anything, when the newest checkpoint
+    belongs to another configuration, dataset or TaskSet (or its shapes do
+    not match), and the dataset errors of `open_run_dataset`.
+    """
+    env_fn = env_fn or cached_env
+    cfg = rc.agent_config
+    ts = rc.task_set
+    ds = open_run_dataset(rc, home)
+
+    host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
+    ckpts = list_checkpoints(run_dir)
+    like = jax.eval_shape(lambda: program.init_carries(cfg, rc.seeds))
+    if ckpts:
+        h = json.loads((ckpts[-1] / "host.json").read_text())
+        if h.get("training_hash") != rc.training_hash() or h.get("dataset") != rc.dataset:
+            raise ValueError(
+                f"checkpoint {ckpts[-1]} belongs to another run (dataset {h.get('dataset')}, "
+                f"training hash {h.get('training_hash')}; this run: {rc.dataset}, "
+                f"{rc.training_hash()}): a checkpoint of another TaskSet, dataset or config "
+                "cannot be resumed here")
+        carries, h = restore_checkpoint(ckpts[-1], like)
+        host = HostState(**h)
+        log.info("resuming %s from %s (update %d)", run_dir, ckpts[-1].name, host.updates)
+    else:
+        carries = program.init_carries(cfg, rc.seeds)
+    if host.finished and (run_dir / "summary.json").exists():
+        log.info("run %s is finished already", run_dir)
+        return json.loads((run_dir / "summary.json").read_text())
+
+    feed = _Feed(rc, ds, host.streams)
+    metrics = MetricsWriter(run_dir / "metrics.csv", keep_until_updates=host.updates)
+    tasks_ctx = make_task_context(ts)
+    chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(cfg)
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=rc.updates, initial=host.updates, unit="update", dynamic_ncols=True,
+                   desc=f"{rc.agent} {rc.dataset_name}@{rc.dataset_hash[:8]} "
+                        f"seeds {list(rc.seeds)}")
+
+    chunks_done = 0
+    while host.updates < rc.updates:
+        t_start = time.perf_counter()
+        start, end = host.updates, min(host.updates + rc.log_every, rc.updates)
+        sums = {k: np.zeros(len(rc.seeds)) for k in program.METRIC_KEYS}
+        if feed.stream:
+            for a in range(start, end, rc.stream_chunk):
+                b = min(a + rc.stream_chunk, end)
+                carries, s = chunk_fn(carries, feed.next_batches(b - a), tasks_ctx,
+                                      np.arange(a, b, dtype=np.int32))
+                for k in sums:
+                    sums[k] += np.asarray(s[k], np.float64)
+        else:
+            carries, s = chunk_fn(carries, feed.data, tasks_ctx,
+                                  np.arange(start, end, dtype=np.int32))
+            sums = {k: np.asarray(v, np.float64) for k, v in jax.device_get(s).items()}
+        jax.block_until_ready(carries.n_updates)
+        host.updates = end
+        host.wall_s += time.perf_counter() - t_start
+        rows = [{"seed": seed, "kind": "train", "updates": end, "wall_s": round(host.wall_s, 2),
+                 **{k: float(sums[k][i] / (end - start)) for k in program.METRIC_KEYS}}
+                for i, seed in enumerate(rc.seeds)]
+
+        final = end >= rc.updates
+        if end % rc.eval_every == 0 or final:
+            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn)
+        metrics.append(rows)
+        chunks_done += 1
+        if final:
+            host.finished = True
+        if final or end % rc.checkpoint_every == 0:
+            host.streams = feed.states()
+            save_checkpoint(run_dir, end, carries, dataclasses.asdict(host))
+        if bar is not None:
+            post = {"loss": "/".join(f"{r['total_loss']:.3g}" for r in rows[:len(rc.seeds)])}
+            if host.last_eval:
+                post["score"] = f"{_mean_score(host.last_eval):.1f}"
+            bar.set_postfix(post, refresh=False)
+            bar.update(end - bar.n)
+        if stop_after_chunks is not None and chunks_done >= stop_after_chunks and not final:
+            break
+
+    if bar is not None:
+        bar.close()
+    summary = {"run_dir": str(run_dir), "finished": host.finished, "updates": host.updates,
+               "dataset": rc.dataset, "wall_s": host.wall_s,
+               "final_eval": {t: {s: float(np.mean(v)) for s, v in per.items()}
+                              for t, per in host.last_eval.items()},
+               "final_eval_episodes": host.last_eval,
+               "final_score": _mean_score(host.last_eval) if host.last_eval else None}
+    if host.finished:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _mean_score(last_eval: dict[str, dict[str, list[float]]]) -> float:
+    """Mean over tasks and seeds of return / 10 (tdmpc2_spec 4.20)."""
+    return float(np.mean([np.mean(v) / DMC_SCORE_DIVISOR for per in last_eval.values()
+                          for v in per.values()]))
+
+
+def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn):
+    """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows."""
+    t0 = time.perf_counter()
+    ts, cfg = rc.task_set, rc.agent_config
+    rows, scores = [], {s: [] for s in rc.seeds}
+    last: dict[str, dict[str, list[float]]] = {}
+    for name in rc.eval_tasks:
+        info = ts.task(name)
+        T = rc.episode_length or info.episode_length
+        env = env_fn(name, T, info.action_repeat)
+        fn = program.make_eval_fn(cfg, rc.eval_episodes, env, ts.task_id(name))
+        rets = np.asarray(fn(carries.train.params, carries.key, tasks_ctx, host.eval_index),
+                          np.float64)
+        last[name] = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
+        for i, s in enumerate(rc.seeds):
+            score = float(rets[i].mean()) / DMC_SCORE_DIVISOR
+            scores[s].append(score)
+            rows.append({"seed": s, "kind": "eval", "updates": host.updates, "task": name,
+                         "episodes": rc.eval_episodes, "return": float(rets[i].mean()),
+                         "return_std": float(rets[i].std()), "score": score})
+    host.eval_index += 1
+    host.last_eval = last
+    host.wall_s += time.perf_counter() - t0
+    for s in rc.seeds:
+        rows.append({"seed": s, "kind": "eval", "updates": host.updates, "task": "mean",
+                     "episodes": rc.eval_episodes * len(rc.eval_tasks),
+                     "score": float(np.mean(scores[s]))})
+    for r in rows:
+        r["wall_s"] = round(host.wall_s, 2)
+    return rows
