@@ -280,3 +280,19 @@ def test_discount_powers_f32_are_float32_products():
     g = np.float32(0.99)
     p = [np.float32(x) for x in pl.discount_powers_f32(jnp.float32(0.99), 3)]
     assert p == [np.float32(1), g, g * g, (g * g) * g]
+
+
+def test_bad_multitask_inputs(mt_run):
+    st, b, n, _, _, _ = mt_run
+    with pytest.raises(ValueError, match="Batch.task"):
+        _upd(st, b._replace(task=None), n, CFG, TASKS)
+    with pytest.raises(ValueError, match="int"):
+        _upd(st, b._replace(task=b.task[:3]), n, CFG, TASKS)
+    with pytest.raises(ValueError, match="action_masks"):
+        _upd(st, b, n, CFG, TASKS._replace(action_masks=TASKS.action_masks[:, :2]))
+    noise = pl.draw_plan_noise(jax.random.key(3), CFG, eval_mode=True)
+    with pytest.raises(ValueError, match="pad_obs"):
+        mt.plan_task(st.params, jnp.ones(3), jnp.zeros((H, A)), jnp.bool_(True), noise, CFG,
+                     TASKS, jnp.int32(1), eval_mode=True)
+    with pytest.raises(ValueError, match="padded width"):
+        mt.pad_obs(jnp.ones(6), 5)

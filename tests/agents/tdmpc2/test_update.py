@@ -105,6 +105,6 @@ def test_bad_inputs(one_step):
     st, b, n, _, _ = one_step
     with pytest.raises(ValueError, match="reward"):
         update(st, b._replace(reward=b.reward[..., None]), n, CFG)
-    with pytest.raises(NotImplementedError, match="task"):
+    with pytest.raises(ValueError, match="tasks="):
         update(st, b._replace(task=jnp.zeros((CFG.batch_size,), jnp.int32)), n, CFG)
     assert set(wm_params(st.params)) == {"encoder", "dynamics", "reward", "qs"}
