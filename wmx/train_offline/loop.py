@@ -203,6 +203,9 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         log.info("resuming %s from %s (update %d)", run_dir, ckpts[-1].name, host.updates)
     else:
         carries = program.init_carries(cfg, rc.seeds)
+    # Committed to one device either way: a restored checkpoint is committed, a fresh
+    # init is not, and jit would compile the chunk and eval programs again for it.
+    carries = jax.device_put(carries, jax.devices()[0])
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
