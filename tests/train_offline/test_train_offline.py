@@ -6,7 +6,8 @@ episodes of T=20 (tests/pipelines/data, see episode_fixtures). One tiny
 configuration is used throughout, so the update chunk compiles once for the
 module. In the default run the evaluation envs are stand-ins with the
 tasks' dims (an MJX compile per task costs minutes of CPU); the `slow` test
-evaluates on the real Playground tasks through the unpatched CLI.
+evaluates on the real Playground tasks through the unpatched CLI, and the
+streaming feed's exact resume (one more compile) is slow too.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def stand_in_env(task, T, action_repeat):
 
 @pytest.fixture(autouse=True)
 def _stand_in_envs(request, monkeypatch):
-    if "slow" not in request.keywords:
+    if request.node.name != "test_real_playground_evaluation":
         monkeypatch.setattr(loop, "cached_env", stand_in_env)
 
 
@@ -166,7 +167,7 @@ def test_split_run_equals_uninterrupted(store, full_run):
     rc = OfflineRunConfig.from_json(json.loads((split / "config.json").read_text()))
     s = loop.run(rc, split, home=home, progress=False, stop_after_chunks=2)
     assert not s["finished"] and s["updates"] == 4
-    assert cli.main(["--resume", str(split), "--no-progress"]) == 0
+    assert cli.main(["--resume", str(split)]) == 0          # with the progress bar
     assert _metrics(split) == _metrics(full_run)
     (a, ha), (b, hb) = _tree(split, rc), _tree(full_run, rc)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
@@ -174,7 +175,10 @@ def test_split_run_equals_uninterrupted(store, full_run):
     assert ha["last_eval"] == hb["last_eval"] and ha["eval_index"] == hb["eval_index"] == 2
 
 
+@pytest.mark.slow
 def test_streaming_split_run_equals_uninterrupted(store):
+    """--stream: per-seed Grain streams, iterator states checkpointed with the dataset hash
+    (one more compile, ~45 s of CPU: slow)."""
     home, tst, _ = store
     base = ["--dataset", f"tst@{tst.name[:8]}", "--home", str(home), "--stream",
             "--skip-validation", *ARGS[:ARGS.index("--updates")], "--updates", "4",

@@ -165,8 +165,10 @@ def _main(args: argparse.Namespace) -> int:
         if not args.dataset:
             raise ValueError("--dataset is required (e.g. --dataset mt19@3fa2c1d0); list the "
                              "store's datasets with `wmx dataset ls`")
+        from wmx.datasets.readers import open_dataset
+        ds = open_dataset(args.dataset, home=home)
+        rc = config_from_args(args, ds)          # flag errors first: validation reads it all
         ds = resolve_and_validate(args.dataset, home, args.skip_validation)
-        rc = config_from_args(args, ds)
     if args.dry_run:
         _print_counts(rc)
         print(f"{rc.updates:,d} updates x batch {rc.batch_size}; evaluating "
