@@ -12,12 +12,14 @@ only).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 
@@ -42,7 +44,7 @@ def _nonempty_leaves(tree: Any) -> dict[str, Any]:
     activations); those carry no data and are rebuilt from the template.
     """
     leaves = jax.tree_util.tree_leaves(tree)
-    return {f"{i:05d}": x for i, x in enumerate(leaves) if getattr(x, "size", 1) > 0}
+    return {f"{i:05d}": x for i, x in enumerate(leaves) if math.prod(x.shape) > 0}
 
 
 def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
@@ -93,6 +95,7 @@ def restore_checkpoint(path: Path, like: Any) -> tuple[Any, dict[str, Any]]:
             f"checkpoint {path} does not match this run's configuration: {err}") from err
     leaves, treedef = jax.tree_util.tree_flatten(like)
     state = jax.tree_util.tree_unflatten(
-        treedef, [saved.get(f"{i:05d}", x) for i, x in enumerate(leaves)])
+        treedef, [saved[f"{i:05d}"] if f"{i:05d}" in saved else jnp.zeros(x.shape, x.dtype)
+                  for i, x in enumerate(leaves)])
     host = json.loads((path / "host.json").read_text())
     return state, host

@@ -82,23 +82,28 @@ def main() -> None:
     p.add_argument("--budget-min", type=float, default=None,
                    help="stop after this many minutes (whole chunks); record as far as reached")
     p.add_argument("--home", default=None)
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue an earlier (budget-stopped) learning run")
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args()
 
-    rc = OnlineRunConfig(task=args.task, seeds=tuple(args.seeds), env_steps=args.env_steps,
-                         preset=args.preset, eval_every=args.eval_every,
-                         eval_episodes=args.eval_episodes)
-    store = Store(wmx_home(args.home)).ensure_layout()
-    run_dir = store.runs_dir / f"learning-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
+    if args.resume:
+        run_dir = Path(args.resume).resolve()
+        rc = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+        store = Store(run_dir.parent.parent)
+    else:
+        rc = OnlineRunConfig(task=args.task, seeds=tuple(args.seeds), env_steps=args.env_steps,
+                             preset=args.preset, eval_every=args.eval_every,
+                             eval_episodes=args.eval_episodes)
+        store = Store(wmx_home(args.home)).ensure_layout()
+        run_dir = store.runs_dir / f"learning-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
+    args.task = rc.task
     export = online_cli.make_export(store, rc, run_dir)
     t0 = time.perf_counter()
-    deadline = None if args.budget_min is None else t0 + 60 * args.budget_min
-    while True:
-        summary = run(rc, run_dir, export, progress=True, stop_after_chunks=1)
-        if summary["finished"] or (deadline is not None and time.perf_counter() > deadline):
-            break
+    deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
+    summary = run(rc, run_dir, export, progress=True, deadline=deadline)
     wall = time.perf_counter() - t0
     curve = eval_curve(run_dir)
     final_x = max(curve) if curve else 0

@@ -95,12 +95,15 @@ def _fmt(x: float) -> str:
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
-        progress: bool = True, stop_after_chunks: int | None = None) -> dict[str, Any]:
+        progress: bool = True, stop_after_chunks: int | None = None,
+        deadline: float | None = None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until its last round.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
     continues from the newest one exactly. ``stop_after_chunks`` stops early
-    after that many chunks of this call (tests of resume). Returns a summary
+    after that many chunks of this call (tests of resume); ``deadline`` (a
+    ``time.monotonic()`` value) stops after the first chunk that ends past it
+    (budgeted runs; continue later with ``--resume``). Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
     """
     env = cached_env(rc.task, rc.episode_length)
@@ -108,13 +111,18 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ticks_per_round = T + 1
     total_ticks = rc.rounds * ticks_per_round
 
-    carries = program.init_carries(rc, env)
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
-    if ckpts:
-        carries, h = restore_checkpoint(ckpts[-1], carries)
+    if not ckpts:
+        carries = program.init_carries(rc, env)
+    else:
+        carries, h = restore_checkpoint(ckpts[-1],
+                                        jax.eval_shape(lambda: program.init_carries(rc, env)))
         host = HostState(**h)
         log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
+    # One placement for fresh and restored state: orbax returns arrays committed
+    # to a device, jit outputs are uncommitted, and jit compiles each anew.
+    carries = jax.device_put(carries, jax.devices()[0])
     metrics = MetricsWriter(run_dir / "metrics.csv",
                             keep_until_agent_steps=(host.next_tick // ticks_per_round) * T * n_envs
                             if ckpts else None)
@@ -196,7 +204,10 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             post["sps"] = f"{(end - ticks[0]) * n_envs * len(rc.seeds) * ar / max(time.perf_counter() - t_start, 1e-9):.0f}"
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
-        if stop_after_chunks is not None and chunks_done >= stop_after_chunks and not final:
+        if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
+                          or (deadline is not None and time.monotonic() > deadline)):
+            if chunks_done % rc.checkpoint_every_chunks:
+                save_checkpoint(run_dir, host.next_tick, carries, host.__dict__)
             break
 
     if bar is not None:

@@ -54,27 +54,36 @@ METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "tota
                "grad_norm", "pi_grad_norm", "pi_scale")
 
 
-def init_carry(seed: int, rc: OnlineRunConfig, env: Env) -> OnlineCarry:
-    """Initial state of one seed (fresh parameters, empty ring, reset envs)."""
-    cfg = rc.agent_config
-    key = jax.random.PRNGKey(seed)
+def init_carry(key: jax.Array, cfg: TDMPC2Config, rounds: int, n_envs: int,
+               env: Env) -> OnlineCarry:
+    """Initial state of one seed from its key u32[2]: fresh parameters, empty ring, reset envs."""
     k_init, k_env = jax.random.split(jax.random.fold_in(key, 0x1A1))
-    rounds = buffer_lib.num_rounds(cfg.buffer_size, rc.total_agent_steps, env.T, rc.n_envs)
     return OnlineCarry(
         train=init_train_state(k_init, cfg),
-        buffer=buffer_lib.init_buffer(rounds, rc.n_envs, env.T, env.obs_dim, env.action_dim),
-        collector=collector_lib.init_collector(env, k_env, rc.n_envs),
-        prev_mean=jnp.zeros((rc.n_envs, cfg.horizon, env.action_dim), jnp.float32),
+        buffer=buffer_lib.init_buffer(rounds, n_envs, env.T, env.obs_dim, env.action_dim),
+        collector=collector_lib.init_collector(env, k_env, n_envs),
+        prev_mean=jnp.zeros((n_envs, cfg.horizon, env.action_dim), jnp.float32),
         key=key,
         metrics={k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS},
         n_updates=jnp.zeros((), jnp.int32),
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _init_fn(cfg: TDMPC2Config, rounds: int, n_envs: int, env: Env):
+    return jax.jit(jax.vmap(lambda key: init_carry(key, cfg, rounds, n_envs, env)))
+
+
 def init_carries(rc: OnlineRunConfig, env: Env) -> OnlineCarry:
-    """Initial states of every seed of the run, stacked on a leading axis."""
-    carries = [init_carry(s, rc, env) for s in rc.seeds]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *carries)
+    """Initial states of every seed of the run (one vmapped, jitted init), stacked on axis 0.
+
+    Seed s starts from ``PRNGKey(s)``; the ring holds the whole run
+    (capacity rule T26).
+    """
+    cfg = rc.agent_config
+    rounds = buffer_lib.num_rounds(cfg.buffer_size, rc.total_agent_steps, env.T, rc.n_envs)
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in rc.seeds])
+    return _init_fn(cfg, rounds, rc.n_envs, env)(keys)
 
 
 def _act(env: Env, carry: OnlineCarry, tick, mode, key, cfg: TDMPC2Config, n_envs: int):
