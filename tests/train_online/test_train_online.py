@@ -108,3 +108,12 @@ def test_dry_run_prints_parameter_counts(capsys):
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "total" in out and "encoder" in out
+
+
+def test_dry_run_walker_model_size_5_counts_paper_parameters(capsys):
+    # spec 1.24: walker S=24, A=6 at model size 5 -> 4,960,618 (the preset's widths yield)
+    assert cli.main(["--agent", "tdmpc2", "--task", "walker-walk", "--model-size", "5",
+                     "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4,960,618" in out
+    assert "139,520" in out and "2,911,225" in out        # encoder, Q ensemble

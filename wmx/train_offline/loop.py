@@ -10,7 +10,6 @@ by a new process replays the uninterrupted run exactly.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import json
@@ -24,6 +23,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from wmx.metrics_csv import MetricsCSV
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.multitask import make_task_context
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
@@ -89,33 +89,6 @@ def cached_env(task: str, episode_length: int, action_repeat: int):
     """``make_env`` once per process and (task, T, repeat): eval programs are cached per env."""
     from wmx.envs.playground import make_env
     return make_env(task, action_repeat=action_repeat, episode_length=episode_length)
-
-
-class MetricsWriter:
-    """Appends rows to ``metrics.csv``; on resume drops rows past the checkpoint."""
-
-    def __init__(self, path: Path, keep_until_updates: int | None = None):
-        self.path = path
-        if keep_until_updates is not None and path.exists():
-            with path.open() as f:
-                rows = [r for r in csv.DictReader(f) if int(r["updates"]) <= keep_until_updates]
-            self._write_all(rows)
-        elif not path.exists():
-            self._write_all([])
-
-    def _write_all(self, rows):
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.DictWriter(f, METRICS_COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(self.path)
-
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        with self.path.open("a", newline="") as f:
-            w = csv.DictWriter(f, METRICS_COLUMNS)
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in METRICS_COLUMNS})
 
 
 def open_run_dataset(rc: OfflineRunConfig, home=None):
@@ -211,7 +184,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         return json.loads((run_dir / "summary.json").read_text())
 
     feed = _Feed(rc, ds, host.streams)
-    metrics = MetricsWriter(run_dir / "metrics.csv", keep_until_updates=host.updates)
+    metrics = MetricsCSV(run_dir / "metrics.csv", METRICS_COLUMNS, "updates",
+                         keep_until=host.updates)
     tasks_ctx = make_task_context(ts)
     chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(cfg)
 

@@ -8,7 +8,6 @@ n_envs episodes, so every chunk boundary is an episode boundary.
 """
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import logging
@@ -22,6 +21,7 @@ import numpy as np
 
 from wmx.agents.tdmpc2 import buffer as buffer_lib
 from wmx.agents.tdmpc2 import world_model as wm
+from wmx.metrics_csv import MetricsCSV
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
 from wmx.envs.playground import make_env
 from wmx.train_online import program
@@ -62,34 +62,6 @@ def param_counts(rc: OnlineRunConfig) -> dict[str, int]:
     return counts
 
 
-class MetricsWriter:
-    """Appends rows to ``metrics.csv``; on resume drops rows past the checkpoint."""
-
-    def __init__(self, path: Path, keep_until_agent_steps: int | None = None):
-        self.path = path
-        if keep_until_agent_steps is not None and path.exists():
-            with path.open() as f:
-                rows = [r for r in csv.DictReader(f)
-                        if int(r["agent_steps"]) <= keep_until_agent_steps]
-            self._write_all(rows)
-        elif not path.exists():
-            self._write_all([])
-
-    def _write_all(self, rows):
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.DictWriter(f, METRICS_COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(self.path)
-
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        with self.path.open("a", newline="") as f:
-            w = csv.DictWriter(f, METRICS_COLUMNS)
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in METRICS_COLUMNS})
-
-
 def _fmt(x: float) -> str:
     return f"{x:.1f}"
 
@@ -123,9 +95,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
     carries = jax.device_put(carries, jax.devices()[0])
-    metrics = MetricsWriter(run_dir / "metrics.csv",
-                            keep_until_agent_steps=(host.next_tick // ticks_per_round) * T * n_envs
-                            if ckpts else None)
+    metrics = MetricsCSV(run_dir / "metrics.csv", METRICS_COLUMNS, "agent_steps",
+                         keep_until=(host.next_tick // ticks_per_round) * T * n_envs
+                         if ckpts else None)
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())

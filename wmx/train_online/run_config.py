@@ -11,6 +11,8 @@ from typing import Any
 from wmx.agents.tdmpc2.config import PRESETS, TDMPC2Config, make_config
 from wmx.envs.registry import TaskSpec, get_task
 
+WIDTH_FIELDS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+
 AGENTS = ("tdmpc2",)
 
 
@@ -67,9 +69,20 @@ class OnlineRunConfig:
 
     @property
     def agent_config(self) -> TDMPC2Config:
+        """The resolved TD-MPC2 config: preset, then overrides.
+
+        An explicit ``model_size`` replaces the preset's widths with that size's
+        (explicit width overrides still win), so ``--preset cpu --model-size 5``
+        is the paper's 5M model.
+        """
         spec = self.task_spec
+        over = dict(self.agent_overrides)
+        if "model_size" in over:
+            for width in WIDTH_FIELDS:
+                if width in PRESETS[self.preset] and width not in over:
+                    over[width] = None
         return make_config(self.preset, obs_dim=spec.obs_dim, action_dim=spec.action_dim,
-                           episode_length=spec.T, **self.agent_overrides)
+                           episode_length=spec.T, **over)
 
     @property
     def rounds(self) -> int:
