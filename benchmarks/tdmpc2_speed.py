@@ -98,17 +98,20 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
     from wmx.train_online.loop import cached_env
     from wmx.train_online.run_config import OnlineRunConfig
     T = 100
-    rc = OnlineRunConfig(task=task, seeds=tuple(range(n_seeds)), env_steps=T * 2 * 20,
+    rc = OnlineRunConfig(task=task, seeds=tuple(range(n_seeds)), env_steps=T * 2 * (3 + repeats),
                          preset=preset, agent_overrides={"seed_steps": T},
                          episode_length=T)
     env = cached_env(rc.task, rc.episode_length)
     carries = program.init_carries(rc, env)
     chunk = program.make_chunk_fn(rc, env)
     ticks_per_round = T + 1
-    # the seed phase and burst (round 0-1), then measure planning + update rounds
-    carries = chunk(carries, np.arange(0, 2 * ticks_per_round, dtype=np.int32))
+    # rounds 0-2: seed phase, burst, and a first planning round (all chunks
+    # have the same length, so one compilation serves the timed rounds too)
+    for r in range(3):
+        carries = chunk(carries, np.arange(r * ticks_per_round, (r + 1) * ticks_per_round,
+                                           dtype=np.int32))
     jax.block_until_ready(carries.n_updates)
-    start = 2 * ticks_per_round
+    start = 3 * ticks_per_round
     times = []
     for r in range(repeats):
         ticks = np.arange(start, start + ticks_per_round, dtype=np.int32)
