@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     from wmx.train_online import cli as online_cli
     argv = ["--agent", "tdmpc2", "--task", args.task, "--env-steps", str(args.env_steps),
-            "--preset", args.preset, "--eval-every", "2000", "--eval-episodes", "5",
+            "--preset", args.preset, "--eval-every", "5000", "--eval-episodes", "5",
             "--name", f"demo-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}",
             "--seeds", *map(str, args.seeds)]
     if args.home:
