@@ -175,6 +175,24 @@ def test_split_run_equals_uninterrupted(store, full_run):
     assert ha["last_eval"] == hb["last_eval"] and ha["eval_index"] == hb["eval_index"] == 2
 
 
+def test_deadline_stops_after_a_whole_chunk_and_checkpoints(store, full_run):
+    """``deadline``: stop after the chunk that ends past it, with a checkpoint even
+    between checkpoint periods; the continued run equals the uninterrupted one."""
+    import time
+    home, _, _ = store
+    cfg = json.loads((full_run / "config.json").read_text())
+    cfg["checkpoint_every"] = 4                      # the stop at 2 is off-period
+    rc = OfflineRunConfig.from_json(cfg)
+    dl = home / "runs" / "deadline"
+    dl.mkdir()
+    (dl / "config.json").write_text(json.dumps(cfg))
+    s = loop.run(rc, dl, home=home, progress=False, deadline=time.monotonic() - 1)
+    assert not s["finished"] and s["updates"] == 2
+    assert [int(p.name) for p in list_checkpoints(dl)] == [2]
+    assert cli.main(["--resume", str(dl), "--no-progress"]) == 0
+    assert _metrics(dl) == _metrics(full_run)
+
+
 @pytest.mark.slow
 def test_streaming_split_run_equals_uninterrupted(store):
     """--stream: per-seed Grain streams, iterator states checkpointed with the dataset hash

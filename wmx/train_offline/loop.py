@@ -140,13 +140,16 @@ class _Feed:
 
 
 def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,
-        stop_after_chunks: int | None = None,
+        stop_after_chunks: int | None = None, deadline: float | None = None,
         env_fn: Callable[[str, int, int], Any] | None = None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
     continues from the newest one exactly. ``stop_after_chunks`` stops early
-    after that many chunks of this call (tests of resume). ``env_fn(task, T,
+    after that many chunks of this call (tests of resume); ``deadline`` (a
+    ``time.monotonic()`` value) stops after the first chunk that ends past it
+    (budgeted runs; continue later with ``--resume``). An early stop saves a
+    checkpoint where the chunk did not. ``env_fn(task, T,
     action_repeat)`` builds an evaluation env (default: the Playground env,
     cached). Returns the summary dict (also written to summary.json when the
     run finishes): final per-task evaluation returns per seed, mean scores.
@@ -226,7 +229,10 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         chunks_done += 1
         if final:
             host.finished = True
-        if final or end % rc.checkpoint_every == 0:
+        saved = final or end % rc.checkpoint_every == 0
+        stop = not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
+                              or (deadline is not None and time.monotonic() > deadline))
+        if saved or stop:
             host.streams = feed.states()
             save_checkpoint(run_dir, end, carries, dataclasses.asdict(host))
         if bar is not None:
@@ -235,7 +241,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 post["score"] = f"{_mean_score(host.last_eval):.1f}"
             bar.set_postfix(post, refresh=False)
             bar.update(end - bar.n)
-        if stop_after_chunks is not None and chunks_done >= stop_after_chunks and not final:
+        if stop:
             break
 
     if bar is not None:
