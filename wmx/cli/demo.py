@@ -1,33 +1,396 @@
-"""`wmx demo`: the main job at a small default scale (what `make demo` runs).
+"""`wmx demo`: the whole wmx pipeline at a small default scale (what `make demo` runs).
 
-Today: TD-MPC2 online on a real MuJoCo Playground task (cartpole-balance,
-cpu preset), exporting its episode set into the store.
+Stages, each printed as the command a user would type:
+
+  1. train_online    TD-MPC2 on each task (one run per task), exporting the
+                     episode sets of every seed into the store;
+  2. beam run pipelines/build_mt19.py --tasks ... --sources ...
+                     pools those episode sets into one dataset <name>@<hash>;
+  3. train_offline   multi-task TD-MPC2 on that dataset, every task evaluated
+                     at the end;
+  4. evaluate        the report of the offline run (report.md, per_task.csv,
+                     plots) in <run>/report/.
+
+The default scale (3 tasks with different obs/action dims, 2 episodes of
+1,000 env steps per task, 200 offline updates) shows the pipeline working in
+about a quarter of an hour on a 2-core CPU; it is far too small to learn the
+tasks. Scale up by running the stages yourself (README, "Scaling up"): all 19
+tasks, the paper preset (--model-size 5), 100k+ env steps and several seeds
+per task; the build without --tasks; train_offline with --batch-size 1024
+--model-size 5 and 100k+ updates.
+
+Rerunning `wmx demo` with the same flags and --home continues where it
+stopped: a stage whose result is in the store is skipped, an interrupted
+train_online/train_offline run is continued with --resume. Runs are named
+`demo-online-<task>-<hash>` and `demo-offline-<hash>`, the hash covering the
+stage's flags, so changed flags start new runs; the dataset stage is skipped
+when a dataset pooling exactly the demo's episode sets exists; the evaluate
+stage when <run>/report/report.md exists.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
+"""Cheap mt19 tasks with different dims: (obs, action) = (5, 1), (3, 1), (6, 2)."""
+
+BUILD_JOB = "pipelines/build_mt19.py"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="run the main job at a small default scale",
-                       description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
-    p.add_argument("--task", default="cartpole-balance")
-    p.add_argument("--env-steps", type=int, default=10_000)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--preset", default="cpu")
+    doc = __doc__.split("\n\n")
+    p = sub.add_parser("demo", help="run the whole pipeline at a small default scale",
+                       description="\n\n".join(doc[:4]), epilog=doc[4],
+                       formatter_class=_Formatter)
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
+                   help="comma-separated mt19 tasks (mt30 spelling)")
+    p.add_argument("--env-steps", type=int, default=2_000,
+                   help="train_online env steps per task (1,000 per episode on DMC)")
+    p.add_argument("--seed-steps", type=int, default=500,
+                   help="train_online random-action agent steps before the first update")
+    p.add_argument("--updates", type=int, default=200, help="train_offline gradient updates")
+    p.add_argument("--batch-size", type=int, default=256, help="train_offline batch size")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="seeds of every train_online and train_offline run")
+    p.add_argument("--preset", default="cpu", help="TD-MPC2 preset: paper | cpu | tiny")
+    p.add_argument("--eval-episodes", type=int, default=2,
+                   help="evaluation episodes per task (and seed) in every stage")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the stages and their commands, run nothing")
+
+
+# ---------------------------------------------------------------------------
+# Stage planning (pure: reads the store, runs nothing)
+
+@dataclass
+class Stage:
+    """One stage: the command as a user types it and whether it has to run.
+
+    status: "run" (start it), "resume" (continue an interrupted run), "done"
+    (its result is in the store: skipped). ``result`` is the stage's output
+    once known: a run directory, or the dataset ref ``name@hash``.
+    """
+
+    title: str
+    argv: list[str]
+    status: str = "run"
+    result: str | None = None
+    note: str = ""
+
+    @property
+    def prog(self) -> str:
+        return self.argv[0]
+
+    def command(self) -> str:
+        return " ".join(shlex.quote(a) for a in self.argv)
+
+
+def _digest(parts: Sequence[str]) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+def parse_tasks(text: str) -> tuple[str, ...]:
+    """The --tasks list in mt30 order. Raises ValueError for an unknown, duplicated
+    or non-mt19 task, or an empty list."""
+    from wmx.schemas.taskset import mt19
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError("--tasks needs at least one task")
+    return mt19().subset(names).names
+
+
+def _run_status(run_dir: Path) -> str:
+    if (run_dir / "summary.json").is_file():
+        return "done"
+    return "resume" if (run_dir / "config.json").is_file() else "run"
+
+
+def online_stage(opts: argparse.Namespace, home: Path, task: str) -> Stage:
+    flags = ["--agent", "tdmpc2", "--task", task, "--env-steps", str(opts.env_steps),
+             "--seed-steps", str(opts.seed_steps), "--preset", opts.preset,
+             "--eval-every", str(opts.env_steps), "--eval-episodes", str(opts.eval_episodes),
+             "--seeds", *map(str, opts.seeds)]
+    name = f"demo-online-{task}-{_digest(flags)}"
+    run_dir = home / "runs" / name
+    st = Stage(f"train_online {task}", ["train_online", *flags, "--home", str(home),
+                                        "--name", name], result=str(run_dir))
+    st.status = _run_status(run_dir)
+    if st.status == "resume":
+        st.argv = ["train_online", "--resume", str(run_dir)]
+    return st
+
+
+def episode_sets(run_dir: Path) -> list[Path]:
+    """The episode-set directories a finished train_online run exported (summary.json)."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    sets = summary.get("episode_sets") or {}
+    if not sets:
+        raise ValueError(f"run {run_dir} exported no episode set (was it run with "
+                         "--no-export?)")
+    return [Path(p) for _, p in sorted(sets.items(), key=lambda kv: int(kv[0]))]
+
+
+def find_dataset(home: Path, name: str, set_dirs: Sequence[Path]) -> str | None:
+    """``name@<hash>`` of a complete dataset in the store pooling exactly the
+    episode sets ``set_dirs`` (by content hash), else None."""
+    want = sorted(json.loads((Path(d) / "manifest.json").read_text())["content_hash"]
+                  for d in set_dirs)
+    for man in sorted((home / "datasets" / name).glob("*/manifest.json")):
+        if man.parent.name.startswith("."):
+            continue
+        m = json.loads(man.read_text())
+        if sorted(m.get("sources", [])) == want:
+            return f"{name}@{m['content_hash']}"
+    return None
+
+
+def build_job_path() -> Path:
+    """pipelines/build_mt19.py of this checkout (wmx is installed editable)."""
+    from wmx.paths import REPO_ROOT
+    return REPO_ROOT / BUILD_JOB
+
+
+def _shown_path(p: Path) -> str:
+    try:
+        return os.path.relpath(p) if Path(p).resolve().is_relative_to(Path.cwd()) else str(p)
+    except ValueError:
+        return str(p)
+
+
+def dataset_stage(opts: argparse.Namespace, home: Path, tasks: Sequence[str],
+                  online_runs: Sequence[str] | None) -> Stage:
+    """The build of the demo's TaskSet from the online runs' episode sets
+    (``online_runs`` None: not known yet, placeholders in the command)."""
+    from wmx.schemas.taskset import mt19
+    name = mt19().subset(tasks).name
+    if online_runs is None:
+        sources, set_dirs = ["<episode sets of the train_online runs>"], None
+    else:
+        set_dirs = [d for r in online_runs for d in episode_sets(Path(r))]
+        sources = [f"{d.parent.name}/{d.name}" for d in set_dirs]
+    st = Stage(f"beam build {name}", ["beam", "run", _shown_path(build_job_path()), "--home",
+                                      str(home), "--tasks", ",".join(tasks), "--sources",
+                                      *sources])
+    if set_dirs is not None:
+        ref = find_dataset(home, name, set_dirs)
+        if ref is not None:
+            st.status, st.result = "done", ref
+    st.note = name
+    return st
+
+
+def offline_stage(opts: argparse.Namespace, home: Path, dataset: str | None) -> Stage:
+    """train_offline on ``dataset`` (name@full hash; None: not known yet)."""
+    log_every = next(d for d in range(min(opts.updates, 100), 0, -1) if opts.updates % d == 0)
+    ref = dataset or "<dataset>"
+    if dataset is not None:
+        name_, h = dataset.split("@")
+        ref = f"{name_}@{h[:12]}"
+    flags = ["--agent", "tdmpc2", "--dataset", ref, "--updates", str(opts.updates),
+             "--batch-size", str(opts.batch_size), "--preset", opts.preset,
+             "--log-every", str(log_every), "--eval-every", str(opts.updates),
+             "--eval-episodes", str(opts.eval_episodes), "--seeds", *map(str, opts.seeds)]
+    name = f"demo-offline-{_digest([dataset or '', *flags])}"
+    run_dir = home / "runs" / name
+    st = Stage("train_offline", ["train_offline", *flags, "--home", str(home), "--name", name],
+               result=str(run_dir) if dataset else None)
+    if dataset is not None:
+        st.status = _run_status(run_dir)
+        if st.status == "resume":
+            st.argv = ["train_offline", "--resume", str(run_dir)]
+    return st
+
+
+def evaluate_stage(opts: argparse.Namespace, home: Path, run_dir: str | None) -> Stage:
+    run = run_dir or "<train_offline run>"
+    st = Stage("evaluate", ["evaluate", "--run", run, "--episodes", str(opts.eval_episodes),
+                            "--home", str(home)],
+               result=None if run_dir is None else str(Path(run_dir) / "report"))
+    if run_dir is not None:
+        rep = Path(run_dir) / "report"
+        if (rep / "report.md").is_file():
+            st.status = "done"
+        elif rep.exists():                 # left incomplete: replace it
+            st.argv.append("--force")
+    return st
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+def _evaluate_main(argv: list[str]) -> int:
+    from wmx.evaluate import cli as evaluate_cli      # lazily: heavy imports
+    return evaluate_cli.main(argv)
+
+
+def _online_main(argv: list[str]) -> int:
+    from wmx.train_online import cli
+    return cli.main(argv)
+
+
+def _offline_main(argv: list[str]) -> int:
+    from wmx.train_offline import cli
+    return cli.main(argv)
+
+
+def _beam_main(argv: list[str]) -> int:
+    from wmx.cli import beam
+    job = str(build_job_path())   # the shown path may be relative to another cwd
+    return beam.main([argv[0], job, *argv[2:]])
+
+
+RUNNERS: dict[str, Callable[[list[str]], int]] = {
+    "train_online": _online_main, "beam": _beam_main, "train_offline": _offline_main,
+    "evaluate": _evaluate_main}
+"""Program name -> ``main(argv) -> exit status`` (the installed commands' entry points)."""
+
+
+def _fmt_s(s: float) -> str:
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m}m{sec:02d}s" if m else f"{s:.1f}s"
+
+
+class DemoError(RuntimeError):
+    """A stage failed; the message names it and its exit status."""
+
+
+def run_pipeline(opts: argparse.Namespace, home: Path, *,
+                 runners: dict[str, Callable[[list[str]], int]] | None = None,
+                 out=sys.stdout) -> dict:
+    """Plan and run the stages in order, skipping finished ones.
+
+    ``runners`` maps program names to ``main(argv)`` (tests stub them).
+    Returns {"stages": [{title, command, status, seconds, result}],
+    "dataset", "offline_run", "report"}. Raises DemoError when a stage
+    exits non-zero, ValueError for bad flags.
+    """
+    runners = {**RUNNERS, **(runners or {})}
+    tasks = parse_tasks(opts.tasks)
+    for flag in ("env_steps", "updates", "batch_size", "eval_episodes"):
+        if getattr(opts, flag) <= 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must be > 0")
+    n_stages = len(tasks) + 3
+    log: list[dict] = []
+    t_all = time.perf_counter()
+
+    def say(msg=""):
+        print(msg, file=out, flush=True)
+
+    def execute(i: int, st: Stage) -> None:
+        say(f"\n=== stage {i}/{n_stages}: {st.title} ===")
+        say(f"$ {st.command()}")
+        t0, c0 = time.perf_counter(), time.process_time()
+        if st.status == "done":
+            say(f"skipped: already done ({st.result})")
+        else:
+            if st.status == "resume":
+                say("continuing the interrupted run")
+            rc = runners[st.prog](list(st.argv[1:]))
+            if rc:
+                raise DemoError(f"stage {i}/{n_stages} ({st.title}) failed with exit status "
+                                f"{rc}; fix the cause and rerun `wmx demo` with the same flags "
+                                "to continue from this stage")
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        say(f"--- stage {i}/{n_stages} {st.title}: {'skipped' if st.status == 'done' else 'done'}"
+            f" in {_fmt_s(dt)} (CPU time {_fmt_s(cpu)}; total {_fmt_s(time.perf_counter() - t_all)})")
+        log.append({"title": st.title, "command": st.command(), "status": st.status,
+                    "seconds": round(dt, 1), "cpu_seconds": round(cpu, 1), "result": st.result})
+
+    i = 0
+    online = []
+    for task in tasks:
+        i += 1
+        st = online_stage(opts, home, task)
+        execute(i, st)
+        if not (Path(st.result) / "summary.json").is_file():
+            raise DemoError(f"train_online {task} ended without finishing its run "
+                            f"{st.result}; rerun `wmx demo` to continue it")
+        online.append(st.result)
+
+    i += 1
+    st = dataset_stage(opts, home, tasks, online)
+    execute(i, st)
+    if st.status != "done":
+        set_dirs = [d for r in online for d in episode_sets(Path(r))]
+        st.result = find_dataset(home, st.note, set_dirs)
+        if st.result is None:
+            raise DemoError(f"the build finished but no dataset {st.note} pooling the demo's "
+                            f"episode sets is in {home / 'datasets'}")
+        log[-1]["result"] = st.result
+    dataset = st.result
+
+    i += 1
+    st = offline_stage(opts, home, dataset)
+    execute(i, st)
+    if not (Path(st.result) / "summary.json").is_file():
+        raise DemoError(f"train_offline ended without finishing its run {st.result}; rerun "
+                        "`wmx demo` to continue it")
+    offline_run = st.result
+
+    i += 1
+    st = evaluate_stage(opts, home, offline_run)
+    execute(i, st)
+    report = Path(offline_run) / "report" / "report.md"
+
+    total = time.perf_counter() - t_all
+    say(f"\n=== wmx demo finished in {_fmt_s(total)} ===")
+    say(f"  {'stage':<32s} {'':<8s}{'wall':>9s}{'CPU':>10s}")
+    for r in log:
+        say(f"  {r['title']:<32s} {'skipped' if r['status'] == 'done' else 'ran':<8s}"
+            f"{_fmt_s(r['seconds']):>9s}{_fmt_s(r['cpu_seconds']):>10s}")
+    say(f"dataset:        {dataset}")
+    say(f"offline run:    {offline_run}")
+    say(f"report:         {report}")
+    for png in sorted(report.parent.glob("*.png")):
+        kind = {"scores.png": "bar plot:"}.get(png.name, "plot:")
+        say(f"{kind:<16s}{png}")
+    return {"stages": log, "dataset": dataset, "offline_run": offline_run,
+            "report": str(report), "seconds": round(total, 1)}
+
+
+def plan_text(opts: argparse.Namespace, home: Path) -> str:
+    """The stages and their commands as far as they are known now (--dry-run)."""
+    tasks = parse_tasks(opts.tasks)
+    stages = [online_stage(opts, home, t) for t in tasks]
+    finished = all(s.status == "done" for s in stages)
+    ds = dataset_stage(opts, home, tasks, [s.result for s in stages] if finished else None)
+    off = offline_stage(opts, home, ds.result)
+    ev = evaluate_stage(opts, home, off.result if off.status == "done" else None)
+    lines = []
+    for i, st in enumerate([*stages, ds, off, ev], 1):
+        state = {"run": "to run", "resume": "to continue", "done": "done, skipped"}[st.status]
+        lines.append(f"{i}. {st.title} ({state})\n   $ {st.command()}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
-    import time
-    from wmx.train_online import cli as online_cli
-    argv = ["--agent", "tdmpc2", "--task", args.task, "--env-steps", str(args.env_steps),
-            "--preset", args.preset, "--eval-every", "5000", "--eval-episodes", "5",
-            "--name", f"demo-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}",
-            "--seeds", *map(str, args.seeds)]
-    if args.home:
-        argv += ["--home", args.home]
-    print("wmx demo: train_online " + " ".join(argv))
-    return online_cli.main(argv)
+    from wmx.paths import wmx_home
+    home = wmx_home(args.home)
+    try:
+        if args.dry_run:
+            print(plan_text(args, home))
+            return 0
+        run_pipeline(args, home)
+    except (ValueError, DemoError) as e:
+        print(f"wmx demo: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    return 0

@@ -1,0 +1,210 @@
+"""`wmx demo`: stage planning, commands, order, skipping and resuming.
+
+The heavy stages are stubbed: each stub records its argv and writes what the
+real program leaves in the store (a finished run's summary.json with its
+episode sets, a dataset manifest, a report), so the demo's own logic runs
+unchanged. The real end-to-end demo is the slow test in test_demo_slow.py.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from wmx.cli import demo, main as wmx_main
+
+TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
+
+
+def opts(**kw):
+    p = argparse.ArgumentParser()
+    demo.add_arguments(p)
+    ns = p.parse_args([])
+    for k, v in kw.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def _h(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _arg(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def _seeds(argv):
+    if "--seeds" not in argv:
+        return ["0"]
+    rest = argv[argv.index("--seeds") + 1:]
+    return [a for a in rest[:next((i for i, a in enumerate(rest) if a.startswith("--")),
+                                  len(rest))]]
+
+
+class Stubs:
+    """Stub programs writing the store entries the real ones write."""
+
+    def __init__(self, home: Path, fail: str | None = None):
+        self.home, self.fail, self.calls = home, fail, []
+
+    def runners(self):
+        return {p: (lambda argv, p=p: self.call(p, argv))
+                for p in ("train_online", "beam", "train_offline", "evaluate")}
+
+    def call(self, prog, argv):
+        self.calls.append((prog, list(argv)))
+        if prog == self.fail:
+            return 3
+        getattr(self, prog)(argv)
+        return 0
+
+    def train_online(self, argv):
+        run_dir = (Path(_arg(argv, "--resume")) if "--resume" in argv
+                   else self.home / "runs" / _arg(argv, "--name"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        task = json.loads((run_dir / "config.json").read_text())["task"] \
+            if "--resume" in argv else _arg(argv, "--task")
+        (run_dir / "config.json").write_text(json.dumps({"task": task}))
+        sets = {}
+        for seed in _seeds(argv):
+            ch = _h(f"{run_dir.name}/{seed}")
+            d = self.home / "episodes" / task / ch[:16]
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "manifest.json").write_text(json.dumps({"content_hash": ch}))
+            sets[seed] = str(d)
+        (run_dir / "summary.json").write_text(json.dumps({"episode_sets": sets}))
+
+    def beam(self, argv):
+        name = demo.dataset_stage(opts(), self.home, _arg(argv, "--tasks").split(","),
+                                  None).note
+        srcs = argv[argv.index("--sources") + 1:]
+        hashes = sorted(json.loads((self.home / "episodes" / s / "manifest.json").read_text())
+                        ["content_hash"] for s in srcs)
+        ch = _h(",".join(hashes))
+        d = self.home / "datasets" / name / ch[:16]
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({"sources": hashes, "content_hash": ch}))
+
+    def train_offline(self, argv):
+        run_dir = (Path(_arg(argv, "--resume")) if "--resume" in argv
+                   else self.home / "runs" / _arg(argv, "--name"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text("{}")
+        (run_dir / "summary.json").write_text("{}")
+
+    def evaluate(self, argv):
+        rep = Path(_arg(argv, "--run")) / "report"
+        rep.mkdir(parents=True)
+        (rep / "report.md").write_text("# report\n")
+        (rep / "scores.png").write_bytes(b"png")
+
+
+def test_stages_run_in_order_with_the_flags(tmp_path):
+    home = tmp_path / "h"
+    stubs = Stubs(home)
+    o = opts(env_steps=3000, updates=50, batch_size=64, seeds=[0, 1], preset="tiny",
+             eval_episodes=3, seed_steps=700, tasks="reacher-easy,cartpole-balance")
+    out = io.StringIO()
+    res = demo.run_pipeline(o, home, runners=stubs.runners(), out=out)
+    progs = [p for p, _ in stubs.calls]
+    assert progs == ["train_online", "train_online", "beam", "train_offline", "evaluate"]
+    # online: tasks in mt30 order, every flag passed through, a named run per task
+    for (_, argv), task in zip(stubs.calls[:2], ("reacher-easy", "cartpole-balance")):
+        assert _arg(argv, "--task") == task
+        assert _arg(argv, "--env-steps") == "3000" and _arg(argv, "--eval-every") == "3000"
+        assert _arg(argv, "--seed-steps") == "700" and _arg(argv, "--preset") == "tiny"
+        assert _arg(argv, "--eval-episodes") == "3" and _arg(argv, "--home") == str(home)
+        assert argv[argv.index("--seeds") + 1:argv.index("--seeds") + 3] == ["0", "1"]
+        assert _arg(argv, "--name").startswith(f"demo-online-{task}-")
+    # build: the demo's TaskSet subset from exactly the runs' episode sets
+    beam = stubs.calls[2][1]
+    assert beam[0] == "run" and beam[1].endswith("pipelines/build_mt19.py")
+    assert Path(beam[1]).is_file()
+    assert _arg(beam, "--tasks") == "reacher-easy,cartpole-balance"
+    srcs = beam[beam.index("--sources") + 1:]
+    assert len(srcs) == 4 and {s.split("/")[0] for s in srcs} == {"reacher-easy",
+                                                                   "cartpole-balance"}
+    # offline: the built dataset, the offline flags
+    off = stubs.calls[3][1]
+    name, h = _arg(off, "--dataset").split("@")
+    assert res["dataset"].startswith(f"{name}@{h}") and len(h) == 12
+    assert _arg(off, "--updates") == "50" and _arg(off, "--batch-size") == "64"
+    assert _arg(off, "--eval-every") == "50" and 50 % int(_arg(off, "--log-every")) == 0
+    assert _arg(off, "--preset") == "tiny" and _arg(off, "--eval-episodes") == "3"
+    # evaluate: the offline run
+    ev = stubs.calls[4][1]
+    assert ev == ["--run", res["offline_run"], "--episodes", "3", "--home", str(home)]
+    assert res["report"] == str(Path(res["offline_run"]) / "report" / "report.md")
+    text = out.getvalue()
+    assert "=== stage 1/5: train_online reacher-easy ===" in text
+    assert "$ train_online --agent tdmpc2 --task reacher-easy" in text
+    assert "$ beam run pipelines/build_mt19.py" in text or "$ beam run /" in text
+    assert "report.md" in text and "bar plot:" in text and "scores.png" in text
+    assert [s["status"] for s in res["stages"]] == ["run"] * 5
+
+
+def test_rerun_skips_finished_stages(tmp_path):
+    home = tmp_path / "h"
+    first = Stubs(home)
+    r1 = demo.run_pipeline(opts(), home, runners=first.runners(), out=io.StringIO())
+    again = Stubs(home)
+    out = io.StringIO()
+    r2 = demo.run_pipeline(opts(), home, runners=again.runners(), out=out)
+    assert again.calls == []
+    assert [s["status"] for s in r2["stages"]] == ["done"] * 6
+    assert (r2["dataset"], r2["offline_run"]) == (r1["dataset"], r1["offline_run"])
+    assert "skipped: already done" in out.getvalue()
+    # changed offline flags: only the offline and evaluate stages run again
+    third = Stubs(home)
+    r3 = demo.run_pipeline(opts(updates=300), home, runners=third.runners(), out=io.StringIO())
+    assert [p for p, _ in third.calls] == ["train_offline", "evaluate"]
+    assert r3["dataset"] == r1["dataset"] and r3["offline_run"] != r1["offline_run"]
+
+
+def test_interrupted_stage_is_resumed(tmp_path):
+    home = tmp_path / "h"
+    failing = Stubs(home, fail="train_offline")
+    with pytest.raises(demo.DemoError, match="train_offline.*exit status 3"):
+        demo.run_pipeline(opts(), home, runners=failing.runners(), out=io.StringIO())
+    # the run directory exists (config.json written) but did not finish
+    off_name = _arg(failing.calls[-1][1], "--name")
+    (home / "runs" / off_name).mkdir(parents=True)
+    (home / "runs" / off_name / "config.json").write_text("{}")
+    # an online run interrupted too
+    on_dir = Path(demo.online_stage(opts(), home, "reacher-easy").result)
+    (on_dir / "summary.json").unlink()
+    second = Stubs(home)
+    demo.run_pipeline(opts(), home, runners=second.runners(), out=io.StringIO())
+    # the continued run exports the same episode set: the dataset is there already
+    assert [p for p, _ in second.calls] == ["train_online", "train_offline", "evaluate"]
+    assert second.calls[0][1] == ["--resume", str(on_dir)]
+    assert second.calls[1][1] == ["--resume", str(home / "runs" / off_name)]
+
+
+def test_dry_run_and_help(tmp_path, capsys):
+    home = tmp_path / "h"
+    assert wmx_main.main(["demo", "--home", str(home), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("(to run)") == 6
+    assert "$ train_online --agent tdmpc2 --task cartpole-balance" in text
+    assert "--sources '<episode sets of the train_online runs>'" in text
+    assert "--dataset '<dataset>'" in text and "evaluate --run '<train_offline run>'" in text
+    assert not home.exists()
+    with pytest.raises(SystemExit):
+        wmx_main.main(["demo", "--help"])
+    help_text = capsys.readouterr().out
+    for word in ("train_online", "build_mt19.py", "train_offline", "evaluate", "--resume",
+                 "Scale up"):
+        assert word in help_text
+
+
+def test_bad_flags_are_errors(tmp_path, capsys):
+    assert wmx_main.main(["demo", "--home", str(tmp_path), "--tasks", "walker-jog"]) == 2
+    assert "walker-jog" in capsys.readouterr().err
+    assert wmx_main.main(["demo", "--home", str(tmp_path), "--tasks", "probe-action"]) == 2
+    assert wmx_main.main(["demo", "--home", str(tmp_path), "--updates", "0"]) == 2
+    assert not (tmp_path / "runs").exists()
