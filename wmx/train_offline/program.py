@@ -13,7 +13,8 @@ uninterrupted run does.
 
 Evaluation (tdmpc2_spec 4.20, deviation T16): per task, ``E`` eval_mode
 episodes vmapped from fresh initial states with the padded planner
-(`multitask.plan_task`); one jitted program per task (the env differs), cached.
+(`multitask.plan_task`), through the shared rollout of `wmx.evaluate.rollout`;
+one jitted program per task (the env differs), cached.
 """
 from __future__ import annotations
 
@@ -24,15 +25,15 @@ import jax
 import jax.numpy as jnp
 
 from wmx.agents.tdmpc2.config import TDMPC2Config
-from wmx.agents.tdmpc2.multitask import TaskContext, pad_obs, plan_task
-from wmx.agents.tdmpc2.planner import draw_plan_noise
+from wmx.agents.tdmpc2.multitask import TaskContext
 from wmx.agents.tdmpc2.update import (Batch, TrainState, draw_update_noise, init_train_state,
                                       update)
 from wmx.datasets.samplers import sample_slices
 from wmx.envs.base import Env
+from wmx.evaluate.rollout import make_rollout_fn
 
 # fold_in tags separating the key streams
-_INIT, _SAMPLE, _NOISE, _EVAL = 0x1A1, 0x5A, 0x40, 0x5EED
+_INIT, _SAMPLE, _NOISE = 0x1A1, 0x5A, 0x40
 
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")
@@ -139,48 +140,12 @@ def _stream_chunk_fn(cfg: TDMPC2Config):
 def make_eval_fn(cfg: TDMPC2Config, episodes: int, env: Env, task_id: int):
     """Jitted ``evaluate(params, keys u32[S,2], tasks, index i32[]) -> returns f32[S, E]``.
 
-    Per seed, ``episodes`` eval_mode episodes of task ``task_id`` vmapped,
-    each from a fresh initial state (reset key from the seed key folded with
-    the evaluation index and the task id), T = env.T agent steps, acting with
-    `plan_task` (padded obs: zero-padded to cfg.obs_dim; the task's embedding
-    renormed without write-back, T15; its action mask; masked dims exactly 0,
-    the env takes the first ``env.action_dim``), t0 at each episode's first
-    step, its own warm start. Returns the undiscounted episode returns.
-    Raises ValueError when the env's dims exceed the padded widths. Cached per
-    (config, episodes, env, task id).
+    The shared evaluation rollout (`wmx.evaluate.rollout.make_rollout_fn`)
+    for task ``task_id``: per seed, ``episodes`` eval_mode episodes vmapped
+    from fresh initial states (reset key from the seed key folded with the
+    evaluation index and the task id), acting with `plan_task` on the
+    zero-padded obs (the env takes the first ``env.action_dim`` dims). Returns
+    the undiscounted episode returns. Raises ValueError when the env's dims
+    exceed the padded widths. Cached per (config, episodes, env, task id).
     """
-    cfg = cfg.resolved()
-    if env.obs_dim > cfg.obs_dim or env.action_dim > cfg.action_dim:
-        raise ValueError(f"env {env.name} (obs {env.obs_dim}, action {env.action_dim}) does not "
-                         f"fit the padded widths ({cfg.obs_dim}, {cfg.action_dim})")
-    return _eval_fn(cfg, int(episodes), env, int(task_id))
-
-
-@functools.lru_cache(maxsize=64)
-def _eval_fn(cfg: TDMPC2Config, E: int, env: Env, task_id: int):
-    A = env.action_dim
-
-    def one_seed(params, key, tasks, index):
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, _EVAL), index),
-                                 task_id)
-        k_reset, k_act = jax.random.split(key)
-        states = jax.vmap(env.reset)(jax.random.split(k_reset, E))
-        prev = jnp.zeros((E, cfg.horizon, cfg.action_dim), jnp.float32)
-
-        def step(c, t):
-            states, prev, ret = c
-            keys = jax.random.split(jax.random.fold_in(k_act, t), E)
-            noise = jax.vmap(lambda k: draw_plan_noise(k, cfg, True))(keys)
-            t0 = jnp.full((E,), t == 0)
-            obs = pad_obs(states.obs, cfg.obs_dim)
-            act, prev, _ = jax.vmap(
-                lambda o, pm, f, nz: plan_task(params, o, pm, f, nz, cfg, tasks, task_id,
-                                               eval_mode=True))(obs, prev, t0, noise)
-            states = jax.vmap(env.step)(states, act[:, :A])
-            return (states, prev, ret + states.reward), None
-
-        (_, _, ret), _ = jax.lax.scan(step, (states, prev, jnp.zeros((E,), jnp.float32)),
-                                      jnp.arange(env.T))
-        return ret
-
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)))
+    return make_rollout_fn(cfg, episodes, env, int(task_id))

@@ -24,11 +24,11 @@ from wmx.agents.tdmpc2.update import (Batch, TrainState, draw_update_noise, init
                                       update)
 from wmx.envs import collector as collector_lib
 from wmx.envs.base import Env
+from wmx.evaluate.rollout import make_rollout_fn
 from wmx.train_online.run_config import OnlineRunConfig
 
 # fold_in tags that separate the key streams of one tick
 _ACT, _ENV, _UPD = 0, 1, 2
-_EVAL_TAG = 0x5EED
 
 
 class OnlineCarry(NamedTuple):
@@ -176,39 +176,16 @@ def _chunk_fn(cfg: TDMPC2Config, n_envs: int, env: Env):
 def make_eval_fn(rc: OnlineRunConfig, env: Env):
     """Jitted ``evaluate(params, keys u32[S,2], index i32[]) -> returns f32[S, E]``.
 
-    Per seed, ``rc.eval_episodes`` episodes vmapped, each from a fresh initial
-    state (reset key folded with the evaluation index), acting with the
-    planner in eval_mode (no final noise; everything else stochastic, spec
-    3.20), t0 at each episode's first step, its own warm-start carry
-    (deviation T9). Returns the undiscounted episode returns. Cached like
-    ``make_chunk_fn``.
+    The shared evaluation rollout (`wmx.evaluate.rollout.make_rollout_fn`,
+    single-task): per seed, ``rc.eval_episodes`` eval_mode episodes vmapped
+    from fresh initial states (reset key folded with the evaluation index),
+    t0 at each episode's first step, its own warm start (deviation T9).
+    Returns the undiscounted episode returns. Cached per (config, episodes,
+    env).
     """
-    return _eval_fn(rc.agent_config, rc.eval_episodes, env)
+    fn = make_rollout_fn(rc.agent_config, rc.eval_episodes, env)
+    return functools.partial(_single_task, fn)
 
 
-@functools.lru_cache(maxsize=8)
-def _eval_fn(cfg: TDMPC2Config, E: int, env: Env):
-    T = env.T
-
-    def one_seed(params, key, index):
-        key = jax.random.fold_in(jax.random.fold_in(key, _EVAL_TAG), index)
-        k_reset, k_act = jax.random.split(key)
-        states = jax.vmap(env.reset)(jax.random.split(k_reset, E))
-        prev = jnp.zeros((E, cfg.horizon, env.action_dim), jnp.float32)
-
-        def step(c, t):
-            states, prev, ret = c
-            keys = jax.random.split(jax.random.fold_in(k_act, t), E)
-            noise = jax.vmap(lambda k: draw_plan_noise(k, cfg, True))(keys)
-            t0 = jnp.full((E,), t == 0)
-            act, prev, _ = jax.vmap(
-                lambda o, pm, f, nz: plan(params, o, pm, f, nz, cfg, eval_mode=True)
-            )(states.obs, prev, t0, noise)
-            states = jax.vmap(env.step)(states, act)
-            return (states, prev, ret + states.reward), None
-
-        (_, _, ret), _ = jax.lax.scan(step, (states, prev, jnp.zeros((E,), jnp.float32)),
-                                      jnp.arange(T))
-        return ret
-
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None)))
+def _single_task(fn, params, keys, index):
+    return fn(params, keys, None, index)
