@@ -1,0 +1,138 @@
+"""Report building (scores, sources, published returns, aggregates) and atomic writing."""
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store_fixtures import task_info, write_dataset, write_source_run, write_source_set
+from wmx.evaluate import plots
+from wmx.evaluate import report as rep
+from wmx.evaluate.reference_curves import published_return
+from wmx.evaluate.runs import RunInfo
+from wmx.train_offline.run_config import OfflineRunConfig
+
+T = 20
+TASKS = ("cartpole-balance", "cheetah-run")
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """A synthetic offline run (config + metrics, no real checkpoint) on a synthetic store."""
+    home = tmp_path_factory.mktemp("home")
+    sets = [write_source_set(home, task_info(t, T), seed=i) for i, t in enumerate(TASKS)]
+    ds = write_dataset(home, "tst", sets)
+    write_source_run(home, "src-0", [{"seed": 0, "kind": "eval", "env_steps": 200_000,
+                                      "return": 900.0}])
+    rc = OfflineRunConfig(dataset=f"tst@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+                          seeds=(0, 1), updates=6, batch_size=16, preset="tiny", log_every=2,
+                          eval_every=2, checkpoint_every=2, eval_episodes=3)
+    run_dir = home / "runs" / "off"
+    run_dir.mkdir(parents=True)
+    config = {**rc.to_json(), "code_version": "deadbeef"}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with (run_dir / "metrics.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, ["seed", "kind", "updates", "task", "return"])
+        w.writeheader()
+        for u in (2, 4, 6):
+            for t in TASKS:
+                for s in (0, 1):
+                    w.writerow({"seed": s, "kind": "eval", "updates": u, "task": t,
+                                "return": 10.0 * u + s})
+            w.writerow({"seed": 0, "kind": "eval", "updates": u, "task": "mean", "return": ""})
+    info = RunInfo(run_dir, "offline", config, rc, run_dir / "checkpoints" / "000000000006", 6,
+                   {"updates": 6, "eval_index": 3}, rc.task_set.names, rc.seeds)
+    returns = {"cartpole-balance": np.array([[300.0, 340.0, 320.0], [500.0, 520.0, 510.0]],
+                                            np.float32),
+               "cheetah-run": np.array([[10.0, 30.0, 20.0], [40.0, 60.0, 50.0]], np.float32)}
+    meta = {"keys": "fresh", "eval_index": 0, "episodes": 3, "tasks": {}}
+    report = rep.build_report(info, returns, meta, home)
+    return home, sets, ds, info, returns, report
+
+
+def test_per_task_scores_sources_and_published(offline):
+    _, sets, _, _, returns, report = offline
+    rows = {r["task"]: r for r in report["per_task"]}
+    assert list(rows) == list(TASKS)
+    cart = rows["cartpole-balance"]
+    assert cart["return_mean"] == pytest.approx(returns["cartpole-balance"].mean())
+    assert cart["return_std"] == pytest.approx(returns["cartpole-balance"].std())
+    assert cart["score"] == pytest.approx(cart["return_mean"] / 10)
+    assert (cart["score_min"], cart["score_max"]) == (pytest.approx(32.0), pytest.approx(51.0))
+    assert (cart["seeds"], cart["episodes"]) == (2, 3)
+    # source: run src-0 exists -> its last eval row; published at those env steps
+    assert (cart["source_return"], cart["source_score"]) == (900.0, 90.0)
+    assert cart["source_basis"] == "run" and cart["source_env_steps"] == 200_000
+    assert cart["published_return"] == pytest.approx(published_return("cartpole-balance",
+                                                                      200_000))
+    assert cart["published_score"] == pytest.approx(cart["published_return"] / 10)
+    # source: run src-1 is gone -> the episode set's last 10 returns, at its env steps
+    ch = rows["cheetah-run"]
+    assert ch["source_basis"] == "episode_set"
+    assert ch["source_return"] == pytest.approx(np.mean(sets[1].episode_returns[-10:]))
+    assert ch["published_env_steps"] == sets[1].episode_count * T * 2
+    assert ch["published_return"] == pytest.approx(
+        published_return("cheetah-run", ch["published_env_steps"]))
+
+
+def test_aggregates_and_lineage_in_the_report(offline):
+    _, sets, ds, info, _, report = offline
+    wmx = {a["statistic"]: a for a in report["aggregates"] if a["who"] == "wmx"}
+    scores = [r["score"] for r in report["per_task"]]
+    assert wmx["mean"]["value"] == pytest.approx(np.mean(scores))
+    assert wmx["median"]["value"] == pytest.approx(np.median(scores))
+    assert {a["who"] for a in report["aggregates"]} == {"wmx", "source", "published"}
+    lin = report["lineage"]
+    assert lin["dataset"] == f"tst@{ds.content_hash}" and lin["dataset_found"]
+    assert lin["code_version"] == "deadbeef"
+    assert [s["content_hash"] for s in lin["sources"]] == [m.content_hash for m in sets]
+    assert report["returns"]["cheetah-run"]["1"] == [40.0, 60.0, 50.0]
+    json.dumps(report, allow_nan=False)
+
+
+def test_write_report_files(offline, tmp_path):
+    _, sets, ds, _, _, report = offline
+    md = rep.write_report(report, tmp_path / "r")
+    assert md == tmp_path / "r" / "report.md"
+    assert sorted(p.name for p in md.parent.iterdir()) == sorted(rep.FILES)
+    text = md.read_text()
+    assert f"tst@{ds.content_hash}" in text and sets[0].content_hash[:12] in text
+    assert "src-0" in text and "scores.png" in text and "learning_curves.png" in text
+    with (md.parent / "per_task.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["task"] for r in rows] == list(TASKS)
+    assert float(rows[0]["score"]) == pytest.approx(float(rows[0]["return_mean"]) / 10)
+    assert rep.load_report(md.parent)["per_task"] == report["per_task"]
+    for png in ("scores.png", "learning_curves.png"):
+        assert (md.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_failure_mid_write_leaves_no_report(offline, tmp_path, monkeypatch):
+    report = offline[-1]
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(plots, "learning_curves", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        rep.write_report(report, tmp_path / "r")
+    assert list(tmp_path.iterdir()) == []                  # no report, no temporary leftovers
+
+
+def test_existing_report_is_kept_unless_forced(offline, tmp_path, monkeypatch):
+    report = offline[-1]
+    out = tmp_path / "r"
+    rep.write_report(report, out)
+    (out / "marker").write_text("old")
+    with pytest.raises(FileExistsError, match="--force"):
+        rep.write_report(report, out)
+    assert (out / "marker").exists()
+    monkeypatch.setattr(plots, "score_bars", lambda *a, **k: (_ for _ in ()).throw(OSError("x")))
+    with pytest.raises(OSError):
+        rep.write_report(report, out, force=True)          # a failed replace keeps the old one
+    assert (out / "marker").exists()
+    monkeypatch.undo()
+    rep.write_report(report, out, force=True)
+    assert not (out / "marker").exists() and (out / "report.md").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]

@@ -1,0 +1,364 @@
+"""The evaluation report of one run: per-task scores, aggregates, lineage, figures.
+
+`build_report` turns evaluated returns into a JSON-able dict; `write_report`
+renders it into a directory (report.md, report.json, per_task.csv,
+aggregates.csv, scores.png, learning_curves.png) built in a hidden temporary
+sibling and renamed into place, so a report directory is always complete.
+
+Per task: the mean return over seeds and episodes (and its std over all
+episodes), the normalised score (return / 10), the seeds' range, the source
+agents' final return (offline runs, `wmx.evaluate.lineage`) and the published
+TD-MPC2 return at the matching env steps (`reference_curves.published_return`;
+online runs: the run's own env steps; offline runs: the mean env steps of the
+task's sources). Aggregates over tasks: `wmx.evaluate.aggregates`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from wmx.datasets.store import Store, commit_dir, make_staging_dir
+from wmx.evaluate import aggregates as agg
+from wmx.evaluate import lineage as lin
+from wmx.evaluate import plots
+from wmx.evaluate.reference_curves import published_return, reference_source
+from wmx.evaluate.runs import RunInfo
+
+log = logging.getLogger("wmx.evaluate")
+
+REPORT_SCHEMA = "wmx-evaluation-report/1"
+FILES = ("report.md", "report.json", "per_task.csv", "aggregates.csv", "scores.png",
+         "learning_curves.png")
+PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "score",
+                    "score_min", "score_max", "source_return", "source_score",
+                    "source_env_steps", "source_basis", "n_sources", "published_return",
+                    "published_score", "published_env_steps")
+AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
+
+__all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
+           "write_dir_atomically", "run_lineage"]
+
+
+def _f(x) -> float | None:
+    return None if x is None else float(x)
+
+
+# ---- lineage ------------------------------------------------------------------------------
+def run_lineage(info: RunInfo, home: Path) -> dict[str, Any]:
+    """Lineage block of a run: run dir, checkpoint, code versions, dataset and its sources
+    (offline) or the run's exported episode sets (online). JSON-able."""
+    from wmx.collect.episode_set import code_version
+    store = Store(home)
+    out: dict[str, Any] = {
+        "run_dir": str(info.run_dir), "kind": info.kind, "checkpoint": str(info.checkpoint),
+        "checkpoint_step": info.step, "env_steps": info.env_steps, "updates": info.updates,
+        "home": str(store.home), "evaluator_code_version": code_version(),
+        "dataset": None, "dataset_path": None, "sources": [], "episode_sets": []}
+    run_cv = info.config.get("code_version")
+    if info.kind == "offline":
+        manifest, path, sources = lin.dataset_sources(store, info.rc.dataset)
+        out.update(dataset=info.rc.dataset, dataset_path=None if path is None else str(path),
+                   dataset_found=manifest is not None,
+                   sources=[s.to_dict() for s in sources])
+    else:
+        out["episode_sets"] = _exported_sets(info)
+        versions = sorted({s["code_version"] for s in out["episode_sets"]})
+        if run_cv is None and versions:
+            run_cv = ", ".join(versions)
+            out["code_version_basis"] = "the run's exported episode sets (producer)"
+    if run_cv is not None:
+        out.setdefault("code_version_basis", "the run's config.json")
+    else:
+        out["code_version_basis"] = "unknown for the run; the evaluator's checkout is given"
+    out["code_version"] = run_cv or out["evaluator_code_version"]
+    return out
+
+
+def _exported_sets(info: RunInfo) -> list[dict[str, Any]]:
+    """The episode sets an online run exported (summary.json), with their manifests' ids."""
+    from wmx.schemas.manifest import EpisodeSetManifest
+    summary = info.run_dir / "summary.json"
+    if not summary.is_file():
+        return []
+    sets = json.loads(summary.read_text()).get("episode_sets") or {}
+    out = []
+    for seed, path in sorted(sets.items(), key=lambda kv: int(kv[0])):
+        try:
+            m = EpisodeSetManifest.load(path)
+        except (OSError, ValueError):
+            out.append({"content_hash": "?", "task": "?", "seed": int(seed), "path": path,
+                        "run_id": info.name, "code_version": "?", "episodes": None})
+            continue
+        out.append({"content_hash": m.content_hash, "task": m.task.name,
+                    "seed": m.producer.seed, "run_id": m.producer.run_id, "path": str(path),
+                    "code_version": m.producer.code_version, "episodes": m.episode_count})
+    return out
+
+
+# ---- per task and aggregates ---------------------------------------------------------------
+def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int | None
+              ) -> dict[str, Any]:
+    r = np.asarray(rets, np.float64)
+    seed_means = r.mean(axis=1)
+    row: dict[str, Any] = {
+        "task": task, "seeds": int(r.shape[0]), "episodes": int(r.shape[1]),
+        "return_mean": float(r.mean()), "return_std": float(r.std()),
+        "seed_returns": [float(x) for x in seed_means],
+        "score": agg.normalised_score(float(r.mean())),
+        "score_min": agg.normalised_score(float(seed_means.min())),
+        "score_max": agg.normalised_score(float(seed_means.max())),
+        "source_return": None, "source_score": None, "source_env_steps": None,
+        "source_basis": None, "n_sources": 0}
+    known = [s for s in sources if s["task"] == task and s["final_return"] is not None]
+    if known:
+        bases = sorted({s["basis"] for s in known})
+        ret = float(np.mean([s["final_return"] for s in known]))
+        steps = [s["env_steps"] for s in known if s["env_steps"] is not None]
+        row.update(source_return=ret, source_score=agg.normalised_score(ret),
+                   source_env_steps=int(round(np.mean(steps))) if steps else None,
+                   source_basis=bases[0] if len(bases) == 1 else "mixed",
+                   n_sources=len(known))
+        env_steps = row["source_env_steps"]
+    pub = None if env_steps is None else published_return(task, env_steps)
+    row.update(published_return=_f(pub), published_score=agg.normalised_score(_f(pub)),
+               published_env_steps=env_steps)
+    return row
+
+
+def _aggregates(per_task: list[dict]) -> list[dict[str, Any]]:
+    out = []
+    for who, key in (("wmx", "score"), ("source", "source_score"),
+                     ("published", "published_score")):
+        vals = [r[key] for r in per_task if r[key] is not None]
+        if not vals:
+            continue
+        out += [{"who": who, **a.to_dict()} for a in agg.aggregate_all(vals)]
+    return out
+
+
+def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                 home: Path) -> dict[str, Any]:
+    """The report dict of evaluated ``returns`` (task -> f32[S, E]) of run ``info``.
+
+    meta: `runs.evaluate_run`'s meta; home: the store holding the run's
+    dataset and episode sets. Keys: schema, created, run, evaluation,
+    lineage, per_task (rows of PER_TASK_COLUMNS plus seed_returns),
+    aggregates (rows of AGGREGATE_COLUMNS), returns (task -> seed -> episode
+    returns), references.
+    """
+    lineage = run_lineage(info, home)
+    env_steps = info.env_steps if info.kind == "online" else None
+    per_task = [_task_row(t, np.asarray(r), lineage["sources"], env_steps)
+                for t, r in returns.items()]
+    return {
+        "schema": REPORT_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": {"dir": str(info.run_dir), "name": info.name, "kind": info.kind,
+                "agent": info.rc.agent, "seeds": list(info.seeds),
+                "checkpoint": str(info.checkpoint), "checkpoint_step": info.step,
+                "env_steps": info.env_steps, "updates": info.updates,
+                "tasks": list(info.tasks)},
+        "evaluation": {**dict(meta), "seeds": list(info.seeds),
+                       "protocol": "eval_mode MPPI, fresh initial states, undiscounted "
+                                   "returns (tdmpc2_spec 4.20-4.21)"},
+        "lineage": lineage,
+        "per_task": per_task,
+        "aggregates": _aggregates(per_task),
+        "returns": {t: {str(s): [float(x) for x in np.asarray(r)[i]]
+                        for i, s in enumerate(info.seeds)} for t, r in returns.items()},
+        "references": {"published": reference_source(),
+                       "score": "return / 10 (DMC, on [0, 100]; tdmpc2_spec 4.20)",
+                       "aggregates": f"percentile bootstrap over tasks, "
+                                     f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed "
+                                     f"{agg.BOOTSTRAP_SEED}, 95%"},
+    }
+
+
+# ---- writing --------------------------------------------------------------------------------
+def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
+    """Create directory ``out`` with ``fill(tmp_dir)`` in a hidden temporary sibling, then rename.
+
+    On any exception in ``fill`` the temporary directory is removed and
+    ``out`` is untouched. An existing ``out`` raises FileExistsError unless
+    ``force``: then it is moved aside, replaced, and removed only once the
+    new directory is in place (restored if the rename fails).
+    """
+    out = Path(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
+                              "another directory")
+    tmp = make_staging_dir(out.parent, out.name)
+    old = None
+    try:
+        fill(tmp)
+        if out.exists():
+            old = out.parent / f".old-{out.name}-{os.getpid()}"
+            os.rename(out, old)
+        try:
+            commit_dir(tmp, out)
+        except BaseException:
+            if old is not None:
+                os.rename(old, out)
+                old = None
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _fmt(x, nd: int = 1) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def _write_csv(path: Path, columns, rows) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if r.get(k) is None else r.get(k) for k in columns})
+
+
+def _curve_panels(report: dict) -> tuple[list[dict], str]:
+    """Learning-curve panels from the run's metrics.csv eval rows (empty when absent)."""
+    run = report["run"]
+    path = Path(run["dir"]) / "metrics.csv"
+    rows = []
+    if path.is_file():
+        with path.open(newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("kind") == "eval"
+                    and r.get("return") not in (None, "")]
+    online = run["kind"] == "online"
+    xcol, xlabel = ("env_steps", "env steps") if online else ("updates", "updates")
+    panels = []
+    for t in report["per_task"]:
+        task = t["task"]
+        mine = [r for r in rows if online or r.get("task") == task]
+        by_x: dict[int, list[float]] = {}
+        for r in mine:
+            by_x.setdefault(int(float(r[xcol])), []).append(float(r["return"]))
+        xs = sorted(by_x)
+        panel: dict[str, Any] = {"task": task, "x": xs, "returns": [by_x[x] for x in xs]}
+        if online and xs:
+            grid = sorted(set(xs) | {x for x in range(0, max(xs) + 1, 100_000)})
+            pts = [(x, published_return(task, x)) for x in grid]
+            pts = [(x, y) for x, y in pts if y is not None]
+            panel["published"] = ([p[0] for p in pts], [p[1] for p in pts])
+        if not online:
+            panel["hlines"] = [("source agents (final)", t["source_return"]),
+                               ("TD-MPC2 published at source steps", t["published_return"])]
+        panels.append(panel)
+    return panels, xlabel
+
+
+def _markdown(report: dict) -> str:
+    run, ev, lin_ = report["run"], report["evaluation"], report["lineage"]
+    where = (f"env steps {run['env_steps']:,d}" if run["kind"] == "online"
+             else f"{run['updates']:,d} updates")
+    lines = [f"# Evaluation report: {run['name']}", "",
+             f"{run['kind'].capitalize()} {run['agent']} run `{run['dir']}`, checkpoint "
+             f"{run['checkpoint_step']} ({where}); {ev['episodes']} eval_mode episodes x "
+             f"{len(ev['seeds'])} seeds {ev['seeds']} per task from fresh initial states "
+             f"(rollout keys: {ev['keys']}, index {ev['eval_index']}). Written "
+             f"{report['created']}.", "",
+             "## Per task", "",
+             "Return: mean over seeds and episodes (std over all episodes). Score = return / "
+             "10. Seed range: the lowest and highest seed-mean score. Published: TD-MPC2's "
+             "released mean return at the matching env steps (" +
+             ("the run's own" if run["kind"] == "online" else "the sources'") + ").", "",
+             "| task | return | score | seed range | source final (score) | basis "
+             "| published (score) | at env steps |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in report["per_task"]:
+        src = "-" if r["source_return"] is None else \
+            f"{r['source_return']:.1f} ({r['source_score']:.1f})"
+        pub = "-" if r["published_return"] is None else \
+            f"{r['published_return']:.1f} ({r['published_score']:.1f})"
+        steps = "-" if r["published_env_steps"] is None else f"{r['published_env_steps']:,d}"
+        lines.append(f"| {r['task']} | {r['return_mean']:.1f} ± {r['return_std']:.1f} | "
+                     f"{r['score']:.1f} | {r['score_min']:.1f}-{r['score_max']:.1f} | {src} | "
+                     f"{r['source_basis'] or '-'} | {pub} | {steps} |")
+    lines += ["", "## Aggregates over tasks", "",
+              "Normalised score; [95% percentile-bootstrap interval over tasks, "
+              f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed {agg.BOOTSTRAP_SEED}]. IQM = mean "
+              "of the middle 50% of the task scores.", "",
+              "| | tasks | mean | median | IQM |", "|---|---|---|---|---|"]
+    for who in ("wmx", "source", "published"):
+        a = {x["statistic"]: x for x in report["aggregates"] if x["who"] == who}
+        if a:
+            cells = [f"{a[s]['value']:.1f} [{a[s]['ci_low']:.1f}, {a[s]['ci_high']:.1f}]"
+                     for s in ("mean", "median", "iqm")]
+            lines.append(f"| {who} | {a['mean']['n_tasks']} | " + " | ".join(cells) + " |")
+    lines += ["", "![scores per task](scores.png)", "",
+              "![learning curves](learning_curves.png)", "", "## Lineage", "",
+              f"- run directory: `{lin_['run_dir']}`",
+              f"- checkpoint: `{lin_['checkpoint']}` (step {lin_['checkpoint_step']})",
+              f"- code version: {lin_['code_version']} ({lin_['code_version_basis']}); "
+              f"evaluator: {lin_['evaluator_code_version']}"]
+    if run["kind"] == "offline":
+        if lin_.get("dataset_found"):
+            lines.append(f"- dataset: {lin_['dataset']} (`{lin_['dataset_path']}`)")
+        else:
+            lines.append(f"- dataset: {lin_['dataset']} (not in the store {lin_['home']}: "
+                         "sources unknown)")
+        lines += ["", "Source episode sets (final return: " + "; ".join(
+            f"`{k}` = {v}" for k, v in lin.BASIS_TEXT.items()) + "):", "",
+            "| episode set | task | seed | run id | agent | episodes | final return "
+            "| env steps | basis |", "|---|---|---|---|---|---|---|---|---|"]
+        for s in lin_["sources"]:
+            lines.append(f"| {s['content_hash'][:12]} | {s['task']} | {s['seed']} | "
+                         f"{s['run_id']} | {s['agent']} | {s['episodes']} | "
+                         f"{_fmt(s['final_return'])} | {s['env_steps'] or '-'} | "
+                         f"{s['basis']} |")
+    elif lin_["episode_sets"]:
+        lines += ["", "Episode sets exported by the run:", "",
+                  "| episode set | task | seed | episodes |", "|---|---|---|---|"]
+        for s in lin_["episode_sets"]:
+            lines.append(f"| {s['content_hash'][:12]} | {s['task']} | {s['seed']} | "
+                         f"{s['episodes']} |")
+    lines += ["", f"Published curves: {report['references']['published']}.",
+              "Files: report.json (everything above, with every episode return), "
+              "per_task.csv, aggregates.csv.", ""]
+    return "\n".join(lines)
+
+
+def _fill(report: dict, d: Path) -> None:
+    (d / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    _write_csv(d / "per_task.csv", PER_TASK_COLUMNS, report["per_task"])
+    _write_csv(d / "aggregates.csv", AGGREGATE_COLUMNS, report["aggregates"])
+    title = f"{report['run']['name']} ({report['run']['kind']})"
+    plots.score_bars(report["per_task"], d / "scores.png", title)
+    panels, xlabel = _curve_panels(report)
+    plots.learning_curves(panels, d / "learning_curves.png", xlabel, title)
+    (d / "report.md").write_text(_markdown(report))
+
+
+def write_report(report: dict, out: Path, force: bool = False) -> Path:
+    """Write ``report`` into directory ``out`` atomically (see `write_dir_atomically`).
+
+    Files: FILES. Returns the path of ``out/report.md``. Raises
+    FileExistsError when ``out`` exists and not ``force``.
+    """
+    out = Path(out).expanduser().resolve()
+    write_dir_atomically(out, lambda d: _fill(report, d), force)
+    return out / "report.md"
+
+
+def load_report(out: Path) -> dict:
+    """report.json of a report directory; FileNotFoundError / ValueError when absent or
+    not a report of this schema."""
+    p = Path(out) / "report.json"
+    d = json.loads(p.read_text())
+    if d.get("schema") != REPORT_SCHEMA:
+        raise ValueError(f"{p} is not a wmx evaluation report ({REPORT_SCHEMA})")
+    return d

@@ -1,0 +1,244 @@
+"""A trained run as the evaluator sees it: its config, newest checkpoint, envs and rollouts.
+
+Online runs (`train_online`: one task, config.json with ``task``) and offline
+runs (`train_offline`: a TaskSet, config.json with ``dataset`` and
+``taskset``) are restored with the trainers' own pieces: their run configs
+(`OnlineRunConfig` / `OfflineRunConfig`), their ``program.init_carries`` as
+the restore template and `wmx.checkpoint.restore_checkpoint`; the evaluation
+envs come from the trainers' env caches, and the episodes from the shared
+rollout (`wmx.evaluate.rollout`).
+
+Rollout keys. Default ("fresh"): seed s uses ``fold_in(PRNGKey(s),
+EVALUATE_TAG)`` with evaluation index 0, a stream the trainers never use.
+``seeds_from_checkpoint``: the checkpoint's own seed keys and the index of
+its last evaluation (``eval_index - 1``), so on a finished run, with the
+run's episode count, the rollout repeats the trainer's final evaluation
+exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmx.checkpoint import list_checkpoints, restore_checkpoint
+from wmx.envs.base import Env
+from wmx.evaluate.rollout import make_rollout_fn
+
+log = logging.getLogger("wmx.evaluate")
+
+EVALUATE_TAG = 0xE7A1
+"""fold_in tag of the evaluate command's own rollout keys (see the module doc)."""
+
+EnvFn = Callable[[str, int, int], Env]
+"""``env_fn(task, T agent steps, action_repeat) -> Env`` (a test seam)."""
+
+__all__ = ["RunError", "RunInfo", "EVALUATE_TAG", "open_run", "select_tasks", "eval_env",
+           "restore_policy", "evaluate_run"]
+
+
+class RunError(ValueError):
+    """A run directory cannot be evaluated; the message names the problem and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """An opened run directory.
+
+    kind: "online" or "offline"; config: config.json as written; rc: the
+    trainer's run config; checkpoint: the newest complete checkpoint folder;
+    step: its number (online: absolute tick; offline: updates); host: its
+    host.json counters; tasks: the run's tasks in TaskSet order (online: its
+    one task); seeds: the run's seeds.
+    """
+    run_dir: Path
+    kind: str
+    config: dict
+    rc: Any
+    checkpoint: Path
+    step: int
+    host: dict
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def env_steps(self) -> int | None:
+        """Online: simulator steps per seed at the checkpoint (agent steps x repeat)."""
+        if self.kind != "online":
+            return None
+        spec = self.rc.task_spec
+        rounds = int(self.host.get("next_tick", self.step)) // (spec.T + 1)
+        return rounds * spec.T * self.rc.n_envs * spec.action_repeat
+
+    @property
+    def updates(self) -> int | None:
+        """Offline: gradient updates at the checkpoint; online: None (not a host counter)."""
+        return int(self.host["updates"]) if "updates" in self.host else None
+
+    def task_protocol(self, task: str) -> tuple[int, int]:
+        """(T agent steps, action repeat) of ``task``'s evaluation episodes in this run."""
+        if self.kind == "online":
+            spec = self.rc.task_spec
+            return spec.T, spec.action_repeat
+        info = self.rc.task_set.task(task)
+        return self.rc.episode_length or info.episode_length, info.action_repeat
+
+
+def open_run(run_dir: str | Path) -> RunInfo:
+    """Open ``run_dir`` (a train_online or train_offline run) at its newest checkpoint.
+
+    Raises RunError when the directory does not exist, has no config.json,
+    its config is neither kind, or it has no complete checkpoint.
+    """
+    run_dir = Path(run_dir).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise RunError(f"run directory {run_dir} does not exist; pass a run directory "
+                       "written by train_online or train_offline (<home>/runs/<name>)")
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.is_file():
+        raise RunError(f"{run_dir} has no config.json: not a run directory; pass one written "
+                       "by train_online or train_offline (<home>/runs/<name>)")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as err:
+        raise RunError(f"{cfg_path} is not valid JSON ({err}); the run directory is "
+                       "damaged") from None
+    if "dataset" in config and "taskset" in config:
+        from wmx.train_offline.run_config import OfflineRunConfig
+        kind, rc = "offline", OfflineRunConfig.from_json(config)
+        tasks = rc.task_set.names
+    elif "task" in config:
+        from wmx.train_online.run_config import OnlineRunConfig
+        kind, rc = "online", OnlineRunConfig.from_json(config)
+        tasks = (rc.task,)
+    else:
+        raise RunError(f"{cfg_path} is neither a train_online nor a train_offline config")
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise RunError(f"run {run_dir} has no checkpoint yet (checkpoints/ is empty or "
+                       "missing); let the run reach its first checkpoint, or continue it "
+                       f"with `train_{kind} --resume {run_dir}`")
+    host = json.loads((ckpts[-1] / "host.json").read_text())
+    return RunInfo(run_dir, kind, config, rc, ckpts[-1], int(ckpts[-1].name), host, tasks,
+                   tuple(rc.seeds))
+
+
+def select_tasks(info: RunInfo, tasks: Sequence[str] | None) -> tuple[str, ...]:
+    """The tasks to evaluate, in the run's order: all of the run's (None) or the subset ``tasks``.
+
+    Raises RunError for an empty or duplicated list, a name the registry does
+    not know, or a task that is not the run's (listing the run's tasks).
+    """
+    if tasks is None:
+        return info.tasks
+    tasks = list(tasks)
+    if not tasks:
+        raise RunError("--tasks needs at least one task (omit it to evaluate every task)")
+    dup = sorted({t for t in tasks if tasks.count(t) > 1})
+    if dup:
+        raise RunError(f"--tasks lists {dup} more than once")
+    from wmx.envs.registry import get_task
+    for t in tasks:
+        try:
+            get_task(t)
+        except ValueError as err:
+            raise RunError(f"--tasks {t!r}: {err}") from None
+    foreign = [t for t in tasks if t not in info.tasks]
+    if foreign:
+        what = "its TaskSet" if info.kind == "offline" else "its task"
+        raise RunError(f"--tasks {foreign} not in run {info.name} ({info.kind}); {what}: "
+                       f"{list(info.tasks)}; pick from those or omit --tasks")
+    return tuple(t for t in info.tasks if t in tasks)
+
+
+def eval_env(info: RunInfo, task: str, env_fn: EnvFn | None = None) -> Env:
+    """The evaluation env of ``task`` with the run's T and action repeat.
+
+    Default: the trainers' cached Playground/probe env (the same object the
+    trainer evaluates with in this process, so compiled rollouts are reused).
+    """
+    T, repeat = info.task_protocol(task)
+    if env_fn is not None:
+        return env_fn(task, T, repeat)
+    if info.kind == "online":
+        from wmx.train_online.loop import cached_env
+        return cached_env(info.rc.task, info.rc.episode_length)
+    from wmx.train_offline.loop import cached_env
+    return cached_env(task, T, repeat)
+
+
+def restore_policy(info: RunInfo, env_fn: EnvFn | None = None) -> tuple[Any, jax.Array]:
+    """(params, keys u32[S,2]) of every seed from the run's newest checkpoint.
+
+    Restores the trainer's whole carry (its ``init_carries`` shapes, via
+    ``jax.eval_shape``) and keeps the parameters and the seed keys, placed
+    on the first device as the trainers place them. Raises ValueError when
+    the checkpoint does not match the run's config.
+    """
+    if info.kind == "online":
+        from wmx.train_online import program
+        env = eval_env(info, info.rc.task, env_fn)
+        like = jax.eval_shape(lambda: program.init_carries(info.rc, env))
+    else:
+        from wmx.train_offline import program
+        like = jax.eval_shape(lambda: program.init_carries(info.rc.agent_config, info.rc.seeds))
+    carries, _ = restore_checkpoint(info.checkpoint, like)
+    return jax.device_put((carries.train.params, carries.key), jax.devices()[0])
+
+
+def _keys(info: RunInfo, ckpt_keys: jax.Array, seeds_from_checkpoint: bool):
+    if seeds_from_checkpoint:
+        return ckpt_keys, max(int(info.host.get("eval_index", 0)) - 1, 0)
+    keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(s), EVALUATE_TAG)
+                      for s in info.seeds])
+    return jax.device_put(keys, jax.devices()[0]), 0
+
+
+def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
+                 seeds_from_checkpoint: bool = False, env_fn: EnvFn | None = None
+                 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Evaluate the run's newest checkpoint on ``tasks``.
+
+    Returns (returns, meta): returns[task] is float32 [n_seeds, episodes]
+    of undiscounted episode returns (seeds in the run's order); meta holds
+    the key mode ("fresh" or "checkpoint"), the evaluation index, and per
+    task the wall seconds and (T, action repeat). Logs one line per task.
+    Raises ValueError for episodes < 1 or a checkpoint that does not match.
+    """
+    if int(episodes) < 1:
+        raise RunError(f"--episodes must be >= 1, got {episodes}")
+    params, ckpt_keys = restore_policy(info, env_fn)
+    keys, index = _keys(info, ckpt_keys, seeds_from_checkpoint)
+    tasks_ctx, cfg = None, info.rc.agent_config
+    if info.kind == "offline":
+        from wmx.agents.tdmpc2.multitask import make_task_context
+        tasks_ctx = make_task_context(info.rc.task_set)
+    out, per_task = {}, {}
+    for n, task in enumerate(tasks, 1):
+        env = eval_env(info, task, env_fn)
+        task_id = info.rc.task_set.task_id(task) if info.kind == "offline" else None
+        log.info("evaluating %s (%d/%d): %d seeds x %d episodes of T=%d ...", task, n,
+                 len(tasks), len(info.seeds), episodes, env.T)
+        t0 = time.perf_counter()
+        fn = make_rollout_fn(cfg, int(episodes), env, task_id)
+        rets = np.asarray(jax.device_get(fn(params, keys, tasks_ctx, index)), np.float32)
+        wall = time.perf_counter() - t0
+        out[task] = rets
+        per_task[task] = {"wall_s": round(wall, 2), "episode_length": env.T,
+                          "action_repeat": env.action_repeat}
+        log.info("%s: return %.1f +- %.1f (seeds %s) in %.1f s", task, float(rets.mean()),
+                 float(rets.std()), "/".join(f"{x:.1f}" for x in rets.mean(axis=1)), wall)
+    meta = {"keys": "checkpoint" if seeds_from_checkpoint else "fresh", "eval_index": index,
+            "episodes": int(episodes), "tasks": per_task}
+    return out, meta
