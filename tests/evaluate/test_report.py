@@ -1,7 +1,6 @@
 """Report building (scores, sources, published returns, aggregates) and atomic writing."""
 import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +135,15 @@ def test_existing_report_is_kept_unless_forced(offline, tmp_path, monkeypatch):
     rep.write_report(report, out, force=True)
     assert not (out / "marker").exists() and (out / "report.md").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_non_finite_returns_still_give_a_strict_json_report(offline, tmp_path):
+    home, _, _, info, returns, _ = offline
+    bad = {**returns, "cheetah-run": np.full((2, 3), np.nan, np.float32)}
+    report = rep.build_report(info, bad, {"keys": "fresh", "eval_index": 0, "episodes": 3,
+                                          "tasks": {}}, home)
+    wmx = [a for a in report["aggregates"] if a["who"] == "wmx"]
+    assert all(a["n_tasks"] == 1 for a in wmx)              # the NaN task is left out
+    md = rep.write_report(report, tmp_path / "r")
+    got = json.loads((md.parent / "report.json").read_text())
+    assert {r["task"]: r["score"] for r in got["per_task"]}["cheetah-run"] is None

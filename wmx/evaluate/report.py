@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -137,7 +138,7 @@ def _aggregates(per_task: list[dict]) -> list[dict[str, Any]]:
     out = []
     for who, key in (("wmx", "score"), ("source", "source_score"),
                      ("published", "published_score")):
-        vals = [r[key] for r in per_task if r[key] is not None]
+        vals = [r[key] for r in per_task if r[key] is not None and math.isfinite(r[key])]
         if not vals:
             continue
         out += [{"who": who, **a.to_dict()} for a in agg.aggregate_all(vals)]
@@ -332,8 +333,20 @@ def _markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float replaced by None (strict JSON)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def _fill(report: dict, d: Path) -> None:
-    (d / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    (d / "report.json").write_text(json.dumps(_finite(report), indent=1, allow_nan=False)
+                                   + "\n")
     _write_csv(d / "per_task.csv", PER_TASK_COLUMNS, report["per_task"])
     _write_csv(d / "aggregates.csv", AGGREGATE_COLUMNS, report["aggregates"])
     title = f"{report['run']['name']} ({report['run']['kind']})"
