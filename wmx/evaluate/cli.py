@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="evaluate", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1].replace("``", "") + "\nScores: normalised score = "
+        epilog=__doc__.split("\n\n", 1)[1].replace("``", "").replace("::", ":") + "\nScores: normalised score = "
         "return / 10 (DMC, 0-100); aggregates over tasks (mean, median, IQM) carry 95% "
         "bootstrap intervals over tasks. See docs/evaluation.md.")
     what = p.add_mutually_exclusive_group(required=True)
