@@ -74,7 +74,8 @@ def test_checkpoint_keys_repeat_the_trainers_final_evaluation(trained, tmp_path,
     with (run_dir / "metrics.csv").open() as f:
         evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
     for r in evals[-2:]:
-        assert float(r["return"]) == pytest.approx(np.mean(rep["returns"]["probe-action"][r["seed"]]))
+        episodes = rep["returns"]["probe-action"][r["seed"]]
+        assert float(r["return"]) == pytest.approx(np.mean(episodes))
 
 
 def test_bad_input_exits_2_and_writes_nothing(trained, tmp_path, capsys):

@@ -37,9 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="evaluate", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1].replace("``", "").replace("::", ":") + "\nScores: normalised score = "
-        "return / 10 (DMC, 0-100); aggregates over tasks (mean, median, IQM) carry 95% "
-        "bootstrap intervals over tasks. See docs/evaluation.md.")
+        epilog=__doc__.split("\n\n", 1)[1].replace("``", "").replace("::", ":")
+        + "\nScores: normalised score = return / 10 (DMC, 0-100); aggregates over tasks\n"
+          "(mean, median, IQM) carry 95% bootstrap intervals over tasks. See\n"
+          "docs/evaluation.md.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", metavar="RUN_DIR",
                       help="a run directory written by train_online or train_offline")
