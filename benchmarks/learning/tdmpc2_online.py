@@ -109,7 +109,7 @@ def main() -> None:
     final_x = max(curve) if curve else 0
     final = float(np.mean(curve[final_x])) if curve else float("nan")
     ref = published_return(args.task, final_x)
-    res = {"task": args.task, "seeds": args.seeds, "preset": args.preset,
+    res = {"task": args.task, "seeds": list(rc.seeds), "preset": rc.preset,
            "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
            "finished": summary["finished"], "wall_s": wall,
            "eval_curve": {str(k): v for k, v in curve.items()},
