@@ -24,9 +24,12 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
-## make demo: install and run the main job at a small default scale.
+## make demo: install and run the whole pipeline at a small default scale
+## (train_online per task, Beam build, train_offline, evaluate; see wmx demo --help).
+## Rerunning continues where it stopped. Extra flags: make demo DEMO_ARGS="--updates 500".
+DEMO_ARGS ?=
 demo: install
-	$(VENV)/bin/wmx demo --home $(HOME_DIR)
+	$(VENV)/bin/wmx demo --home $(HOME_DIR) $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

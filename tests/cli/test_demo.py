@@ -144,6 +144,8 @@ def test_stages_run_in_order_with_the_flags(tmp_path):
     assert "$ train_online --agent tdmpc2 --task reacher-easy" in text
     assert "$ beam run pipelines/build_mt19.py" in text or "$ beam run /" in text
     assert "report.md" in text and "bar plot:" in text and "scores.png" in text
+    # the task's own seed steps unless --seed-steps is given
+    assert "--seed-steps" not in demo.online_stage(opts(), home, "cup-catch").argv
     assert [s["status"] for s in res["stages"]] == ["run"] * 5
 
 

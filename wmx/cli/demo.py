@@ -11,13 +11,16 @@ Stages, each printed as the command a user would type:
   4. evaluate        the report of the offline run (report.md, per_task.csv,
                      plots) in <run>/report/.
 
-The default scale (3 tasks with different obs/action dims, 2 episodes of
-1,000 env steps per task, 200 offline updates) shows the pipeline working in
-about a quarter of an hour on a 2-core CPU; it is far too small to learn the
-tasks. Scale up by running the stages yourself (README, "Scaling up"): all 19
-tasks, the paper preset (--model-size 5), 100k+ env steps and several seeds
-per task; the build without --tasks; train_offline with --batch-size 1024
---model-size 5 and 100k+ updates.
+The default scale shows every part working in roughly a quarter of an hour
+on a 2-core CPU, most of it compiling and evaluating: 3 tasks with different
+obs/action dims, 2 episodes (2,000 env steps) per task, which on DMC are
+TD-MPC2's seed phase (random actions; planning and updates start after
+5,000 env steps, or after --seed-steps agent steps), 1 evaluation episode per
+task in each stage, 300 offline updates of batch 256. It is far too small to
+learn the tasks. Scale up by running the stages yourself (README, "The demo,
+and scaling it up"): all 19 tasks, the paper preset (model size 5), 1M env
+steps and several seeds per task; the build without --tasks; train_offline
+with --batch-size 1024 --model-size 5 and many more updates.
 
 Rerunning `wmx demo` with the same flags and --home continues where it
 stopped: a stage whose result is in the store is skipped, an interrupted
@@ -65,14 +68,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated mt19 tasks (mt30 spelling)")
     p.add_argument("--env-steps", type=int, default=2_000,
                    help="train_online env steps per task (1,000 per episode on DMC)")
-    p.add_argument("--seed-steps", type=int, default=500,
-                   help="train_online random-action agent steps before the first update")
-    p.add_argument("--updates", type=int, default=200, help="train_offline gradient updates")
+    p.add_argument("--seed-steps", type=int, default=None,
+                   help="train_online random-action agent steps before the first update "
+                        "(default: the task's, max(1000, 5T) = 2,500 on DMC); e.g. 500 with "
+                        "--env-steps 2000 trains on the second episode")
+    p.add_argument("--updates", type=int, default=300, help="train_offline gradient updates")
     p.add_argument("--batch-size", type=int, default=256, help="train_offline batch size")
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
                    help="seeds of every train_online and train_offline run")
     p.add_argument("--preset", default="cpu", help="TD-MPC2 preset: paper | cpu | tiny")
-    p.add_argument("--eval-episodes", type=int, default=2,
+    p.add_argument("--eval-episodes", type=int, default=1,
                    help="evaluation episodes per task (and seed) in every stage")
     p.add_argument("--dry-run", action="store_true",
                    help="print the stages and their commands, run nothing")
@@ -125,8 +130,9 @@ def _run_status(run_dir: Path) -> str:
 
 
 def online_stage(opts: argparse.Namespace, home: Path, task: str) -> Stage:
+    seed = [] if opts.seed_steps is None else ["--seed-steps", str(opts.seed_steps)]
     flags = ["--agent", "tdmpc2", "--task", task, "--env-steps", str(opts.env_steps),
-             "--seed-steps", str(opts.seed_steps), "--preset", opts.preset,
+             *seed, "--preset", opts.preset,
              "--eval-every", str(opts.env_steps), "--eval-episodes", str(opts.eval_episodes),
              "--seeds", *map(str, opts.seeds)]
     name = f"demo-online-{task}-{_digest(flags)}"
