@@ -162,7 +162,7 @@ def test_rerun_skips_finished_stages(tmp_path):
     assert "skipped: already done" in out.getvalue()
     # changed offline flags: only the offline and evaluate stages run again
     third = Stubs(home)
-    r3 = demo.run_pipeline(opts(updates=300), home, runners=third.runners(), out=io.StringIO())
+    r3 = demo.run_pipeline(opts(updates=400), home, runners=third.runners(), out=io.StringIO())
     assert [p for p, _ in third.calls] == ["train_offline", "evaluate"]
     assert r3["dataset"] == r1["dataset"] and r3["offline_run"] != r1["offline_run"]
 
