@@ -181,6 +181,67 @@ def init_mean_std(prev_mean: Array, t0: Array, cfg: TDMPC2Config) -> tuple[Array
     return mean, std
 
 
+class PiRollout(NamedTuple):
+    """The P policy-prior trajectories of one decision (fixed across its iterations).
+
+    actions f32[H,P,A] (candidate columns :P); reward_sum f32[P] =
+    sum_t gamma^t r_t along them; z_last f32[P,L] = z_H. The candidate
+    columns :P are the same in every MPPI iteration, so their rewards and
+    final latents are computed once per decision (only the terminal policy
+    sample and Q pair, which use per-iteration draws, are recomputed).
+    """
+
+    actions: Array
+    reward_sum: Array
+    z_last: Array
+
+
+def _discounts(cfg: TDMPC2Config, horizon: int, discount: Array | None) -> list:
+    if discount is None:
+        return [jnp.float32(d) for d in discount_powers(cfg.discount, horizon)]
+    return discount_powers_f32(discount, horizon)
+
+
+def _shared_rows(l0: wm.DynRewLayer0, task_emb: Array | None) -> Array:
+    """bias + e @ W_e f32[2M]: the part of the joint first layer shared by every row."""
+    if task_emb is None or l0.kernel_e.shape[0] == 0:
+        return l0.bias
+    return task_emb @ l0.kernel_e + l0.bias
+
+
+def policy_rollout(params: Any, z: Array, pi_traj_eps: Array, cfg: TDMPC2Config,
+                   action_mask: Array | None = None, task_emb: Array | None = None,
+                   discount: Array | None = None, layer0: wm.DynRewLayer0 | None = None
+                   ) -> PiRollout:
+    """The P policy-prior trajectories with their rewards and final latents (spec 3.5-3.6, 3.10).
+
+    z f32[L]; pi_traj_eps f32[H,P,A]. a_t = pi(z_t, eps_t).action (the
+    stochastic squashed sample, also in eval mode), z_{t+1} = d(z_t, a_t),
+    r_t = R(z_t, a_t) decoded; reward_sum uses the discounts of
+    `trajectory_value` (`discount` as there). Multi-task hooks as in
+    `policy_trajectories`. `layer0`: `world_model.dyn_rew_layer0(params, cfg)`
+    if already built.
+    """
+    H, P = pi_traj_eps.shape[0], pi_traj_eps.shape[1]
+    l0 = wm.dyn_rew_layer0(params, cfg) if layer0 is None else layer0
+    shared = _shared_rows(l0, task_emb)
+    disc = _discounts(cfg, H, discount)
+    th = wm.twohot(cfg)
+    _z = jnp.broadcast_to(z, (P, z.shape[-1]))
+    acts, G = [], None
+    for t in range(H):
+        a = wm.pi_forward(params, _z, pi_traj_eps[t], cfg, e=task_emb, mask=action_mask).action
+        acts.append(a)
+        if t == 0:
+            h0 = (a @ l0.kernel_a + shared) + z @ l0.kernel_z
+        else:
+            h0 = jnp.concatenate([_z, a], axis=-1) @ l0.kernel_za + shared
+        _z, r_logits = wm.dyn_rew_from_layer0(params, h0, cfg)
+        term = th.decode(r_logits) * disc[t]
+        G = term if G is None else G + term
+    return PiRollout(jnp.stack(acts, axis=0), G, _z)
+
+
 def policy_trajectories(params: Any, z: Array, pi_traj_eps: Array, cfg: TDMPC2Config,
                         action_mask: Array | None = None, task_emb: Array | None = None
                         ) -> Array:
@@ -191,15 +252,7 @@ def policy_trajectories(params: Any, z: Array, pi_traj_eps: Array, cfg: TDMPC2Co
     Returns f32[H,P,A]. `action_mask` f32[A] and `task_emb` f32[task_dim]
     (multi-task) go to the world model (masked dims of the action are 0).
     """
-    H, P = pi_traj_eps.shape[0], pi_traj_eps.shape[1]
-    _z = jnp.broadcast_to(z, (P, z.shape[-1]))
-    acts = []
-    for t in range(H):
-        a = wm.pi_forward(params, _z, pi_traj_eps[t], cfg, e=task_emb, mask=action_mask).action
-        acts.append(a)
-        if t < H - 1:
-            _z = wm.next_latent(params, _z, a, cfg, e=task_emb)
-    return jnp.stack(acts, axis=0)
+    return policy_rollout(params, z, pi_traj_eps, cfg, action_mask, task_emb).actions
 
 
 def sample_candidates(pi_actions: Array, mean: Array, std: Array, noise: Array,
@@ -218,10 +271,43 @@ def sample_candidates(pi_actions: Array, mean: Array, std: Array, noise: Array,
     return cand
 
 
+def _rollout(params: Any, l0: wm.DynRewLayer0, z: Array, actions: Array, cfg: TDMPC2Config,
+             task_emb: Array | None, disc: list) -> tuple[Array, Array]:
+    """(sum_t disc[t] r_t f32[n], z_H f32[n,L]) of n action sequences f32[H,n,A] from
+    one latent z f32[L]. The first layers of dynamics and reward are one matmul
+    (`DynRewLayer0`); at step 0 the shared start latent is applied once
+    (z @ W_z, not per row) and only the action rows per sample."""
+    H = actions.shape[0]
+    th = wm.twohot(cfg)
+    shared = _shared_rows(l0, task_emb)
+    G, _z = None, None
+    for t in range(H):
+        if t == 0:
+            h0 = (actions[0] @ l0.kernel_a + shared) + z @ l0.kernel_z
+        else:
+            h0 = jnp.concatenate([_z, actions[t]], axis=-1) @ l0.kernel_za + shared
+        _z, r_logits = wm.dyn_rew_from_layer0(params, h0, cfg)
+        term = th.decode(r_logits) * disc[t]
+        G = term if G is None else G + term
+    return G, _z
+
+
+def _terminal_q(params: Any, z_last: Array, terminal_pi_eps: Array, q_pair: Array,
+                q_dropout_key: Array | None, cfg: TDMPC2Config, action_mask: Array | None,
+                task_emb: Array | None) -> Array:
+    """(Q_i + Q_j)/2 f32[n] at (z_H, pi(z_H).action) (spec 3.13-3.14)."""
+    a_H = wm.pi_forward(params, z_last, terminal_pi_eps, cfg, e=task_emb,
+                        mask=action_mask).action
+    key = q_dropout_key if cfg.dropout > 0 else None
+    q = wm.q_pair_values(params["qs"], q_pair, z_last, a_H, cfg, dropout_key=key, e=task_emb)
+    return reduce_pair(q, "avg")
+
+
 def trajectory_value(params: Any, z: Array, actions: Array, terminal_pi_eps: Array,
                      q_pair: Array, q_dropout_key: Array | None, cfg: TDMPC2Config,
                      action_mask: Array | None = None, task_emb: Array | None = None,
-                     discount: Array | None = None) -> tuple[Array, Array]:
+                     discount: Array | None = None, *, pi_rollout: PiRollout | None = None,
+                     layer0: wm.DynRewLayer0 | None = None) -> tuple[Array, Array]:
     """Value of N action sequences from one latent (tdmpc2_spec 3.10, 3.13-3.14).
 
     z f32[L]; actions f32[H,N,A]; terminal_pi_eps f32[N,A]; q_pair i32[2].
@@ -234,25 +320,25 @@ def trajectory_value(params: Any, z: Array, actions: Array, terminal_pi_eps: Arr
     passed to the world model. `discount` f32[] (multi-task, the task's
     gamma) replaces `cfg.discount` and its powers are float32 products
     (`discount_powers_f32`, spec 3.12); None keeps the single-task float64 powers.
+    `pi_rollout` (`policy_rollout` of the same z and discount, whose actions
+    are columns :P of `actions`): those columns' rewards and z_H are taken
+    from it instead of being recomputed. `layer0`:
+    `world_model.dyn_rew_layer0(params, cfg)` if already built.
     Returns (value_raw f32[N], reward_sum f32[N]); no nan_to_num.
     """
-    H, N = actions.shape[0], actions.shape[1]
-    if discount is None:
-        disc = [jnp.float32(d) for d in discount_powers(cfg.discount, H)]
+    H = actions.shape[0]
+    disc = _discounts(cfg, H, discount)
+    l0 = wm.dyn_rew_layer0(params, cfg) if layer0 is None else layer0
+    if pi_rollout is None:
+        G, z_last = _rollout(params, l0, z, actions, cfg, task_emb, disc)
     else:
-        disc = discount_powers_f32(discount, H)
-    th = wm.twohot(cfg)
-    _z = jnp.broadcast_to(z, (N, z.shape[-1]))
-    G = None
-    for t in range(H):
-        r = th.decode(wm.reward_logits(params, _z, actions[t], cfg, e=task_emb))
-        _z = wm.next_latent(params, _z, actions[t], cfg, e=task_emb)
-        term = r * disc[t]
-        G = term if G is None else G + term
-    a_H = wm.pi_forward(params, _z, terminal_pi_eps, cfg, e=task_emb, mask=action_mask).action
-    key = q_dropout_key if cfg.dropout > 0 else None
-    q = wm.q_pair_values(params["qs"], q_pair, _z, a_H, cfg, dropout_key=key, e=task_emb)
-    return G + disc[H] * reduce_pair(q, "avg"), G
+        P = pi_rollout.actions.shape[1]
+        G, z_last = _rollout(params, l0, z, actions[:, P:], cfg, task_emb, disc)
+        G = jnp.concatenate([pi_rollout.reward_sum, G], axis=0)
+        z_last = jnp.concatenate([pi_rollout.z_last, z_last], axis=0)
+    q_avg = _terminal_q(params, z_last, terminal_pi_eps, q_pair, q_dropout_key, cfg,
+                        action_mask, task_emb)
+    return G + disc[H] * q_avg, G
 
 
 def select_elites(value: Array, actions: Array, num_elites: int) -> tuple[Array, Array, Array]:
@@ -308,21 +394,24 @@ def pick_elite(score: Array, u: Array) -> Array:
 def plan_iteration(params: Any, z: Array, pi_actions: Array, mean: Array, std: Array,
                    noise: IterNoise, cfg: TDMPC2Config, *,
                    action_mask: Array | None = None, task_emb: Array | None = None,
-                   elite_idxs: Array | None = None, discount: Array | None = None
-                   ) -> tuple[Array, Array, IterStats]:
+                   elite_idxs: Array | None = None, discount: Array | None = None,
+                   pi_rollout: PiRollout | None = None,
+                   layer0: wm.DynRewLayer0 | None = None) -> tuple[Array, Array, IterStats]:
     """One MPPI iteration (tdmpc2_spec 3.18): sample, value, top-k, update.
 
     z f32[L]; pi_actions f32[H,P,A]; mean/std f32[H,A]; noise one `IterNoise`.
     `elite_idxs` i32[E], if given, replaces the top-k choice (teacher forcing
     for parity tests whose top-k margins are below float32 error).
     `action_mask`, `task_emb`, `discount`: multi-task hooks (see `plan`).
+    `pi_rollout` / `layer0`: per-decision caches for `trajectory_value` (the
+    `policy_rollout` whose actions are `pi_actions`, and the joint first layer).
     Returns (new_mean f32[H,A], new_std f32[H,A], IterStats); the stats'
     `elite_value` and `score` refer to the elites used.
     """
     cand = sample_candidates(pi_actions, mean, std, noise.candidate_noise, action_mask)
     v_raw, rsum = trajectory_value(params, z, cand, noise.terminal_pi_eps, noise.q_pair,
                                    noise.q_dropout_key, cfg, action_mask, task_emb,
-                                   discount)
+                                   discount, pi_rollout=pi_rollout, layer0=layer0)
     value = jnp.nan_to_num(v_raw, nan=0.0)
     if elite_idxs is None:
         idx, e_val, e_act = select_elites(value, cand, cfg.num_elites)
@@ -368,10 +457,13 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
     cfg = _check_cfg(cfg)
     _check_inputs(obs, prev_mean, noise, cfg)
     z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
+    l0 = wm.dyn_rew_layer0(params, cfg)          # built once, outside the MPPI loop
     if cfg.num_pi_trajs > 0:
-        pi_actions = policy_trajectories(params, z, noise.pi_traj_eps, cfg, action_mask,
-                                         task_emb)
+        pi_roll = policy_rollout(params, z, noise.pi_traj_eps, cfg, action_mask, task_emb,
+                                 discount, layer0=l0)
+        pi_actions = pi_roll.actions
     else:
+        pi_roll = None
         pi_actions = jnp.zeros((cfg.horizon, 0, cfg.action_dim), jnp.float32)
     mean0, std0 = init_mean_std(prev_mean, t0, cfg)
     E, H, A = cfg.num_elites, cfg.horizon, cfg.action_dim
@@ -380,7 +472,8 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
         mean, std, _, _ = carry
         new_mean, new_std, st = plan_iteration(params, z, pi_actions, mean, std, it_noise,
                                                cfg, action_mask=action_mask,
-                                               task_emb=task_emb, discount=discount)
+                                               task_emb=task_emb, discount=discount,
+                                               pi_rollout=pi_roll, layer0=l0)
         e_act = jnp.take(st.candidates, st.elite_idxs, axis=1)
         carry = (new_mean, new_std, st.score, e_act)
         return carry, (st if record else None)

@@ -206,8 +206,9 @@ def policy_loss(pi_params: dict, params: dict, zs: jnp.ndarray, q_params: dict,
     e = None if e is None else sg(e)
     rs = RunningScale(rate=cfg.tau)
     out = wm.pi_forward({**params, "pi": pi_params}, zs, eps, cfg, e=e, mask=mask)
+    # split first layer: only the action rows of the Q input gradient are formed
     qv = wm.q_pair_values(q_params, q_pair, zs, out.action, cfg, dropout_key=dropout_key,
-                          e=e)                                          # [2,H+1,B]
+                          e=e, split_input=True)                        # [2,H+1,B]
     q_avg = reduce_pair(qv, "avg")
     scale = rs.update(prev_scale, q_avg[0])
     q_scaled = rs.normalize(scale, q_avg)

@@ -23,7 +23,7 @@ import numpy as np
 
 from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.nn.init import normal_init, zeros_init
-from wmx.nn.mlp import normed_mlp_apply, normed_mlp_init
+from wmx.nn.mlp import normed_mlp_apply, normed_mlp_apply_from, normed_mlp_init
 from wmx.nn.simnorm import simnorm
 from wmx.nn.tanh_gaussian import bound_log_std, pe_log_prob, squash
 from wmx.nn.twohot import TwoHot
@@ -148,8 +148,62 @@ def reward_logits(params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Con
     return normed_mlp_apply(params["reward"], _cat(z, e, a))
 
 
+class DynRewLayer0(NamedTuple):
+    """The first Linear layers of dynamics and reward side by side (both read [z, e, a]).
+
+    kernel_z f32[L, 2M], kernel_e f32[T, 2M] (T = task_dim, 0 single task),
+    kernel_a f32[A, 2M], kernel_za f32[L+A, 2M] (= [kernel_z; kernel_a], for
+    inputs [z, a]), bias f32[2M]; columns :M are the dynamics', M: the
+    reward's. Built once per decision by `dyn_rew_layer0` (hoisted out of the
+    MPPI loop) so that every rollout step runs one matmul for both heads, and
+    the rows of shared inputs (the start latent, e) are applied once instead
+    of once per sample.
+    """
+
+    kernel_z: jnp.ndarray
+    kernel_e: jnp.ndarray
+    kernel_a: jnp.ndarray
+    kernel_za: jnp.ndarray
+    bias: jnp.ndarray
+
+
+def dyn_rew_layer0(params: Params, cfg: TDMPC2Config) -> DynRewLayer0:
+    """`DynRewLayer0` of params (concatenated dynamics/reward first kernels and biases)."""
+    c = cfg.resolved()
+    L, T = c.latent_dim, c.task_dim
+    k = jnp.concatenate([params["dynamics"]["layer0"]["kernel"],
+                         params["reward"]["layer0"]["kernel"]], axis=-1)
+    b = jnp.concatenate([params["dynamics"]["layer0"]["bias"],
+                         params["reward"]["layer0"]["bias"]], axis=-1)
+    kz, ka = k[:L], k[L + T:]
+    return DynRewLayer0(kz, k[L:L + T], ka, jnp.concatenate([kz, ka], axis=0), b)
+
+
+def dyn_rew_from_layer0(params: Params, h0: jnp.ndarray, cfg: TDMPC2Config
+                        ) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(next latent f32[..., L], reward logits f32[..., K]) from the joint first-layer
+    output h0 f32[..., 2M] = [z, e, a] @ [W_dyn | W_rew] + [b_dyn | b_rew].
+
+    Equal (up to float rounding of the first matmul's split) to
+    (`next_latent`(z, a), `reward_logits`(z, a)).
+    """
+    M = params["dynamics"]["layer0"]["kernel"].shape[-1]
+    z_next = normed_mlp_apply_from(params["dynamics"], h0[..., :M],
+                                   last_act=lambda x: simnorm(x, cfg.simnorm_dim))
+    r = normed_mlp_apply_from(params["reward"], h0[..., M:])
+    return z_next, r
+
+
 def _q_member(p, x, mask, cfg):
     return normed_mlp_apply(p, x, dropout_rate=cfg.dropout, dropout_mask=mask)
+
+
+def _q_member_split(p, x_ze, a, mask, cfg):
+    # [z, e] @ W[:L+T] + a @ W[L+T:]: the same first layer, but reverse mode
+    # only forms the action rows' input gradient when [z, e] is a constant.
+    k = p["layer0"]["kernel"]
+    h0 = (x_ze @ k[:x_ze.shape[-1]] + a @ k[x_ze.shape[-1]:]) + p["layer0"]["bias"]
+    return normed_mlp_apply_from(p, h0, dropout_rate=cfg.dropout, dropout_mask=mask)
 
 
 def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tuple,
@@ -165,11 +219,18 @@ def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tup
     return jax.random.bernoulli(rk, 1.0 - cfg.dropout, (*shape, cfg.resolved().mlp_dim))
 
 
-def _run_members(q_params, members, x, dropout_key, cfg):
+def _run_members(q_params, members, x, dropout_key, cfg, a=None):
+    """Members' logits; x = [z, e, a], or x = [z, e] and `a` apart (split first layer)."""
+    if a is None:
+        run = lambda p, mk: _q_member(p, x, mk, cfg)  # noqa: E731
+        lead = x.shape[:-1]
+    else:
+        lead = jnp.broadcast_shapes(x.shape[:-1], a.shape[:-1])
+        run = lambda p, mk: _q_member_split(p, x, a, mk, cfg)  # noqa: E731
     if dropout_key is None or cfg.dropout == 0.0:
-        return jax.vmap(lambda p: _q_member(p, x, None, cfg))(q_params)
-    masks = jnp.stack([q_dropout_mask(dropout_key, m, x.shape[:-1], cfg) for m in members])
-    return jax.vmap(lambda p, mk: _q_member(p, x, mk, cfg))(q_params, masks)
+        return jax.vmap(lambda p: run(p, None))(q_params)
+    masks = jnp.stack([q_dropout_mask(dropout_key, m, lead, cfg) for m in members])
+    return jax.vmap(run)(q_params, masks)
 
 
 def q_logits(q_params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Config,
@@ -189,16 +250,21 @@ def q_logits(q_params: Params, z: jnp.ndarray, a: jnp.ndarray, cfg: TDMPC2Config
 
 def q_pair_values(q_params: Params, pair: jnp.ndarray, z: jnp.ndarray, a: jnp.ndarray,
                   cfg: TDMPC2Config, dropout_key: jax.Array | None = None,
-                  e: jnp.ndarray | None = None) -> jnp.ndarray:
+                  e: jnp.ndarray | None = None, split_input: bool = False) -> jnp.ndarray:
     """Decoded values f32[2, ...] of the two members `pair` (i32[2]).
 
     Runs only those two members (the reference evaluates all Nq and indexes;
     same values). Member k's dropout mask is the one `q_logits` would use.
-    Reduce with `wmx.nn.ensemble.reduce_pair`.
+    `split_input`: the first layer as [z, e] @ W_ze + a @ W_a (same function up
+    to float rounding) so that, when [z, e] is a constant of a gradient (the
+    policy loss), reverse mode forms only the action rows of the input
+    gradient instead of all L + T + A. Reduce with `wmx.nn.ensemble.reduce_pair`.
     """
-    x = _cat(z, e, a)
     sub = jax.tree.map(lambda leaf: leaf[pair], q_params)
-    logits = _run_members(sub, [pair[0], pair[1]], x, dropout_key, cfg)
+    if split_input:
+        logits = _run_members(sub, [pair[0], pair[1]], _cat(z, e), dropout_key, cfg, a=a)
+    else:
+        logits = _run_members(sub, [pair[0], pair[1]], _cat(z, e, a), dropout_key, cfg)
     return twohot(cfg).decode(logits)
 
 
