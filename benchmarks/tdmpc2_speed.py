@@ -11,6 +11,11 @@ Writes JSON (default benchmarks/results/tdmpc2_speed.json):
   the seed phase), at the given preset and task;
 - peak resident memory of the process (MiB).
 
+Update and planning times also carry ``cpu_median_ms``, the median process
+CPU time (all threads) of a call: steadier than wall time when other work
+shares the machine (compare variants by it there); the targets are wall
+times on an idle machine.
+
 Each time is the median of ``--repeats`` runs after compilation; the
 reference figures measured on this 2-core CPU with the official PyTorch
 implementation are stored beside them, with the ratios.
@@ -41,14 +46,20 @@ PYTORCH_MS = {"update": {1: 119.0, 5: 382.0}, "plan": {1: 159.0, 5: 395.0}}
 TARGET_MS = {"update": {5: 190.0}, "plan": {5: 200.0}}
 
 
-def _median_ms(fn, repeats: int) -> tuple[float, list[float]]:
+def _median_ms(fn, repeats: int) -> tuple[float, list[float], float]:
+    """(median wall ms, wall ms list, median process CPU ms) after one warm-up call.
+
+    The CPU time (all threads of this process) is the steadier figure on a
+    machine with other work running; on an idle machine wall is the target."""
     fn()  # compile + warm up
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
+        c = time.process_time()
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times), times
+        cpu.append((time.process_time() - c) * 1e3)
+    return statistics.median(times), times, statistics.median(cpu)
 
 
 def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
@@ -66,8 +77,9 @@ def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dic
         state, m = update(state, batch, noise, cfg)
         jax.block_until_ready(m["total_loss"])
 
-    med, times = _median_ms(run, repeats)
-    return {"model_size": model_size, "batch_size": B, "median_ms": med, "times_ms": times}
+    med, times, cpu = _median_ms(run, repeats)
+    return {"model_size": model_size, "batch_size": B, "median_ms": med, "times_ms": times,
+            "cpu_median_ms": cpu}
 
 
 def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
@@ -88,9 +100,10 @@ def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
         a, m, _ = decide(params, obs, prev, sub)
         jax.block_until_ready(a)
 
-    med, times = _median_ms(run, repeats)
+    med, times, cpu = _median_ms(run, repeats)
     return {"model_size": model_size, "num_samples": cfg.num_samples,
-            "iterations": cfg.planning_iterations, "median_ms": med, "times_ms": times}
+            "iterations": cfg.planning_iterations, "median_ms": med, "times_ms": times,
+            "cpu_median_ms": cpu}
 
 
 def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:

@@ -129,3 +129,25 @@ def test_plan_iteration_with_cache_equals_without(setup):
     np.testing.assert_allclose(b.value_raw, a.value_raw, **TOL)
     np.testing.assert_allclose(b.reward_sum, a.reward_sum, **TOL)
     np.testing.assert_array_equal(b.candidates, a.candidates)
+
+
+def test_q_pair_split_first_layer_equals_concatenated(setup):
+    cfg, params, e, _ = setup
+    import dataclasses
+    cfg = dataclasses.replace(cfg, dropout=0.2)  # same masks on both paths
+    ks = jax.random.split(jax.random.key(11), 3)
+    z = jax.nn.softmax(jax.random.normal(ks[0], (4, 6, cfg.latent_dim)), -1)
+    a = jax.random.uniform(ks[1], (4, 6, cfg.action_dim), minval=-1, maxval=1)
+    ee = None if e is None else jnp.broadcast_to(e, (6, e.shape[0]))
+    pair = jnp.array([3, 1], jnp.int32)
+
+    def f(a, split):
+        v = wm.q_pair_values(params["qs"], pair, z, a, cfg, dropout_key=ks[2], e=ee,
+                             split_input=split)
+        return jnp.sum(v * jnp.arange(v.size, dtype=v.dtype).reshape(v.shape) / v.size), v
+
+    with jax.default_matmul_precision("highest"):
+        (_, v0), g0 = jax.value_and_grad(f, has_aux=True)(a, False)
+        (_, v1), g1 = jax.value_and_grad(f, has_aux=True)(a, True)
+    np.testing.assert_allclose(v1, v0, **TOL)
+    np.testing.assert_allclose(g1, g0, rtol=1e-4, atol=1e-5)
