@@ -107,7 +107,8 @@ def test_stages_run_in_order_with_the_flags(tmp_path):
     home = tmp_path / "h"
     stubs = Stubs(home)
     o = opts(env_steps=3000, updates=50, batch_size=64, seeds=[0, 1], preset="tiny",
-             eval_episodes=3, seed_steps=700, tasks="reacher-easy,cartpole-balance")
+             eval_episodes=3, seed_steps=700, tasks="reacher-easy,cartpole-balance",
+             num_samples=64)
     out = io.StringIO()
     res = demo.run_pipeline(o, home, runners=stubs.runners(), out=out)
     progs = [p for p, _ in stubs.calls]
@@ -118,6 +119,7 @@ def test_stages_run_in_order_with_the_flags(tmp_path):
         assert _arg(argv, "--env-steps") == "3000" and _arg(argv, "--eval-every") == "3000"
         assert _arg(argv, "--seed-steps") == "700" and _arg(argv, "--preset") == "tiny"
         assert _arg(argv, "--eval-episodes") == "3" and _arg(argv, "--home") == str(home)
+        assert _arg(argv, "--iterations") == "2" and _arg(argv, "--num-samples") == "64"
         assert argv[argv.index("--seeds") + 1:argv.index("--seeds") + 3] == ["0", "1"]
         assert _arg(argv, "--name").startswith(f"demo-online-{task}-")
     # build: the demo's TaskSet subset from exactly the runs' episode sets
@@ -135,6 +137,7 @@ def test_stages_run_in_order_with_the_flags(tmp_path):
     assert _arg(off, "--updates") == "50" and _arg(off, "--batch-size") == "64"
     assert _arg(off, "--eval-every") == "50" and 50 % int(_arg(off, "--log-every")) == 0
     assert _arg(off, "--preset") == "tiny" and _arg(off, "--eval-episodes") == "3"
+    assert _arg(off, "--iterations") == "2" and _arg(off, "--num-samples") == "64"
     # evaluate: the offline run
     ev = stubs.calls[4][1]
     assert ev == ["--run", res["offline_run"], "--episodes", "3", "--home", str(home)]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 TASKS = "reacher-easy,cartpole-balance"     # mt30 order; (obs, action) = (6, 2) and (5, 1)
 FLAGS = ["--tasks", TASKS, "--env-steps", "1000", "--seed-steps", "500", "--updates", "2",
-         "--batch-size", "16", "--preset", "tiny", "--eval-episodes", "1"]
+         "--batch-size", "16", "--preset", "tiny", "--num-samples", "32", "--eval-episodes", "1"]
 
 
 def test_real_demo_runs_every_stage_then_skips_them(tmp_path, capsys):

@@ -16,8 +16,9 @@ on a 2-core CPU, most of it compiling and evaluating: 3 tasks with different
 obs/action dims, 2 episodes (2,000 env steps) per task, which on DMC are
 TD-MPC2's seed phase (random actions; planning and updates start after
 5,000 env steps, or after --seed-steps agent steps), 1 evaluation episode per
-task in each stage, 300 offline updates of batch 256. It is far too small to
-learn the tasks. Scale up by running the stages yourself (README, "The demo,
+task in each stage, a lighter planner (2 MPPI iterations of 128 samples; the
+cpu preset's are 6 of 256), 300 offline updates of batch 256. It is far too
+small to learn the tasks. Scale up by running the stages yourself (README, "The demo,
 and scaling it up"): all 19 tasks, the paper preset (model size 5), 1M env
 steps and several seeds per task; the build without --tasks; train_offline
 with --batch-size 1024 --model-size 5 and many more updates.
@@ -77,6 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
                    help="seeds of every train_online and train_offline run")
     p.add_argument("--preset", default="cpu", help="TD-MPC2 preset: paper | cpu | tiny")
+    p.add_argument("--iterations", type=int, default=2,
+                   help="MPPI iterations of the planner in every stage (the cpu preset's: 6)")
+    p.add_argument("--num-samples", type=int, default=128,
+                   help="MPPI samples of the planner in every stage (the cpu preset's: 256)")
     p.add_argument("--eval-episodes", type=int, default=1,
                    help="evaluation episodes per task (and seed) in every stage")
     p.add_argument("--dry-run", action="store_true",
@@ -123,6 +128,17 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     return mt19().subset(names).names
 
 
+def _planner_flags(opts: argparse.Namespace) -> list[str]:
+    """The planner overrides both trainers take (their runs' configs keep them, so
+    evaluate plans the same way)."""
+    out = []
+    for name in ("iterations", "num_samples"):
+        v = getattr(opts, name, None)
+        if v is not None:
+            out += [f"--{name.replace('_', '-')}", str(v)]
+    return out
+
+
 def _run_status(run_dir: Path) -> str:
     if (run_dir / "summary.json").is_file():
         return "done"
@@ -132,7 +148,7 @@ def _run_status(run_dir: Path) -> str:
 def online_stage(opts: argparse.Namespace, home: Path, task: str) -> Stage:
     seed = [] if opts.seed_steps is None else ["--seed-steps", str(opts.seed_steps)]
     flags = ["--agent", "tdmpc2", "--task", task, "--env-steps", str(opts.env_steps),
-             *seed, "--preset", opts.preset,
+             *seed, "--preset", opts.preset, *_planner_flags(opts),
              "--eval-every", str(opts.env_steps), "--eval-episodes", str(opts.eval_episodes),
              "--seeds", *map(str, opts.seeds)]
     name = f"demo-online-{task}-{_digest(flags)}"
@@ -213,7 +229,7 @@ def offline_stage(opts: argparse.Namespace, home: Path, dataset: str | None) -> 
         ref = f"{name_}@{h[:12]}"
     flags = ["--agent", "tdmpc2", "--dataset", ref, "--updates", str(opts.updates),
              "--batch-size", str(opts.batch_size), "--preset", opts.preset,
-             "--log-every", str(log_every), "--eval-every", str(opts.updates),
+             *_planner_flags(opts), "--log-every", str(log_every), "--eval-every", str(opts.updates),
              "--eval-episodes", str(opts.eval_episodes), "--seeds", *map(str, opts.seeds)]
     name = f"demo-offline-{_digest([dataset or '', *flags])}"
     run_dir = home / "runs" / name
@@ -281,7 +297,7 @@ class DemoError(RuntimeError):
 
 def run_pipeline(opts: argparse.Namespace, home: Path, *,
                  runners: dict[str, Callable[[list[str]], int]] | None = None,
-                 out=sys.stdout) -> dict:
+                 out=None) -> dict:
     """Plan and run the stages in order, skipping finished ones.
 
     ``runners`` maps program names to ``main(argv)`` (tests stub them).
@@ -291,15 +307,16 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     """
     runners = {**RUNNERS, **(runners or {})}
     tasks = parse_tasks(opts.tasks)
-    for flag in ("env_steps", "updates", "batch_size", "eval_episodes"):
-        if getattr(opts, flag) <= 0:
+    for flag in ("env_steps", "updates", "batch_size", "eval_episodes", "iterations",
+                 "num_samples"):
+        if getattr(opts, flag) is not None and getattr(opts, flag) <= 0:
             raise ValueError(f"--{flag.replace('_', '-')} must be > 0")
     n_stages = len(tasks) + 3
     log: list[dict] = []
     t_all = time.perf_counter()
 
     def say(msg=""):
-        print(msg, file=out, flush=True)
+        print(msg, file=out or sys.stdout, flush=True)
 
     def execute(i: int, st: Stage) -> None:
         say(f"\n=== stage {i}/{n_stages}: {st.title} ===")
