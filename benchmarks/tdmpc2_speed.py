@@ -9,7 +9,14 @@ Writes JSON (default benchmarks/results/tdmpc2_speed.json):
 - online env steps/s (simulator steps, all seeds) of the jitted training chunk
   for 1 and 4 vmapped seeds (planning and one update per agent step, after
   the seed phase), at the given preset and task;
-- peak resident memory of the process (MiB).
+- peak resident memory of the process (MiB);
+- the machine's baseline, measured in the same run: the float32 matmul rate
+  of one jitted 1024 x 1024 x 1024 product (GFLOP/s, both cores), and per
+  update and planning decision its matmul FLOP count, so each
+  time also reads as a multiple of its matmul-rate floor
+  (``floor_ms = matmul flops / rate``; the matmul FLOPs, 2·M·N·K per dot
+  product, are counted on the program's jaxpr). The floor moves with the machine (shared
+  hosts differ from day to day); the multiple does not.
 
 Update and planning times also carry ``cpu_median_ms``, the median process
 CPU time (all threads) of a call: steadier than wall time when other work
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -62,6 +70,44 @@ def _median_ms(fn, repeats: int) -> tuple[float, list[float], float]:
     return statistics.median(times), times, statistics.median(cpu)
 
 
+def bench_matmul(repeats: int, n: int = 1024) -> dict:
+    """Baseline: float32 rate (GFLOP/s) of one jitted n x n x n matmul, median of
+    ``3 * repeats`` calls after compilation."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    f = jax.jit(jnp.matmul)
+    med, _, _ = _median_ms(lambda: jax.block_until_ready(f(a, b)), 3 * repeats)
+    return {"n": n, "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
+
+
+def _jaxpr_matmul_flops(jaxpr) -> float:
+    """2·M·N·K summed over the dot_generals of a jaxpr, scan bodies times their length."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (lc, _), (lb, _) = eqn.params["dimension_numbers"]
+            lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+            k = math.prod(lhs[i] for i in lc)
+            batch = math.prod(lhs[i] for i in lb)
+            total += 2.0 * math.prod(lhs) * math.prod(rhs) / (batch * k)   # 2·batch·M·N·K
+            continue
+        mult = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+        subs = [v for v in eqn.params.values() if hasattr(v, "eqns") or hasattr(v, "jaxpr")]
+        subs += [b for v in eqn.params.values() if isinstance(v, (tuple, list))
+                 for b in v if hasattr(b, "eqns") or hasattr(b, "jaxpr")]
+        counts = [_jaxpr_matmul_flops(getattr(j, "jaxpr", j)) for j in subs]
+        if eqn.primitive.name == "cond":
+            counts = [max(counts, default=0.0)]
+        total += mult * sum(counts)
+    return total
+
+
+def program_flops(fn, *args) -> float:
+    """Matmul FLOPs (2·M·N·K per dot, batch dims included) of one call of
+    ``fn(*args)``, from its jaxpr (XLA's cost analysis counts a scan body once)."""
+    return _jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
 def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
     state = init_train_state(jax.random.PRNGKey(0), cfg)
@@ -77,9 +123,10 @@ def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dic
         state, m = update(state, batch, noise, cfg)
         jax.block_until_ready(m["total_loss"])
 
+    flops = program_flops(lambda s, b, n: update(s, b, n, cfg), state, batch, noise)
     med, times, cpu = _median_ms(run, repeats)
     return {"model_size": model_size, "batch_size": B, "median_ms": med, "times_ms": times,
-            "cpu_median_ms": cpu}
+            "cpu_median_ms": cpu, "gflop": flops / 1e9}
 
 
 def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
@@ -100,10 +147,11 @@ def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
         a, m, _ = decide(params, obs, prev, sub)
         jax.block_until_ready(a)
 
+    flops = program_flops(decide, params, obs, prev, key[0])
     med, times, cpu = _median_ms(run, repeats)
     return {"model_size": model_size, "num_samples": cfg.num_samples,
             "iterations": cfg.planning_iterations, "median_ms": med, "times_ms": times,
-            "cpu_median_ms": cpu}
+            "cpu_median_ms": cpu, "gflop": flops / 1e9}
 
 
 def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
@@ -146,18 +194,27 @@ def main() -> None:
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--preset", default="cpu", help="preset of the online throughput runs")
     p.add_argument("--quick", action="store_true", help="fewer repeats, online 1 seed only")
+    p.add_argument("--no-online", action="store_true",
+                   help="skip the online throughput runs (update, planning and baseline only)")
     args = p.parse_args()
     reps = 3 if args.quick else args.repeats
     res: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                              "jax": jax.__version__, "backend": jax.default_backend()},
                  "repeats": reps, "pytorch_reference_ms": PYTORCH_MS, "target_ms": TARGET_MS}
+    res["matmul_baseline"] = bench_matmul(reps)
     res["update"] = [bench_update(s, reps) for s in (1, 5)]
     res["plan"] = [bench_plan(s, reps) for s in (1, 5)]
+    res["matmul_baseline_after"] = bench_matmul(reps)
+    rate = statistics.mean([res["matmul_baseline"]["gflop_per_s"],
+                            res["matmul_baseline_after"]["gflop_per_s"]])
     for kind in ("update", "plan"):
         for r in res[kind]:
             r["speedup_vs_pytorch"] = PYTORCH_MS[kind][r["model_size"]] / r["median_ms"]
-    res["online"] = [bench_online(n, args.task, args.preset, max(2, reps // 2))
-                     for n in ((1,) if args.quick else (1, 4))]
+            r["matmul_floor_ms"] = r["gflop"] / rate * 1e3
+            r["x_floor"] = r["median_ms"] / r["matmul_floor_ms"]
+    res["online"] = [] if args.no_online else [
+        bench_online(n, args.task, args.preset, max(2, reps // 2))
+        for n in ((1,) if args.quick else (1, 4))]
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -166,9 +223,11 @@ def main() -> None:
         for r in res[kind]:
             print(f"{kind:6s} size {r['model_size']}: {r['median_ms']:7.1f} ms "
                   f"(PyTorch {PYTORCH_MS[kind][r['model_size']]:.0f} ms, "
-                  f"x{r['speedup_vs_pytorch']:.2f})")
+                  f"x{r['speedup_vs_pytorch']:.2f}; {r['gflop']:.1f} GFLOP, "
+                  f"{r['x_floor']:.2f} x the matmul floor {r['matmul_floor_ms']:.0f} ms)")
     for r in res["online"]:
         print(f"online {r['n_seeds']} seed(s): {r['env_steps_per_s']:.0f} env steps/s")
+    print(f"baseline f32 matmul {rate:.0f} GFLOP/s")
     print(f"peak RSS {res['peak_rss_mib']:.0f} MiB -> {out}")
 
 

@@ -11,7 +11,7 @@ Stages, each printed as the command a user would type:
   4. evaluate        the report of the offline run (report.md, per_task.csv,
                      plots) in <run>/report/.
 
-The default scale shows every part working in roughly a quarter of an hour
+The default scale shows every part working in about 10 minutes (measured)
 on a 2-core CPU, most of it compiling and evaluating: 3 tasks with different
 obs/action dims, 2 episodes (2,000 env steps) per task, which on DMC are
 TD-MPC2's seed phase (random actions; planning and updates start after
