@@ -1,0 +1,34 @@
+"""The speed benchmark's matmul FLOP counter (benchmarks/tdmpc2_speed.py)."""
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+_SPEC = importlib.util.spec_from_file_location(
+    "tdmpc2_speed", Path(__file__).resolve().parents[2] / "benchmarks" / "tdmpc2_speed.py")
+speed = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(speed)
+
+
+def test_plain_and_batched_dots():
+    assert speed.program_flops(jnp.matmul, jnp.ones((8, 16)), jnp.ones((16, 4))) == 2 * 8 * 16 * 4
+    f = lambda a, b: jnp.einsum("bij,bjk->bik", a, b)
+    assert speed.program_flops(f, jnp.ones((3, 8, 16)), jnp.ones((3, 16, 4))) == 3 * 2 * 8 * 16 * 4
+
+
+def test_scan_body_counted_length_times_and_inside_jit():
+    w = jnp.ones((16, 16))
+
+    @jax.jit
+    def f(x):
+        return jax.lax.scan(lambda c, _: (c @ w, None), x, None, length=5)[0]
+
+    assert speed.program_flops(f, jnp.ones((4, 16))) == 5 * 2 * 4 * 16 * 16
+
+
+def test_gradient_counts_the_backward_dots():
+    loss = lambda w, x: jnp.sum((x @ w) ** 2)
+    fwd = 2 * 4 * 16 * 8
+    # forward, plus d/dw = x^T g (the d/dx product is not needed and not formed)
+    assert speed.program_flops(jax.grad(loss), jnp.ones((16, 8)), jnp.ones((4, 16))) == 2 * fwd
