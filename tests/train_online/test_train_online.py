@@ -6,6 +6,7 @@ programs compile once for the module (they are cached per config and env).
 import csv
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -86,6 +87,26 @@ def test_split_run_equals_uninterrupted(full_run, tmp_path):
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
         for k in ("seed", "kind", "agent_steps", "updates", "return", "total_loss", "pi_scale"):
+            assert ra[k] == rb[k], (k, ra, rb)
+
+
+def test_deadline_stop_evaluates_and_resume_keeps_the_schedule(full_run, tmp_path):
+    """A deadline stop off the evaluation schedule evaluates there; the resumed
+    run's scheduled evaluations and training rows equal the uninterrupted run's."""
+    _, full_dir, _ = full_run
+    run_dir = tmp_path / "budget"
+    run_dir.mkdir()
+    first = run(RC, run_dir, None, progress=False, deadline=time.monotonic() - 1)
+    assert not first["finished"] and first["agent_steps"] == T    # one chunk, off schedule
+    stop_evals = [r for r in _metrics(run_dir) if r["kind"] == "eval"]
+    assert [int(r["env_steps"]) for r in stop_evals] == [T, T]    # both seeds
+    assert set(first["final_eval"]) == {"0", "3"}
+    assert run(RC, run_dir, None, progress=False)["finished"]
+    a = _metrics(full_dir)
+    b = [r for r in _metrics(run_dir) if not (r["kind"] == "eval" and int(r["env_steps"]) == T)]
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        for k in ("seed", "kind", "agent_steps", "updates", "return", "total_loss"):
             assert ra[k] == rb[k], (k, ra, rb)
 
 

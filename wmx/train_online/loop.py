@@ -74,8 +74,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
     continues from the newest one exactly. ``stop_after_chunks`` stops early
     after that many chunks of this call (tests of resume); ``deadline`` (a
-    ``time.monotonic()`` value) stops after the first chunk that ends past it
-    (budgeted runs; continue later with ``--resume``). Returns a summary
+    ``time.monotonic()`` value) stops after the first chunk that ends past it,
+    evaluating there (budgeted runs; continue later with ``--resume``: the
+    schedule and keys of later evaluations are unchanged by the stop). Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
     """
     env = cached_env(rc.task, rc.episode_length)
@@ -148,12 +149,19 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             rows.append(row)
 
         final = host.next_tick >= total_ticks
-        if env_steps >= host.next_eval_env_steps or final:
+        scheduled = env_steps >= host.next_eval_env_steps or final
+        past_deadline = (not final and deadline is not None and time.monotonic() > deadline)
+        if scheduled or past_deadline:
+            # A deadline stop off the schedule evaluates too (a budgeted run ends
+            # with an eval point), with the next scheduled evaluation's key and
+            # without moving the schedule: the resumed run's evaluations are
+            # those of the uninterrupted run.
             t_eval = time.perf_counter()
             rets = np.asarray(eval_fn(carries.train.params, carries.key, host.eval_index))
-            host.eval_index += 1
-            while host.next_eval_env_steps <= env_steps:
-                host.next_eval_env_steps += rc.eval_every
+            if scheduled:
+                host.eval_index += 1
+                while host.next_eval_env_steps <= env_steps:
+                    host.next_eval_env_steps += rc.eval_every
             host.last_eval = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
             host.wall_s += time.perf_counter() - t_eval
             for i, seed in enumerate(rc.seeds):
@@ -177,7 +185,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
         if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                          or (deadline is not None and time.monotonic() > deadline)):
+                          or past_deadline):
             if chunks_done % rc.checkpoint_every_chunks:
                 save_checkpoint(run_dir, host.next_tick, carries, host.__dict__)
             break
