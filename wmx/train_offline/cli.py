@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 
+from wmx.cli.run_dirs import create_run_dir, resume_config, run_cli
 from wmx.paths import wmx_home
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -132,13 +132,7 @@ def _print_counts(rc) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
-        return _main(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"train_offline: error: {err}", file=sys.stderr)
-        return 2
+    return run_cli("train_offline", build_parser(), _main, argv)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -147,14 +141,8 @@ def _main(args: argparse.Namespace) -> int:
 
     home = wmx_home(args.home)
     if args.resume:
-        run_dir = Path(args.resume).expanduser().resolve()
-        cfg_path = run_dir / "config.json"
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
-                                    "directory written by train_offline")
-        rc = OfflineRunConfig.from_json(json.loads(cfg_path.read_text()))
-        if args.home is None and run_dir.parent.name == "runs":
-            home = run_dir.parent.parent
+        run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
+        rc = OfflineRunConfig.from_json(cfg)
         if args.dataset:
             from wmx.datasets.readers import open_dataset
             ds = open_dataset(args.dataset, home=home)
@@ -179,17 +167,10 @@ def _main(args: argparse.Namespace) -> int:
         from wmx.collect.episode_set import code_version
         store = Store(home).ensure_layout()
         name = args.name or f"{rc.agent}-{rc.dataset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_dir = store.runs_dir / name
-        if run_dir.exists():
-            raise FileExistsError(f"run directory {run_dir} exists already; choose another "
-                                  "--name, or continue it with --resume " + str(run_dir))
-        tmp = store.runs_dir / f".tmp-{name}-{os.getpid()}"
-        tmp.mkdir(parents=True)
         meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
                 "training_hash": rc.training_hash(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        (tmp / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-        os.replace(tmp, run_dir)
+        run_dir = create_run_dir(store.runs_dir, name, meta)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
 

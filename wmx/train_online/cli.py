@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 import time
 from pathlib import Path
 
+from wmx.cli.run_dirs import create_run_dir, resume_config, run_cli
 from wmx.paths import wmx_home
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -101,13 +100,7 @@ def make_export(store, rc, run_dir: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
-        return _main(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"train_online: error: {err}", file=sys.stderr)
-        return 2
+    return run_cli("train_online", build_parser(), _main, argv)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -116,14 +109,8 @@ def _main(args: argparse.Namespace) -> int:
 
     home = wmx_home(args.home)
     if args.resume:
-        run_dir = Path(args.resume).expanduser().resolve()
-        cfg_path = run_dir / "config.json"
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
-                                    "directory written by train_online")
-        rc = OnlineRunConfig.from_json(json.loads(cfg_path.read_text()))
-        if args.home is None and (run_dir.parent.name == "runs"):
-            home = run_dir.parent.parent
+        run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
+        rc = OnlineRunConfig.from_json(cfg)
     else:
         rc = config_from_args(args)
     if args.dry_run:
@@ -137,14 +124,7 @@ def _main(args: argparse.Namespace) -> int:
     store = Store(home).ensure_layout()
     if not args.resume:
         name = args.name or f"{rc.agent}-{rc.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_dir = store.runs_dir / name
-        if run_dir.exists():
-            raise FileExistsError(f"run directory {run_dir} exists already; choose another "
-                                  "--name, or continue it with --resume " + str(run_dir))
-        tmp = store.runs_dir / f".tmp-{name}-{os.getpid()}"
-        tmp.mkdir(parents=True)
-        (tmp / "config.json").write_text(json.dumps(rc.to_json(), indent=1, sort_keys=True))
-        os.replace(tmp, run_dir)
+        run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         _print_counts(rc)
     print(f"run directory: {run_dir}")
 
