@@ -176,8 +176,9 @@ def test_split_run_equals_uninterrupted(store, full_run):
 
 
 def test_deadline_stops_after_a_whole_chunk_and_checkpoints(store, full_run):
-    """``deadline``: stop after the chunk that ends past it, with a checkpoint even
-    between checkpoint periods; the continued run equals the uninterrupted one."""
+    """``deadline``: stop after the chunk that ends past it, evaluating there (off the
+    schedule) and with a checkpoint even between checkpoint periods; the continued
+    run's rows equal the uninterrupted run's, the stop's evaluation rows aside."""
     import time
     home, _, _ = store
     cfg = json.loads((full_run / "config.json").read_text())
@@ -189,8 +190,12 @@ def test_deadline_stops_after_a_whole_chunk_and_checkpoints(store, full_run):
     s = loop.run(rc, dl, home=home, progress=False, deadline=time.monotonic() - 1)
     assert not s["finished"] and s["updates"] == 2
     assert [int(p.name) for p in list_checkpoints(dl)] == [2]
+    stop_eval = [r for r in _metrics(dl) if r["kind"] == "eval"]
+    assert {(r["updates"], r["task"]) for r in stop_eval} == {("2", t) for t in [*TASKS, "mean"]}
+    assert set(s["final_eval"]) == set(TASKS)
     assert cli.main(["--resume", str(dl), "--no-progress"]) == 0
-    assert _metrics(dl) == _metrics(full_run)
+    rows = [r for r in _metrics(dl) if not (r["kind"] == "eval" and r["updates"] == "2")]
+    assert rows == _metrics(full_run)
 
 
 @pytest.mark.slow

@@ -148,7 +148,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     continues from the newest one exactly. ``stop_after_chunks`` stops early
     after that many chunks of this call (tests of resume); ``deadline`` (a
     ``time.monotonic()`` value) stops after the first chunk that ends past it
-    (budgeted runs; continue later with ``--resume``). An early stop saves a
+    and evaluates there (budgeted runs; continue later with ``--resume``; the
+    keys of later evaluations are unchanged by the stop). An early stop saves a
     checkpoint where the chunk did not. ``env_fn(task, T,
     action_repeat)`` builds an evaluation env (default: the Playground env,
     cached). Returns the summary dict (also written to summary.json when the
@@ -223,15 +224,19 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 for i, seed in enumerate(rc.seeds)]
 
         final = end >= rc.updates
-        if end % rc.eval_every == 0 or final:
-            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn)
+        scheduled = end % rc.eval_every == 0 or final
+        past_deadline = not final and deadline is not None and time.monotonic() > deadline
+        if scheduled or past_deadline:
+            # an off-schedule deadline stop evaluates too, with the next scheduled
+            # evaluation's keys and without consuming them (resume stays exact)
+            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=scheduled)
         metrics.append(rows)
         chunks_done += 1
         if final:
             host.finished = True
         saved = final or end % rc.checkpoint_every == 0
         stop = not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                              or (deadline is not None and time.monotonic() > deadline))
+                              or past_deadline)
         if saved or stop:
             host.streams = feed.states()
             save_checkpoint(run_dir, end, carries, dataclasses.asdict(host))
@@ -263,8 +268,10 @@ def _mean_score(last_eval: dict[str, dict[str, list[float]]]) -> float:
                           for v in per.values()]))
 
 
-def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn):
-    """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows."""
+def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn,
+              advance: bool = True):
+    """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows.
+    ``advance=False`` leaves ``host.eval_index`` (the rollout keys) for the next one."""
     t0 = time.perf_counter()
     ts, cfg = rc.task_set, rc.agent_config
     rows, scores = [], {s: [] for s in rc.seeds}
@@ -283,7 +290,7 @@ def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn)
             rows.append({"seed": s, "kind": "eval", "updates": host.updates, "task": name,
                          "episodes": rc.eval_episodes, "return": float(rets[i].mean()),
                          "return_std": float(rets[i].std()), "score": score})
-    host.eval_index += 1
+    host.eval_index += int(advance)
     host.last_eval = last
     host.wall_s += time.perf_counter() - t0
     for s in rc.seeds:
