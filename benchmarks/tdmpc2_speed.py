@@ -80,8 +80,50 @@ def bench_matmul(repeats: int, n: int = 1024) -> dict:
     return {"n": n, "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
 
 
+def bench_blas_ceiling(repeats: int, n: int = 2048) -> dict:
+    """The machine's float32 matmul ceiling as a tuned BLAS sees it: numpy's
+    (OpenBLAS, all cores) rate for one n x n x n product, median of
+    ``3 * repeats`` calls. No program of many mid-sized matmuls and
+    element-wise work runs faster than this."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    med, _, _ = _median_ms(lambda: a @ b, 3 * repeats)
+    blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    return {"n": n, "library": f"numpy {np.__version__}, {blas.get('name', '?')} "
+                               f"{blas.get('version', '')}".strip(),
+            "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
+
+
+def cpu_info() -> dict:
+    """Model name and the SIMD extensions that set the float32 peak (Linux /proc/cpuinfo)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                  if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                  if ln.startswith("flags")), [])
+    return {"model": model, "avx2": "avx2" in flags, "fma": "fma" in flags,
+            "avx512f": "avx512f" in flags}
+
+
+def _sub_jaxprs(params: dict) -> list:
+    """The jaxprs held in an equation's params (directly or in a tuple/list), unwrapped."""
+    out = []
+    for v in params.values():
+        for item in (v if isinstance(v, (tuple, list)) else (v,)):
+            if hasattr(item, "eqns") or hasattr(item, "jaxpr"):
+                out.append(getattr(item, "jaxpr", item))
+    return out
+
+
 def _jaxpr_matmul_flops(jaxpr) -> float:
-    """2·M·N·K summed over the dot_generals of a jaxpr, scan bodies times their length."""
+    """2·M·N·K summed over the dot_generals of a jaxpr.
+
+    A scan body counts `length` times, a cond its most expensive branch, a
+    while loop's body once (its trip count is not static; the benchmarked
+    programs have none)."""
     total = 0.0
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "dot_general":
@@ -91,13 +133,10 @@ def _jaxpr_matmul_flops(jaxpr) -> float:
             batch = math.prod(lhs[i] for i in lb)
             total += 2.0 * math.prod(lhs) * math.prod(rhs) / (batch * k)   # 2·batch·M·N·K
             continue
-        mult = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
-        subs = [v for v in eqn.params.values() if hasattr(v, "eqns") or hasattr(v, "jaxpr")]
-        subs += [b for v in eqn.params.values() if isinstance(v, (tuple, list))
-                 for b in v if hasattr(b, "eqns") or hasattr(b, "jaxpr")]
-        counts = [_jaxpr_matmul_flops(getattr(j, "jaxpr", j)) for j in subs]
+        counts = [_jaxpr_matmul_flops(j) for j in _sub_jaxprs(eqn.params)]
         if eqn.primitive.name == "cond":
             counts = [max(counts, default=0.0)]
+        mult = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
         total += mult * sum(counts)
     return total
 
@@ -190,7 +229,10 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--out", default="benchmarks/results/tdmpc2_speed.json")
+    p.add_argument("--out", default=None,
+                   help="JSON to write (default benchmarks/results/tdmpc2_speed.json; "
+                        "tdmpc2_speed_no_online.json with --no-online, so a partial run "
+                        "never replaces the full record)")
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--preset", default="cpu", help="preset of the online throughput runs")
     p.add_argument("--quick", action="store_true", help="fewer repeats, online 1 seed only")
@@ -199,8 +241,10 @@ def main() -> None:
     args = p.parse_args()
     reps = 3 if args.quick else args.repeats
     res: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                             "jax": jax.__version__, "backend": jax.default_backend()},
+                             "jax": jax.__version__, "backend": jax.default_backend(),
+                             **cpu_info()},
                  "repeats": reps, "pytorch_reference_ms": PYTORCH_MS, "target_ms": TARGET_MS}
+    res["blas_ceiling"] = bench_blas_ceiling(reps)
     res["matmul_baseline"] = bench_matmul(reps)
     res["update"] = [bench_update(s, reps) for s in (1, 5)]
     res["plan"] = [bench_plan(s, reps) for s in (1, 5)]
@@ -212,11 +256,16 @@ def main() -> None:
             r["speedup_vs_pytorch"] = PYTORCH_MS[kind][r["model_size"]] / r["median_ms"]
             r["matmul_floor_ms"] = r["gflop"] / rate * 1e3
             r["x_floor"] = r["median_ms"] / r["matmul_floor_ms"]
-    res["online"] = [] if args.no_online else [
-        bench_online(n, args.task, args.preset, max(2, reps // 2))
-        for n in ((1,) if args.quick else (1, 4))]
+            target = TARGET_MS[kind].get(r["model_size"])
+            if target is not None:   # the matmul rate the target asks for, all else free
+                r["target_needs_gflop_per_s"] = r["gflop"] / (target * 1e-3)
+    if not args.no_online:
+        res["online"] = [
+            bench_online(n, args.task, args.preset, max(2, reps // 2))
+            for n in ((1,) if args.quick else (1, 4))]
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = Path(args.out)
+    out = Path(args.out or ("benchmarks/results/tdmpc2_speed_no_online.json" if args.no_online
+                            else "benchmarks/results/tdmpc2_speed.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     for kind in ("update", "plan"):
@@ -225,9 +274,15 @@ def main() -> None:
                   f"(PyTorch {PYTORCH_MS[kind][r['model_size']]:.0f} ms, "
                   f"x{r['speedup_vs_pytorch']:.2f}; {r['gflop']:.1f} GFLOP, "
                   f"{r['x_floor']:.2f} x the matmul floor {r['matmul_floor_ms']:.0f} ms)")
-    for r in res["online"]:
+    for r in res.get("online", []):
         print(f"online {r['n_seeds']} seed(s): {r['env_steps_per_s']:.0f} env steps/s")
-    print(f"baseline f32 matmul {rate:.0f} GFLOP/s")
+    print(f"baseline f32 matmul {rate:.0f} GFLOP/s (jax); BLAS ceiling "
+          f"{res['blas_ceiling']['gflop_per_s']:.0f} GFLOP/s (numpy, n=2048)")
+    for kind in ("update", "plan"):
+        for r in res[kind]:
+            if "target_needs_gflop_per_s" in r:
+                print(f"{kind} target {TARGET_MS[kind][r['model_size']]:.0f} ms needs "
+                      f"{r['target_needs_gflop_per_s']:.0f} GFLOP/s of matmuls alone")
     print(f"peak RSS {res['peak_rss_mib']:.0f} MiB -> {out}")
 
 

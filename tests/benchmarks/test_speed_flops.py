@@ -32,3 +32,11 @@ def test_gradient_counts_the_backward_dots():
     fwd = 2 * 4 * 16 * 8
     # forward, plus d/dw = x^T g (the d/dx product is not needed and not formed)
     assert speed.program_flops(jax.grad(loss), jnp.ones((16, 8)), jnp.ones((4, 16))) == 2 * fwd
+
+
+def test_cond_counts_its_dearest_branch_and_while_its_body_once():
+    w = jnp.ones((16, 16))
+    f = lambda p, x: jax.lax.cond(p, lambda y: (y @ w) @ w, lambda y: y @ w, x)
+    assert speed.program_flops(f, True, jnp.ones((4, 16))) == 2 * (2 * 4 * 16 * 16)
+    g = lambda x: jax.lax.while_loop(lambda c: c[1] < 3, lambda c: (c[0] @ w, c[1] + 1), (x, 0))[0]
+    assert speed.program_flops(g, jnp.ones((4, 16))) == 2 * 4 * 16 * 16
