@@ -1,8 +1,10 @@
 """`evaluate` end to end on a tiny online run (probe env), run comparison and bad input.
 
-One tiny run is trained once for the module (tiny preset, probe-action, T=10,
-two seeds); every evaluation uses 2 episodes, the run's own count, so the
-rollout program the trainer compiled is reused.
+One tiny run is trained once for the module: tests/online_fixtures.py's
+(tiny preset, probe-action, T=20, seeds 0 and 3), the configuration
+tests/train_online uses, so its programs are compiled once per session; every
+evaluation uses 2 episodes, the run's own count, so the rollout program the
+trainer compiled is reused.
 """
 import csv
 import json
@@ -12,26 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wmx.datasets.store import Store
+from online_fixtures import T, train_tiny
 from wmx.evaluate import cli
-from wmx.train_online import cli as online_cli
-from wmx.train_online.loop import run
-from wmx.train_online.run_config import OnlineRunConfig
-
-T = 10
-RC = OnlineRunConfig(task="probe-action", seeds=(0, 1), env_steps=4 * T, preset="tiny",
-                     agent_overrides={"seed_steps": 2 * T}, eval_every=4 * T, eval_episodes=2,
-                     chunk_episodes=2, episode_length=T)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
-    store = Store(home).ensure_layout()
-    run_dir = store.runs_dir / "tiny"
-    run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps(RC.to_json()))
-    summary = run(RC, run_dir, online_cli.make_export(store, RC, run_dir), progress=False)
+    _, run_dir, summary = train_tiny(home, "tiny")
     assert summary["finished"]
     return home, run_dir
 
@@ -46,16 +36,16 @@ def test_evaluate_run_writes_a_report(trained, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out == [str(run_dir / "report" / "report.md")]
     rep = json.loads((run_dir / "report" / "report.json").read_text())
-    assert rep["run"]["kind"] == "online" and rep["run"]["env_steps"] == 4 * T
+    assert rep["run"]["kind"] == "online" and rep["run"]["env_steps"] == 6 * T
     assert rep["evaluation"]["keys"] == "fresh" and rep["evaluation"]["episodes"] == 2
     (row,) = rep["per_task"]
-    rets = np.array([rep["returns"]["probe-action"][s] for s in ("0", "1")])
+    rets = np.array([rep["returns"]["probe-action"][s] for s in ("0", "3")])
     assert rets.shape == (2, 2) and np.all(np.abs(rets) <= T)   # reward = action[0] in [-1, 1]
     assert row["return_mean"] == pytest.approx(rets.mean())
     assert row["score"] == pytest.approx(rets.mean() / 10)
     assert row["published_return"] is None                       # no published probe curve
     sets = rep["lineage"]["episode_sets"]
-    assert [s["seed"] for s in sets] == [0, 1] and all(len(s["content_hash"]) == 64
+    assert [s["seed"] for s in sets] == [0, 3] and all(len(s["content_hash"]) == 64
                                                          for s in sets)
     md = (run_dir / "report" / "report.md").read_text()
     assert "probe-action" in md and sets[0]["content_hash"][:12] in md
@@ -68,7 +58,8 @@ def test_checkpoint_keys_repeat_the_trainers_final_evaluation(trained, tmp_path,
     assert cli.main(["--run", run_dir, "--episodes", 2, "--seeds-from-checkpoint",
                      "--out", out]) == 0
     rep = json.loads((out / "report.json").read_text())
-    assert rep["evaluation"]["keys"] == "checkpoint" and rep["evaluation"]["eval_index"] == 0
+    # evaluations at 2T, 4T, 6T: the final one has index 2
+    assert rep["evaluation"]["keys"] == "checkpoint" and rep["evaluation"]["eval_index"] == 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert rep["returns"]["probe-action"] == summary["final_eval"]   # bit-identical episodes
     with (run_dir / "metrics.csv").open() as f:

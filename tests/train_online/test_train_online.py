@@ -1,7 +1,8 @@
 """train_online on a probe env: exact resume, episode export, CLI errors.
 
-One tiny configuration is used throughout, so the chunk and evaluation
-programs compile once for the module (they are cached per config and env).
+One tiny configuration is used throughout (tests/online_fixtures.py, shared
+with tests/evaluate), so the chunk and evaluation programs compile once for
+the session (they are cached per config and env).
 """
 import csv
 import json
@@ -11,16 +12,10 @@ import time
 import numpy as np
 import pytest
 
+from online_fixtures import T, TINY_RC as RC, train_tiny
 from wmx.collect.episode_set import read_episode_set
-from wmx.datasets.store import Store
 from wmx.train_online import cli
 from wmx.train_online.loop import run
-from wmx.train_online.run_config import OnlineRunConfig
-
-T = 20
-RC = OnlineRunConfig(task="probe-action", seeds=(0, 3), env_steps=6 * T, preset="tiny",
-                     agent_overrides={"seed_steps": 2 * T}, eval_every=2 * T, eval_episodes=2,
-                     chunk_episodes=1)
 
 
 def _metrics(run_dir):
@@ -30,13 +25,7 @@ def _metrics(run_dir):
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    store = Store(home).ensure_layout()
-    run_dir = store.runs_dir / "full"
-    run_dir.mkdir()
-    export = cli.make_export(store, RC, run_dir)
-    summary = run(RC, run_dir, export, progress=False)
-    return store, run_dir, summary
+    return train_tiny(tmp_path_factory.mktemp("home"), "full")
 
 
 def test_run_finishes_with_metrics_and_evals(full_run):
