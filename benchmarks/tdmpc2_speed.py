@@ -16,7 +16,11 @@ Writes JSON (default benchmarks/results/tdmpc2_speed.json):
   time also reads as a multiple of its matmul-rate floor
   (``floor_ms = matmul flops / rate``; the matmul FLOPs, 2·M·N·K per dot
   product, are counted on the program's jaxpr). The floor moves with the machine (shared
-  hosts differ from day to day); the multiple does not.
+  hosts differ from day to day); the multiple does not;
+- the machine's ceiling, also in the same run: numpy's BLAS rate for one
+  float32 2048 x 2048 x 2048 product (``blas_ceiling``), the CPU model and
+  SIMD extensions (``machine``), and per targeted time the matmul rate it
+  would need with everything else free (``target_needs_gflop_per_s``).
 
 Update and planning times also carry ``cpu_median_ms``, the median process
 CPU time (all threads) of a call: steadier than wall time when other work
