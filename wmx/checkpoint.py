@@ -65,9 +65,9 @@ def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        ckptr = ocp.StandardCheckpointer()
-        ckptr.save((tmp / "state").resolve(), _nonempty_leaves(state))
-        ckptr.wait_until_finished()
+        with ocp.StandardCheckpointer() as ckptr:     # closed: no background work left
+            ckptr.save((tmp / "state").resolve(), _nonempty_leaves(state))
+            ckptr.wait_until_finished()
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
         os.replace(tmp, final)
     except BaseException:
@@ -89,7 +89,8 @@ def restore_checkpoint(path: Path, like: Any) -> tuple[Any, dict[str, Any]]:
     path = Path(path)
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _nonempty_leaves(like))
     try:
-        saved = ocp.StandardCheckpointer().restore((path / "state").resolve(), abstract)
+        with ocp.StandardCheckpointer() as ckptr:
+            saved = ckptr.restore((path / "state").resolve(), abstract)
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"checkpoint {path} does not match this run's configuration: {err}") from err
