@@ -65,7 +65,7 @@ def synthetic_episode(rng, T, O, A):
 
 def write_sources(home: Path, episodes_per_task: int, seed: int = 0) -> dict:
     """One episode set per mt19 task, written with the real writer."""
-    from wmx.collect.episode_set import write_episode_set
+    from wmx.episode_sets.episode_set import write_episode_set
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import Producer
     from wmx.schemas.taskset import mt19

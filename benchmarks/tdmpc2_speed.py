@@ -198,9 +198,9 @@ def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
 
 
 def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
+    from wmx.envs.playground import cached_env
+    from wmx.runs.online_config import OnlineRunConfig
     from wmx.train_online import program
-    from wmx.train_online.loop import cached_env
-    from wmx.train_online.run_config import OnlineRunConfig
     T = 100
     rc = OnlineRunConfig(task=task, seeds=tuple(range(n_seeds)), env_steps=T * 2 * (3 + repeats),
                          preset=preset, agent_overrides={"seed_steps": T},
@@ -212,15 +212,15 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
     # rounds 0-2: seed phase, burst, and a first planning round (all chunks
     # have the same length, so one compilation serves the timed rounds too)
     for r in range(3):
-        carries = chunk(carries, np.arange(r * ticks_per_round, (r + 1) * ticks_per_round,
-                                           dtype=np.int32))
+        carries, _ = chunk(carries, np.arange(r * ticks_per_round, (r + 1) * ticks_per_round,
+                                              dtype=np.int32))
     jax.block_until_ready(carries.n_updates)
     start = 3 * ticks_per_round
     times = []
     for r in range(repeats):
         ticks = np.arange(start, start + ticks_per_round, dtype=np.int32)
         t = time.perf_counter()
-        carries = chunk(carries, ticks)
+        carries, _ = chunk(carries, ticks)
         jax.block_until_ready(carries.n_updates)
         times.append(time.perf_counter() - t)
         start += ticks_per_round

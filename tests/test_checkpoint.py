@@ -1,4 +1,5 @@
-"""Run checkpoints: round trip (zero-size leaves included), pruning, mismatch errors."""
+"""Run checkpoints: round trip of named items (zero-size leaves included), partial
+restore, pruning, mismatch errors."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -7,8 +8,9 @@ from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
 
 
 def _state(x=0.0):
-    return {"a": jnp.arange(3.0) + x, "empty": jnp.zeros((2, 0)),
-            "n": (jnp.int32(4), jnp.ones((2, 2)))}
+    return {"agent": {"a": jnp.arange(3.0) + x, "empty": jnp.zeros((2, 0)),
+                      "n": (jnp.int32(4), jnp.ones((2, 2)))},
+            "replay": jnp.full((4,), x)}
 
 
 def test_round_trip_and_prune(tmp_path):
@@ -19,14 +21,22 @@ def test_round_trip_and_prune(tmp_path):
     assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
     state, host = restore_checkpoint(ckpts[-1], _state())
     assert host == {"step": 3}
-    np.testing.assert_array_equal(state["a"], np.arange(3.0) + 3)
-    assert state["empty"].shape == (2, 0) and int(state["n"][0]) == 4
+    np.testing.assert_array_equal(state["agent"]["a"], np.arange(3.0) + 3)
+    assert state["agent"]["empty"].shape == (2, 0) and int(state["agent"]["n"][0]) == 4
+    np.testing.assert_array_equal(state["replay"], np.full(4, 3.0))
+    # one item alone: the others are not read
+    only, _ = restore_checkpoint(ckpts[-1], {"agent": _state()["agent"]})
+    assert set(only) == {"agent"}
+    np.testing.assert_array_equal(only["agent"]["a"], np.arange(3.0) + 3)
 
 
 def test_existing_step_refused_and_mismatch_is_clear(tmp_path):
     save_checkpoint(tmp_path, 1, _state(), {})
     with pytest.raises(FileExistsError):
         save_checkpoint(tmp_path, 1, _state(), {})
-    other = {"a": jnp.arange(5.0), "empty": jnp.zeros((2, 0)), "n": (jnp.int32(4), jnp.ones((2, 2)))}
+    other = {"agent": {"a": jnp.arange(5.0), "empty": jnp.zeros((2, 0)),
+                       "n": (jnp.int32(4), jnp.ones((2, 2)))}}
     with pytest.raises(ValueError, match="does not match"):
         restore_checkpoint(list_checkpoints(tmp_path)[-1], other)
+    with pytest.raises(ValueError, match="has no item 'loop'"):
+        restore_checkpoint(list_checkpoints(tmp_path)[-1], {"loop": jnp.zeros(2)})

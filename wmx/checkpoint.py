@@ -1,8 +1,11 @@
-"""Run checkpoints: the device state pytree (orbax) plus a host-state JSON.
+"""Run checkpoints: named device-state items (orbax) plus a host-state JSON.
 
-A checkpoint is the folder ``<run>/checkpoints/<step:012d>/`` holding
-``state/`` (orbax StandardCheckpointer) and ``host.json`` (the host loop's
-counters). It is written into a temporary folder and renamed into place
+A checkpoint is the folder ``<run>/checkpoints/<step:012d>/`` holding one
+orbax StandardCheckpointer folder per item, ``items/<name>/`` (the trainers
+save "agent": the agents' training states, "loop": keys, counters,
+collector and policy carries, and, online, "replay"), and ``host.json``
+(the host loop's counters). Items restore independently, so `evaluate`
+reads the agent state without the replay. It is written into a temporary folder and renamed into place
 when complete, so a crash never leaves a half-written checkpoint; the newest
 ``keep`` checkpoints are kept. Everything a run needs to continue exactly
 is saved: parameters, optimiser and RunningScale state, replay, collector
@@ -47,9 +50,9 @@ def _nonempty_leaves(tree: Any) -> dict[str, Any]:
     return {f"{i:05d}": x for i, x in enumerate(leaves) if math.prod(x.shape) > 0}
 
 
-def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
+def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[str, Any],
                     keep: int = 2) -> Path:
-    """Save ``state`` (a pytree of arrays) and ``host`` (JSON-able) atomically.
+    """Save ``items`` ({name: pytree of arrays}) and ``host`` (JSON-able) atomically.
 
     ``step`` orders checkpoints (the host loop uses the absolute tick).
     Returns the checkpoint folder. Raises FileExistsError if a checkpoint of
@@ -66,8 +69,8 @@ def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
     tmp.mkdir()
     try:
         with ocp.StandardCheckpointer() as ckptr:     # closed: no background work left
-            ckptr.save((tmp / "state").resolve(), _nonempty_leaves(state))
-            ckptr.wait_until_finished()
+            for name, tree in items.items():
+                ckptr.save((tmp / "items" / name).resolve(), _nonempty_leaves(tree))
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
         os.replace(tmp, final)
     except BaseException:
@@ -78,25 +81,32 @@ def save_checkpoint(run_dir: Path, step: int, state: Any, host: dict[str, Any],
     return final
 
 
-def restore_checkpoint(path: Path, like: Any) -> tuple[Any, dict[str, Any]]:
-    """Restore a checkpoint folder into the structure of ``like``.
+def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore the items named in ``like`` from a checkpoint folder.
 
-    ``like`` is a pytree with the state's structure, shapes and dtypes
-    (concrete arrays or ``jax.ShapeDtypeStruct``, e.g. from
-    ``jax.eval_shape``). Raises ValueError when the saved shapes do not match
-    (a checkpoint of another config).
+    ``like`` maps item names to pytrees with the items' structure, shapes and
+    dtypes (concrete arrays or ``jax.ShapeDtypeStruct``, e.g. from
+    ``jax.eval_shape``); items not named are not read. Returns ({name:
+    pytree}, host dict). Raises ValueError when an item is missing or its
+    saved shapes do not match (a checkpoint of another config or layout).
     """
     path = Path(path)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _nonempty_leaves(like))
-    try:
-        with ocp.StandardCheckpointer() as ckptr:
-            saved = ckptr.restore((path / "state").resolve(), abstract)
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(
-            f"checkpoint {path} does not match this run's configuration: {err}") from err
-    leaves, treedef = jax.tree_util.tree_flatten(like)
-    state = jax.tree_util.tree_unflatten(
-        treedef, [saved[f"{i:05d}"] if f"{i:05d}" in saved else jnp.zeros(x.shape, x.dtype)
-                  for i, x in enumerate(leaves)])
+    out = {}
+    with ocp.StandardCheckpointer() as ckptr:
+        for name, tree in like.items():
+            folder = path / "items" / name
+            if not folder.is_dir():
+                raise ValueError(f"checkpoint {path} has no item {name!r} (written by another "
+                                 "version of wmx or another trainer); start a new run")
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _nonempty_leaves(tree))
+            try:
+                saved = ckptr.restore(folder.resolve(), abstract)
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"checkpoint {path} item {name!r} does not match this run's "
+                                 f"configuration: {err}") from err
+            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            out[name] = jax.tree_util.tree_unflatten(
+                treedef, [saved[f"{i:05d}"] if f"{i:05d}" in saved
+                          else jnp.zeros(x.shape, x.dtype) for i, x in enumerate(leaves)])
     host = json.loads((path / "host.json").read_text())
-    return state, host
+    return out, host

@@ -136,10 +136,10 @@ def build_dataset(home: Path, tasks: dict[str, dict], out_dir: Path) -> str:
 def new_offline_run(home: Path, ref: str, args, episode_length: int | None) -> Path:
     """Validate the dataset, write the run directory's config.json (as train_offline
     does) and the benchmark's bookkeeping; returns the run directory."""
-    from wmx.collect.episode_set import code_version
+    from wmx.version import code_version
     from wmx.datasets.store import Store
     from wmx.train_offline.cli import resolve_and_validate
-    from wmx.train_offline.run_config import OfflineRunConfig
+    from wmx.runs.offline_config import OfflineRunConfig
     ds = resolve_and_validate(ref, home)
     log_every = math.gcd(args.eval_every, args.log_every)
     rc = OfflineRunConfig(
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
 
     from wmx.paths import wmx_home
     from wmx.train_offline.loop import run
-    from wmx.train_offline.run_config import OfflineRunConfig
+    from wmx.runs.offline_config import OfflineRunConfig
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.resume:

@@ -29,7 +29,7 @@ from wmx.evaluate.reference_curves import published_return
 from wmx.paths import wmx_home
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
-from wmx.train_online.run_config import OnlineRunConfig
+from wmx.runs.online_config import OnlineRunConfig
 
 
 def eval_curve(run_dir: Path) -> dict[int, list[float]]:

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
 from episode_fixtures import synthetic_episode, taskset_of  # noqa: E402
 
-from wmx.collect.episode_set import write_episode_set  # noqa: E402
+from wmx.episode_sets.episode_set import write_episode_set  # noqa: E402
 from wmx.datasets.store import Store  # noqa: E402
 from wmx.envs.registry import get_task  # noqa: E402
 from wmx.schemas.hashing import dataset_content_hash  # noqa: E402

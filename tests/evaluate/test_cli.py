@@ -1,10 +1,9 @@
 """`evaluate` end to end on a tiny online run (probe env), run comparison and bad input.
 
-One tiny run is trained once for the module: tests/online_fixtures.py's
-(tiny preset, probe-action, T=20, seeds 0 and 3), the configuration
-tests/train_online uses, so its programs are compiled once per session; every
-evaluation uses 2 episodes, the run's own count, so the rollout program the
-trainer compiled is reused.
+The run is conftest.py's `tiny_online_run` (tiny preset, probe-action, T=20,
+seeds 0 and 3), trained once per session and shared with tests/train_online;
+every evaluation uses 2 episodes, the run's own count, so the rollout program
+the trainer compiled is reused.
 """
 import csv
 import json
@@ -14,15 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from online_fixtures import T, train_tiny
+from conftest import T
 from wmx.evaluate import cli
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    _, run_dir, summary = train_tiny(home, "tiny")
-    assert summary["finished"]
+def trained(tiny_online_run):
+    home, _, run_dir, _ = tiny_online_run
     return home, run_dir
 
 

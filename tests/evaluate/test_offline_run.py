@@ -12,9 +12,9 @@ import pytest
 from store_fixtures import task_info, write_dataset, write_source_run, write_source_set
 from wmx.checkpoint import save_checkpoint
 from wmx.evaluate import cli
+from wmx.runs.host import HostState
+from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
-from wmx.train_offline.loop import HostState
-from wmx.train_offline.run_config import OfflineRunConfig
 
 T = 10
 TASKS = ("probe-constant", "probe-action")
@@ -33,8 +33,9 @@ def offline_run(tmp_path_factory):
     run_dir = home / "runs" / "off"
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "c0ffee"}))
-    carries = program.init_carries(rc.agent_config, rc.seeds)
-    save_checkpoint(run_dir, 2, carries, HostState(updates=2, eval_index=1).__dict__)
+    carries = program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)
+    save_checkpoint(run_dir, 2, program.checkpoint_items(carries),
+                    HostState(updates=2, eval_index=1).to_json())
     return home, run_dir, sets, ds
 
 

@@ -10,7 +10,7 @@ from wmx.evaluate import plots
 from wmx.evaluate import report as rep
 from wmx.evaluate.reference_curves import published_return
 from wmx.evaluate.runs import RunInfo
-from wmx.train_offline.run_config import OfflineRunConfig
+from wmx.runs.offline_config import OfflineRunConfig
 
 T = 20
 TASKS = ("cartpole-balance", "cheetah-run")

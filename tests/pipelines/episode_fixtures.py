@@ -1,6 +1,6 @@
 """Test helpers: episode sets from synthetic rows and from real Playground rollouts.
 
-Episode sets are written with wmx.collect.episode_set.write_episode_set.
+Episode sets are written with wmx.episode_sets.episode_set.write_episode_set.
 
 Real Playground episodes cost one MJX compile per task (2-4 minutes of CPU on
 the 2-core test machine), too slow for the default test run. They are
@@ -44,8 +44,8 @@ def synthetic_episode(rng, T, O, A):
 
 def write_set(home, task: TaskInfo, episodes, seed=0) -> Path:
     """Write one episode set of `task` into the store at `home` with the real
-    writer (wmx.collect.episode_set.write_episode_set); returns its directory."""
-    from wmx.collect.episode_set import write_episode_set
+    writer (wmx.episode_sets.episode_set.write_episode_set); returns its directory."""
+    from wmx.episode_sets.episode_set import write_episode_set
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import Producer
     producer = Producer(run_id=f"test-{seed}", agent="random", config_hash="none",

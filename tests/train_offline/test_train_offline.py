@@ -31,7 +31,7 @@ from wmx.envs.base import Env, EnvState  # noqa: E402
 from wmx.envs.registry import get_task  # noqa: E402
 from wmx.pipelines.sources import make_plan, run_build  # noqa: E402
 from wmx.train_offline import cli, loop, program  # noqa: E402
-from wmx.train_offline.run_config import OfflineRunConfig  # noqa: E402
+from wmx.runs.offline_config import OfflineRunConfig  # noqa: E402
 
 T = 20
 TASKS = ("cartpole-balance", "cheetah-run")
@@ -83,7 +83,8 @@ def _metrics(run_dir, drop=("wall_s",)):
 
 
 def _tree(run_dir, rc):
-    like = jax.eval_shape(lambda: program.init_carries(rc.agent_config, rc.seeds))
+    like = program.checkpoint_items(
+        jax.eval_shape(lambda: program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)))
     return restore_checkpoint(list_checkpoints(run_dir)[-1], like)
 
 
@@ -146,11 +147,12 @@ def test_dataset_is_an_argument_not_a_constant(store, full_run):
     rc = OfflineRunConfig.from_json(json.loads((full_run / "config.json").read_text()))
     ds = loop.open_run_dataset(rc, home)
     from wmx.datasets.readers import load_numpy
-    data = program.device_dataset(load_numpy(ds))
-    carries = program.init_carries(rc.agent_config, rc.seeds)
-    from wmx.agents.tdmpc2.multitask import make_task_context
-    text = program.make_chunk_fn(rc.agent_config).lower(
-        carries, data, make_task_context(rc.task_set), np.arange(2, dtype=np.int32)).as_text()
+    agent, cfg = rc.agent_module, rc.agent_config
+    data = program.device_dataset(load_numpy(ds), agent.batch_spec(cfg))
+    carries = program.init_carries(agent, cfg, rc.seeds)
+    text = program.make_chunk_fn(agent, cfg).lower(
+        carries, data, agent.task_context(cfg, rc.task_set),
+        np.arange(2, dtype=np.int32)).as_text()
     n = ds.num_episodes
     sig = text[text.index("func.func public @main"):].split("\n")[0]
     assert f"tensor<{n}x{T + 1}x17xf32>" in sig                 # obs is a parameter

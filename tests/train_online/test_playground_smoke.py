@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from wmx.collect.episode_set import read_episode_set
+from wmx.episode_sets.episode_set import read_episode_set
 from wmx.train_online import cli
 
 

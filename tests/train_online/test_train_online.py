@@ -1,8 +1,8 @@
 """train_online on a probe env: exact resume, episode export, CLI errors.
 
-One tiny configuration is used throughout (tests/online_fixtures.py, shared
-with tests/evaluate), so the chunk and evaluation programs compile once for
-the session (they are cached per config and env).
+One tiny configuration is used throughout (conftest.py's `tiny_online_run`,
+shared with tests/evaluate), so the chunk and evaluation programs compile
+once for the session (they are cached per config and env).
 """
 import csv
 import json
@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from online_fixtures import T, TINY_RC as RC, train_tiny
-from wmx.collect.episode_set import read_episode_set
+from conftest import T, TINY_RC as RC
+from wmx.episode_sets.episode_set import read_episode_set
 from wmx.train_online import cli
 from wmx.train_online.loop import run
 
@@ -24,8 +24,9 @@ def _metrics(run_dir):
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
-    return train_tiny(tmp_path_factory.mktemp("home"), "full")
+def full_run(tiny_online_run):
+    _, store, run_dir, summary = tiny_online_run
+    return store, run_dir, summary
 
 
 def test_run_finishes_with_metrics_and_evals(full_run):

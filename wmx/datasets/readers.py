@@ -377,3 +377,24 @@ def stream_windows(ds: PooledDataset, batch: int, seed: int, length: int = 65,
     f32[B, L, A], reward f32[B, L], is_* bool[B, L], task i32[B, L]."""
     return _stream(ds, length, batch, seed, slices_per_episode, num_threads,
                    num_workers, _to_windows)
+
+
+def stream(ds: PooledDataset, spec, seed: int, num_threads: int = 8,
+           num_workers: int = 0) -> DatasetStream:
+    """The streaming feed of an agent's `wmx.agents.api.BatchSpec` (the counterpart of
+    `wmx.datasets.samplers.sample`): `stream_slices` or `stream_windows`.
+
+    Raises ValueError for windows that cross episode ends (in memory only: a
+    stream crops within episodes) and for specs the samplers refuse.
+    """
+    from wmx.datasets.samplers import check_spec
+    check_spec(spec)
+    if spec.kind == "slices":
+        return stream_slices(ds, spec.batch, spec.length - 1, seed=seed,
+                             num_threads=num_threads, num_workers=num_workers)
+    if spec.cross_episodes:
+        raise ValueError("windows that cross episode ends are sampled in memory only; this "
+                         "dataset does not fit in memory, so train with a spec whose windows "
+                         "stay inside episodes (cross_episodes=False)")
+    return stream_windows(ds, spec.batch, seed=seed, length=spec.length,
+                          num_threads=num_threads, num_workers=num_workers)

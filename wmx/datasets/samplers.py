@@ -4,11 +4,52 @@
 over, DESIGN.md §5): obs f32[N, T+1, O], action f32[N, T+1, A], reward
 f32[N, T+1], is_first / is_last / is_terminal bool[N, T+1], task i32[N]
 (what `wmx.datasets.readers.load_in_memory` returns).
+
+`sample(data, key, spec)` is the one entry point the trainers use: it draws
+a batch of an agent's `wmx.agents.api.BatchSpec`. Its streaming
+counterpart is `wmx.datasets.readers.stream` with the same spec; the two
+give the same batch distribution for every spec both accept (uniform over
+episodes, then over starts within the episode; deviation DS-S1 for the
+streaming reader's epochs). Windows that cross episode ends
+(``cross_episodes``) exist only in memory.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from wmx.agents.api import BatchSpec
+
+SLICE_KEYS = ("obs", "action", "reward", "task")
+WINDOW_KEYS = ("obs", "action", "reward", "is_first", "is_last", "is_terminal", "task")
+"""Dataset arrays the samplers read: slices need SLICE_KEYS, windows WINDOW_KEYS."""
+
+
+def spec_keys(spec: BatchSpec) -> tuple[str, ...]:
+    """The dataset arrays a batch of ``spec`` reads (to keep device memory to them)."""
+    return SLICE_KEYS if spec.kind == "slices" else WINDOW_KEYS
+
+
+def check_spec(spec: BatchSpec) -> None:
+    """Raise ValueError for a spec no sampler draws (unknown kind, crossing slices)."""
+    if spec.kind not in ("slices", "windows"):
+        raise ValueError(f"unknown batch kind {spec.kind!r}; expected 'slices' or 'windows'")
+    if spec.kind == "slices" and spec.cross_episodes:
+        raise ValueError("TD-MPC2 slices never cross episode ends (tdmpc2_spec 4.8)")
+    if spec.length < 2 or spec.batch < 1:
+        raise ValueError(f"batch spec needs length >= 2 and batch >= 1, got {spec}")
+
+
+def sample(data, key: jax.Array, spec: BatchSpec) -> dict[str, jax.Array]:
+    """A batch of ``spec`` from the device-resident dataset (jittable; spec static).
+
+    slices: `sample_slices` with H = length - 1; windows: `sample_windows`.
+    Raises ValueError for a spec `check_spec` refuses.
+    """
+    check_spec(spec)
+    if spec.kind == "slices":
+        return sample_slices(data, key, spec.batch, spec.length - 1)
+    return sample_windows(data, key, spec.batch, spec.length, spec.cross_episodes)
 
 
 def sample_slices(data, key: jax.Array, batch: int, H: int) -> dict[str, jax.Array]:

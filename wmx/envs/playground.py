@@ -10,7 +10,7 @@ deviations E18 (MJX ports), E19 (the repeat continues after a termination).
 """
 from __future__ import annotations
 
-import importlib.metadata
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +18,9 @@ import numpy as np
 
 from wmx.envs.base import Env, EnvState, check_action, stable_dtypes
 from wmx.envs.registry import TaskSpec, get_task
+from wmx.version import env_versions
 
-__all__ = ["PlaygroundEnv", "make_env", "action_bounds", "env_versions",
-           "Env", "EnvState"]
+__all__ = ["PlaygroundEnv", "make_env", "cached_env", "action_bounds", "Env", "EnvState"]
 
 
 def action_bounds(mj_model) -> tuple[np.ndarray, np.ndarray]:
@@ -41,17 +41,6 @@ def action_bounds(mj_model) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"empty actuator ctrlrange: low={low}, high={high}")
     return (((high + low) / 2).astype(np.float32),
             ((high - low) / 2).astype(np.float32))
-
-
-def env_versions() -> dict[str, str]:
-    """Installed versions of the env stack (for episode-set manifests)."""
-    out = {}
-    for pkg in ("playground", "mujoco", "mujoco-mjx", "jax"):
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
 
 
 class PlaygroundEnv(Env):
@@ -170,3 +159,15 @@ def make_env(name: str, action_repeat: int | None = None,
             f"registry pins obs_dim={spec.obs_dim}; the installed playground "
             f"differs from the one probed ({env_versions()})")
     return env
+
+
+@functools.lru_cache(maxsize=32)
+def cached_env(name: str, episode_length: int | None = None,
+               action_repeat: int | None = None) -> Env:
+    """`make_env` once per process and (name, T, repeat).
+
+    Compiled rollouts and training chunks are cached per env object, so every
+    stage of one process (trainer, evaluation, tests) asking for the same
+    task gets the same object and reuses their programs.
+    """
+    return make_env(name, action_repeat=action_repeat, episode_length=episode_length)

@@ -13,20 +13,26 @@ import dataclasses
 __all__ = [
     "TaskSpec", "MT19_TASKS", "MT19", "PROBE_TASKS", "TASKS",
     "get_task", "task_names", "discount_from_length", "seed_steps_from_length",
+    "DMC_SCORE_DIVISOR",
 ]
 
+DMC_SCORE_DIVISOR = 10.0
+"""Normalised score of a DMC task = return / 10, on [0, 100] (tdmpc2_spec 4.20)."""
 
-def discount_from_length(T: int) -> float:
-    """Discount heuristic γ(T) = clip((T/5 − 1)/(T/5), 0.95, 0.995).
+
+def discount_from_length(T: int, denom: float = 5.0, lo: float = 0.95,
+                         hi: float = 0.995) -> float:
+    """Discount heuristic γ(T) = clip((T/denom − 1)/(T/denom), lo, hi), in float64.
 
     T: episode length in agent steps (after action repeat). DMC T=500 -> 0.99,
-    T=100 -> 0.95, T=1000 -> 0.995. Source: tdmpc2_spec 2.20. Raises
+    T=100 -> 0.95, T=1000 -> 0.995. The TaskSet's per-task discount and
+    TD-MPC2's γ both come from here. Source: tdmpc2_spec 2.20 (B19). Raises
     ValueError for T < 1.
     """
     if T < 1:
         raise ValueError(f"episode length T must be >= 1 agent step, got {T}")
-    frac = T / 5.0
-    return float(min(max((frac - 1.0) / frac, 0.95), 0.995))
+    frac = T / denom
+    return float(min(max((frac - 1.0) / frac, lo), hi))
 
 
 def seed_steps_from_length(T: int) -> int:

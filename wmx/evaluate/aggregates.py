@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from wmx.train_offline.run_config import DMC_SCORE_DIVISOR
+from wmx.envs.registry import DMC_SCORE_DIVISOR
 
 __all__ = ["DMC_SCORE_DIVISOR", "STATISTICS", "BOOTSTRAP_SEED", "BOOTSTRAP_RESAMPLES",
            "Aggregate", "normalised_score", "iqm", "aggregate", "aggregate_all"]

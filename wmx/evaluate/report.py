@@ -56,7 +56,7 @@ def _f(x) -> float | None:
 def run_lineage(info: RunInfo, home: Path) -> dict[str, Any]:
     """Lineage block of a run: run dir, checkpoint, code versions, dataset and its sources
     (offline) or the run's exported episode sets (online). JSON-able."""
-    from wmx.collect.episode_set import code_version
+    from wmx.version import code_version
     store = Store(home)
     out: dict[str, Any] = {
         "run_dir": str(info.run_dir), "kind": info.kind, "checkpoint": str(info.checkpoint),

@@ -2,11 +2,12 @@
 
 Online runs (`train_online`: one task, config.json with ``task``) and offline
 runs (`train_offline`: a TaskSet, config.json with ``dataset`` and
-``taskset``) are restored with the trainers' own pieces: their run configs
-(`OnlineRunConfig` / `OfflineRunConfig`), their ``program.init_carries`` as
-the restore template and `wmx.checkpoint.restore_checkpoint`; the evaluation
-envs come from the trainers' env caches, and the episodes from the shared
-rollout (`wmx.evaluate.rollout`).
+``taskset``) are opened with their run configs (`wmx.runs`), and only the
+checkpoint items evaluation needs are restored: "agent" (the agents'
+training states, template `Agent.init` through ``jax.eval_shape``) and
+"keys"; never the replay. The evaluation envs come from the one env cache
+(`wmx.envs.playground.cached_env`, shared with the trainers in a process),
+and the episodes from the shared rollout (`wmx.acting`).
 
 Rollout keys. Default ("fresh"): seed s uses ``fold_in(PRNGKey(s),
 EVALUATE_TAG)`` with evaluation index 0, a stream the trainers never use.
@@ -28,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from wmx.acting import make_evaluate_fn
 from wmx.checkpoint import list_checkpoints, restore_checkpoint
 from wmx.envs.base import Env
-from wmx.evaluate.rollout import make_rollout_fn
 
 log = logging.getLogger("wmx.evaluate")
 
@@ -114,16 +115,20 @@ def open_run(run_dir: str | Path) -> RunInfo:
     except json.JSONDecodeError as err:
         raise RunError(f"{cfg_path} is not valid JSON ({err}); the run directory is "
                        "damaged") from None
-    if "dataset" in config and "taskset" in config:
-        from wmx.train_offline.run_config import OfflineRunConfig
-        kind, rc = "offline", OfflineRunConfig.from_json(config)
-        tasks = rc.task_set.names
-    elif "task" in config:
-        from wmx.train_online.run_config import OnlineRunConfig
-        kind, rc = "online", OnlineRunConfig.from_json(config)
-        tasks = (rc.task,)
-    else:
-        raise RunError(f"{cfg_path} is neither a train_online nor a train_offline config")
+    try:
+        if "dataset" in config and "taskset" in config:
+            from wmx.runs.offline_config import OfflineRunConfig
+            kind, rc = "offline", OfflineRunConfig.from_json(config)
+            tasks = rc.task_set.names
+        elif "task" in config:
+            from wmx.runs.online_config import OnlineRunConfig
+            kind, rc = "online", OnlineRunConfig.from_json(config)
+            tasks = (rc.task,)
+        else:
+            raise RunError(f"{cfg_path} is neither a train_online nor a train_offline config")
+    except (TypeError, KeyError) as err:
+        raise RunError(f"{cfg_path} is not a config this version of wmx reads ({err}); "
+                       "the run directory is damaged or from another version") from None
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise RunError(f"run {run_dir} has no checkpoint yet (checkpoints/ is empty or "
@@ -171,30 +176,28 @@ def eval_env(info: RunInfo, task: str, env_fn: EnvFn | None = None) -> Env:
     T, repeat = info.task_protocol(task)
     if env_fn is not None:
         return env_fn(task, T, repeat)
-    if info.kind == "online":
-        from wmx.train_online.loop import cached_env
+    from wmx.envs.playground import cached_env
+    if info.kind == "online":     # the trainer's own cache key: same env object
         return cached_env(info.rc.task, info.rc.episode_length)
-    from wmx.train_offline.loop import cached_env
     return cached_env(task, T, repeat)
 
 
-def restore_policy(info: RunInfo, env_fn: EnvFn | None = None) -> tuple[Any, jax.Array]:
-    """(params, keys u32[S,2]) of every seed from the run's newest checkpoint.
+def restore_policy(info: RunInfo) -> tuple[Any, jax.Array]:
+    """(policy params, keys u32[S,2]) of every seed from the run's newest checkpoint.
 
-    Restores the trainer's whole carry (its ``init_carries`` shapes, via
-    ``jax.eval_shape``) and keeps the parameters and the seed keys, placed
-    on the first device as the trainers place them. Raises ValueError when
-    the checkpoint does not match the run's config.
+    Restores only the "agent" and "keys" items (templates from `Agent.init`
+    through ``jax.eval_shape``, seeds stacked), placed on the first device as
+    the trainers place them, and keeps `Agent.policy_params` of each seed.
+    Raises ValueError when the checkpoint does not match the run's config.
     """
-    if info.kind == "online":
-        from wmx.train_online import program
-        env = eval_env(info, info.rc.task, env_fn)
-        like = jax.eval_shape(lambda: program.init_carries(info.rc, env))
-    else:
-        from wmx.train_offline import program
-        like = jax.eval_shape(lambda: program.init_carries(info.rc.agent_config, info.rc.seeds))
-    carries, _ = restore_checkpoint(info.checkpoint, like)
-    return jax.device_put((carries.train.params, carries.key), jax.devices()[0])
+    agent, cfg = info.rc.agent_module, info.rc.agent_config
+    seeds = len(info.seeds)
+    like = jax.eval_shape(lambda: {
+        "agent": jax.vmap(lambda k: agent.init(k, cfg))(jnp.zeros((seeds, 2), jnp.uint32)),
+        "keys": jnp.zeros((seeds, 2), jnp.uint32)})
+    items, _ = restore_checkpoint(info.checkpoint, like)
+    params = jax.vmap(agent.policy_params)(items["agent"])
+    return jax.device_put((params, items["keys"]), jax.devices()[0])
 
 
 def _keys(info: RunInfo, ckpt_keys: jax.Array, seeds_from_checkpoint: bool):
@@ -218,12 +221,10 @@ def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
     """
     if int(episodes) < 1:
         raise RunError(f"--episodes must be >= 1, got {episodes}")
-    params, ckpt_keys = restore_policy(info, env_fn)
+    params, ckpt_keys = restore_policy(info)
     keys, index = _keys(info, ckpt_keys, seeds_from_checkpoint)
-    tasks_ctx, cfg = None, info.rc.agent_config
-    if info.kind == "offline":
-        from wmx.agents.tdmpc2.multitask import make_task_context
-        tasks_ctx = make_task_context(info.rc.task_set)
+    agent, cfg = info.rc.agent_module, info.rc.agent_config
+    tasks_ctx = agent.task_context(cfg, info.rc.task_set) if info.kind == "offline" else None
     out, per_task = {}, {}
     for n, task in enumerate(tasks, 1):
         env = eval_env(info, task, env_fn)
@@ -231,7 +232,7 @@ def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
         log.info("evaluating %s (%d/%d): %d seeds x %d episodes of T=%d ...", task, n,
                  len(tasks), len(info.seeds), episodes, env.T)
         t0 = time.perf_counter()
-        fn = make_rollout_fn(cfg, int(episodes), env, task_id)
+        fn = make_evaluate_fn(agent, cfg, int(episodes), env, task_id)
         rets = np.asarray(jax.device_get(fn(params, keys, tasks_ctx, index)), np.float32)
         wall = time.perf_counter() - t0
         out[task] = rets

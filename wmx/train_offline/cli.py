@@ -22,13 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from wmx.cli.run_dirs import create_run_dir, resume_config, run_cli
 from wmx.paths import wmx_home
+from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
-
-_WIDTH_FLAGS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q", "task_dim",
-                "num_samples", "num_elites", "num_pi_trajs", "iterations", "model_size")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,19 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
                "19/48/317 picks another); cpu = smaller widths for a laptop CPU; tiny = tests. "
                "The paper's offline batch is 1024 slices (spec 4.19), the default here; on a "
                "laptop CPU one update at batch 1024 takes seconds, use --batch-size 256 for "
-               "quick runs. Updates count gradient steps (the offline x axis).")
-    p.add_argument("--agent", default="tdmpc2", help="agent to train (tdmpc2)")
+               "quick runs. Updates count gradient steps (the offline x axis). Flags marked "
+               "with an agent's name are that agent's; anything else of its config goes "
+               "through --set KEY=VALUE.")
+    add_agent_arguments(p, "offline")
     p.add_argument("--dataset", help="pooled dataset: name@hash (8+ hex digits), name@latest "
                                      "or a dataset directory")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
     p.add_argument("--updates", type=int, default=100_000, help="gradient updates of the run")
     p.add_argument("--batch-size", type=int, default=1024, help="slices per update (spec 4.19)")
-    p.add_argument("--preset", default="cpu", help="paper | cpu | tiny")
-    p.add_argument("--model-size", type=int, default=None,
-                   help="TD-MPC2 model size 1/5/19/48/317 (fills the widths the preset leaves)")
-    for name in ("enc-dim", "mlp-dim", "latent-dim", "num-enc-layers", "num-q", "task-dim",
-                 "num-samples", "num-elites", "num-pi-trajs", "iterations"):
-        p.add_argument(f"--{name}", type=int, default=None, help=f"explicit {name} (overrides)")
     p.add_argument("--log-every", type=int, default=1_000,
                    help="updates per jitted chunk and per metrics row")
     p.add_argument("--eval-every", type=int, default=50_000,
@@ -99,8 +93,8 @@ def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
 def config_from_args(args: argparse.Namespace, ds):
     """OfflineRunConfig for the opened dataset ``ds`` and the flags."""
     from wmx.train_offline.loop import dataset_nbytes, memory_budget
-    from wmx.train_offline.run_config import OfflineRunConfig
-    overrides = {k: getattr(args, k) for k in _WIDTH_FLAGS if getattr(args, k) is not None}
+    from wmx.runs.offline_config import OfflineRunConfig
+    overrides = agent_overrides(args)
     stream = bool(args.stream)
     if not stream and dataset_nbytes(ds) > memory_budget():
         logging.getLogger("wmx.train_offline").info(
@@ -119,16 +113,12 @@ def config_from_args(args: argparse.Namespace, ds):
 
 
 def _print_counts(rc) -> None:
-    from wmx.train_offline.loop import param_counts
-    counts = param_counts(rc)
     ts = rc.task_set
-    print(f"{rc.agent} multi-task on {rc.dataset_name}@{rc.dataset_hash[:12]}: {len(ts)} tasks, "
-          f"obs_dim {ts.max_obs_dim}, action_dim {ts.max_action_dim} (padded), preset "
-          f"{rc.preset}, batch {rc.batch_size}, feed {'stream' if rc.stream else 'in-memory'}")
-    for k, v in counts.items():
-        if k != "total":
-            print(f"  {k:<12s} {v:>12,d}")
-    print(f"  {'total':<12s} {counts['total']:>12,d}")
+    print_counts(f"{rc.agent} multi-task on {rc.dataset_name}@{rc.dataset_hash[:12]}: "
+                 f"{len(ts)} tasks, obs_dim {ts.max_obs_dim}, action_dim {ts.max_action_dim} "
+                 f"(padded), preset {rc.preset}, batch {rc.batch_size}, feed "
+                 f"{'stream' if rc.stream else 'in-memory'}",
+                 rc.agent_module.param_counts(rc.agent_config))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from wmx.datasets.store import Store
-    from wmx.train_offline.run_config import OfflineRunConfig
+    from wmx.runs.offline_config import OfflineRunConfig
 
     home = wmx_home(args.home)
     if args.resume:
@@ -164,7 +154,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
 
     if not args.resume:
-        from wmx.collect.episode_set import code_version
+        from wmx.version import code_version
         store = Store(home).ensure_layout()
         name = args.name or f"{rc.agent}-{rc.dataset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
         meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),

@@ -10,58 +10,40 @@ by a new process replays the uninterrupted run exactly.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
-from wmx.metrics_csv import MetricsCSV
-from wmx.agents.tdmpc2 import world_model as wm
-from wmx.agents.tdmpc2.multitask import make_task_context
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.envs.playground import cached_env
+from wmx.envs.registry import DMC_SCORE_DIVISOR
+from wmx.metrics_csv import MetricsCSV
+from wmx.runs.host import HostState, eval_point
+from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
-from wmx.train_offline.run_config import DMC_SCORE_DIVISOR, OfflineRunConfig
 
 log = logging.getLogger("wmx.train_offline")
 
-METRICS_COLUMNS = ("seed", "kind", "updates", "task", "episodes", "return", "return_std",
-                   "score", "wall_s", *program.METRIC_KEYS)
-"""metrics.csv columns. kind "train": mean losses over the last ``log_every``
-updates; kind "eval": one row per seed and task (return mean/std over the
-episodes, score = return / 10) and one row with task "mean" (mean score)."""
+BASE_COLUMNS = ("seed", "kind", "updates", "task", "episodes", "return", "return_std",
+                "score", "wall_s")
+
+
+def metrics_columns(rc: OfflineRunConfig) -> tuple[str, ...]:
+    """metrics.csv columns: BASE_COLUMNS, then the agent's METRIC_KEYS. kind "train":
+    mean losses over the last ``log_every`` updates; kind "eval": one row per seed and
+    task (return mean/std over the episodes, score = return / 10) and one row with
+    task "mean" (mean score)."""
+    return BASE_COLUMNS + tuple(rc.agent_module.METRIC_KEYS)
 
 IN_MEMORY_FRACTION = 0.25
 """Datasets up to this fraction of the device's memory (host RAM on CPU) are
 loaded into device memory; larger ones stream."""
-
-
-@dataclass
-class HostState:
-    """Counters of the host loop, saved in every checkpoint's host.json."""
-
-    updates: int = 0
-    eval_index: int = 0
-    wall_s: float = 0.0
-    finished: bool = False
-    training_hash: str = ""
-    dataset: str = ""
-    streams: list[dict] | None = None
-    last_eval: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-
-
-def param_counts(rc: OfflineRunConfig) -> dict[str, int]:
-    """Parameters per module (task_emb included) and in total (target Q excluded, spec 1.24)."""
-    cfg = rc.agent_config
-    params = jax.eval_shape(lambda: wm.init_params(jax.random.PRNGKey(0), cfg))
-    return dict(wm.param_count(params))
 
 
 def dataset_nbytes(ds) -> int:
@@ -84,13 +66,6 @@ def memory_budget() -> int:
     return int(IN_MEMORY_FRACTION * limit)
 
 
-@functools.lru_cache(maxsize=32)
-def cached_env(task: str, episode_length: int, action_repeat: int):
-    """``make_env`` once per process and (task, T, repeat): eval programs are cached per env."""
-    from wmx.envs.playground import make_env
-    return make_env(task, action_repeat=action_repeat, episode_length=episode_length)
-
-
 def open_run_dataset(rc: OfflineRunConfig, home=None):
     """Open the run's dataset by its full hash and check it is the run's TaskSet.
 
@@ -111,16 +86,15 @@ class _Feed:
     """The dataset feed of a run: device arrays, or per-seed Grain streams."""
 
     def __init__(self, rc: OfflineRunConfig, ds, stream_states: list[dict] | None):
-        cfg = rc.agent_config
+        spec = rc.agent_module.batch_spec(rc.agent_config)
         self.stream = rc.stream
         if not self.stream:
             from wmx.datasets.readers import load_numpy
-            self.data = program.device_dataset(load_numpy(ds))
+            self.data = program.device_dataset(load_numpy(ds), spec)
             self.streams = None
             return
-        from wmx.datasets.readers import stream_slices
-        self.streams = [stream_slices(ds, cfg.batch_size, cfg.horizon, seed=s,
-                                      num_threads=2) for s in rc.seeds]
+        from wmx.datasets.readers import stream
+        self.streams = [stream(ds, spec, seed=s, num_threads=2) for s in rc.seeds]
         if stream_states is not None:
             if len(stream_states) != len(self.streams):
                 raise ValueError("checkpoint has stream states for another number of seeds")
@@ -132,8 +106,8 @@ class _Feed:
         per_seed = []
         for st in self.streams:
             bs = [next(st) for _ in range(n)]
-            per_seed.append({k: np.stack([b[k] for b in bs]) for k in program.SLICE_KEYS})
-        return {k: np.stack([p[k] for p in per_seed]) for k in program.SLICE_KEYS}
+            per_seed.append({k: np.stack([b[k] for b in bs]) for k in bs[0]})
+        return {k: np.stack([p[k] for p in per_seed]) for k in per_seed[0]}
 
     def states(self) -> list[dict] | None:
         return None if self.streams is None else [s.get_state() for s in self.streams]
@@ -160,13 +134,15 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     not match), and the dataset errors of `open_run_dataset`.
     """
     env_fn = env_fn or cached_env
-    cfg = rc.agent_config
+    agent, cfg = rc.agent_module, rc.agent_config
+    metric_keys = tuple(agent.METRIC_KEYS)
     ts = rc.task_set
     ds = open_run_dataset(rc, home)
 
     host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
     ckpts = list_checkpoints(run_dir)
-    like = jax.eval_shape(lambda: program.init_carries(cfg, rc.seeds))
+    like = program.checkpoint_items(
+        jax.eval_shape(lambda: program.init_carries(agent, cfg, rc.seeds)))
     if ckpts:
         h = json.loads((ckpts[-1] / "host.json").read_text())
         if h.get("training_hash") != rc.training_hash() or h.get("dataset") != rc.dataset:
@@ -175,11 +151,11 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 f"training hash {h.get('training_hash')}; this run: {rc.dataset}, "
                 f"{rc.training_hash()}): a checkpoint of another TaskSet, dataset or config "
                 "cannot be resumed here")
-        carries, h = restore_checkpoint(ckpts[-1], like)
-        host = HostState(**h)
+        items, h = restore_checkpoint(ckpts[-1], like)
+        carries, host = program.from_checkpoint_items(items), HostState.from_json(h)
         log.info("resuming %s from %s (update %d)", run_dir, ckpts[-1].name, host.updates)
     else:
-        carries = program.init_carries(cfg, rc.seeds)
+        carries = program.init_carries(agent, cfg, rc.seeds)
     # Committed to one device either way: a restored checkpoint is committed, a fresh
     # init is not, and jit would compile the chunk and eval programs again for it.
     carries = jax.device_put(carries, jax.devices()[0])
@@ -188,10 +164,11 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         return json.loads((run_dir / "summary.json").read_text())
 
     feed = _Feed(rc, ds, host.streams)
-    metrics = MetricsCSV(run_dir / "metrics.csv", METRICS_COLUMNS, "updates",
+    metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
                          keep_until=host.updates)
-    tasks_ctx = make_task_context(ts)
-    chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(cfg)
+    tasks_ctx = agent.task_context(cfg, ts)
+    chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(agent,
+                                                                                         cfg)
 
     bar = None
     if progress:
@@ -204,7 +181,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     while host.updates < rc.updates:
         t_start = time.perf_counter()
         start, end = host.updates, min(host.updates + rc.log_every, rc.updates)
-        sums = {k: np.zeros(len(rc.seeds)) for k in program.METRIC_KEYS}
+        sums = {k: np.zeros(len(rc.seeds)) for k in metric_keys}
         if feed.stream:
             for a in range(start, end, rc.stream_chunk):
                 b = min(a + rc.stream_chunk, end)
@@ -220,16 +197,14 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         host.updates = end
         host.wall_s += time.perf_counter() - t_start
         rows = [{"seed": seed, "kind": "train", "updates": end, "wall_s": round(host.wall_s, 2),
-                 **{k: float(sums[k][i] / (end - start)) for k in program.METRIC_KEYS}}
+                 **{k: float(sums[k][i] / (end - start)) for k in metric_keys}}
                 for i, seed in enumerate(rc.seeds)]
 
         final = end >= rc.updates
-        scheduled = end % rc.eval_every == 0 or final
-        past_deadline = not final and deadline is not None and time.monotonic() > deadline
-        if scheduled or past_deadline:
-            # an off-schedule deadline stop evaluates too, with the next scheduled
-            # evaluation's keys and without consuming them (resume stays exact)
-            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=scheduled)
+        point = eval_point(end % rc.eval_every == 0, final, deadline)
+        past_deadline = point.past_deadline
+        if point.evaluate:
+            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=point.advance)
         metrics.append(rows)
         chunks_done += 1
         if final:
@@ -239,7 +214,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                               or past_deadline)
         if saved or stop:
             host.streams = feed.states()
-            save_checkpoint(run_dir, end, carries, dataclasses.asdict(host))
+            save_checkpoint(run_dir, end, program.checkpoint_items(carries), host.to_json())
         if bar is not None:
             post = {"loss": "/".join(f"{r['total_loss']:.3g}" for r in rows[:len(rc.seeds)])}
             if host.last_eval:
@@ -273,15 +248,15 @@ def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn,
     """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows.
     ``advance=False`` leaves ``host.eval_index`` (the rollout keys) for the next one."""
     t0 = time.perf_counter()
-    ts, cfg = rc.task_set, rc.agent_config
+    ts, cfg, agent = rc.task_set, rc.agent_config, rc.agent_module
     rows, scores = [], {s: [] for s in rc.seeds}
     last: dict[str, dict[str, list[float]]] = {}
     for name in rc.eval_tasks:
         info = ts.task(name)
         T = rc.episode_length or info.episode_length
         env = env_fn(name, T, info.action_repeat)
-        fn = program.make_eval_fn(cfg, rc.eval_episodes, env, ts.task_id(name))
-        rets = np.asarray(fn(carries.train.params, carries.key, tasks_ctx, host.eval_index),
+        fn = program.make_eval_fn(agent, cfg, rc.eval_episodes, env, ts.task_id(name))
+        rets = np.asarray(fn(carries.agent, carries.key, tasks_ctx, host.eval_index),
                           np.float64)
         last[name] = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
         for i, s in enumerate(rc.seeds):

@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from wmx.cli.run_dirs import create_run_dir, resume_config, run_cli
 from wmx.paths import wmx_home
+from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -28,21 +29,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="train_online", description=DESCRIPTION,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Presets: paper = the TD-MPC2 paper's sizes (model size 5, 512 planner "
+        epilog="Presets (tdmpc2): paper = the TD-MPC2 paper's sizes (model size 5, 512 planner "
                "samples); cpu = smaller widths that learn on a laptop CPU; tiny = tests. "
+               "Flags marked with an agent's name are that agent's; anything else of its "
+               "config goes through --set KEY=VALUE. "
                "Env steps count simulator steps (agent steps x action repeat), the papers' x axis.")
-    p.add_argument("--agent", default="tdmpc2", help="agent to train (tdmpc2)")
+    add_agent_arguments(p, "online")
     p.add_argument("--task", help="task in mt30 spelling, e.g. cartpole-balance, walker-walk")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
     p.add_argument("--env-steps", type=int, default=20_000,
                    help="simulator steps of the run (rounded up to whole episodes)")
     p.add_argument("--n-envs", type=int, default=1, help="lockstep envs per seed (T7)")
-    p.add_argument("--preset", default="cpu", help="paper | cpu | tiny")
-    p.add_argument("--model-size", type=int, default=None,
-                   help="TD-MPC2 model size 1/5/19/48/317 (fills the widths the preset leaves)")
-    for name in ("enc-dim", "mlp-dim", "latent-dim", "num-enc-layers", "num-q", "batch-size",
-                 "seed-steps", "num-samples", "num-elites", "num-pi-trajs", "iterations"):
-        p.add_argument(f"--{name}", type=int, default=None, help=f"explicit {name} (overrides)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="batch of one update (default: the preset's)")
     p.add_argument("--eval-every", type=int, default=5_000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval_mode episodes per seed")
     p.add_argument("--chunk-episodes", type=int, default=1,
@@ -61,16 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_WIDTH_FLAGS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q", "batch_size",
-                "seed_steps", "num_samples", "num_elites", "num_pi_trajs", "iterations",
-                "model_size")
-
-
 def config_from_args(args: argparse.Namespace):
-    from wmx.train_online.run_config import OnlineRunConfig
+    from wmx.runs.online_config import OnlineRunConfig
     if not args.task:
         raise ValueError("--task is required (e.g. --task cartpole-balance)")
-    overrides = {k: getattr(args, k) for k in _WIDTH_FLAGS if getattr(args, k) is not None}
+    overrides = agent_overrides(args)
+    if args.batch_size is not None:
+        overrides = {"batch_size": args.batch_size, **overrides}
     return OnlineRunConfig(
         task=args.task, agent=args.agent, seeds=tuple(args.seeds), env_steps=args.env_steps,
         n_envs=args.n_envs, preset=args.preset, agent_overrides=overrides,
@@ -80,20 +76,15 @@ def config_from_args(args: argparse.Namespace):
 
 
 def _print_counts(rc) -> None:
-    from wmx.train_online.loop import param_counts
-    counts = param_counts(rc)
-    print(f"{rc.agent} on {rc.task}: obs_dim {rc.task_spec.obs_dim}, action_dim "
-          f"{rc.task_spec.action_dim}, preset {rc.preset}")
-    for k, v in counts.items():
-        if k != "total":
-            print(f"  {k:<12s} {v:>12,d}")
-    print(f"  {'total':<12s} {counts['total']:>12,d}")
+    print_counts(f"{rc.agent} on {rc.task}: obs_dim {rc.task_spec.obs_dim}, action_dim "
+                 f"{rc.task_spec.action_dim}, preset {rc.preset}",
+                 rc.agent_module.param_counts(rc.agent_config))
 
 
 def make_export(store, rc, run_dir: Path):
     """Per-seed episode-set writers of the run (producer: run, agent, config hash, seed)."""
-    from wmx.collect.episode_set import make_producer
-    from wmx.train_online.export import RunEpisodeExport
+    from wmx.episode_sets.episode_set import make_producer
+    from wmx.train_online.episode_export import RunEpisodeExport
     return RunEpisodeExport(
         run_dir, rc.seeds, rc.n_envs, rc.task_spec,
         lambda seed: make_producer(run_dir.name, rc.agent, rc.config_hash(), seed), store)
@@ -105,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from wmx.datasets.store import Store
-    from wmx.train_online.run_config import OnlineRunConfig
+    from wmx.runs.online_config import OnlineRunConfig
 
     home = wmx_home(args.home)
     if args.resume:
@@ -115,8 +106,8 @@ def _main(args: argparse.Namespace) -> int:
         rc = config_from_args(args)
     if args.dry_run:
         _print_counts(rc)
-        from wmx.envs.playground import make_env
-        env = make_env(rc.task, episode_length=rc.episode_length)
+        from wmx.envs.playground import cached_env
+        env = cached_env(rc.task, rc.episode_length)
         print(f"env {env}; {rc.rounds} rounds x {rc.n_envs} envs = {rc.total_env_steps:,d} env "
               f"steps per seed; seeds {list(rc.seeds)}")
         return 0

@@ -8,58 +8,33 @@ n_envs episodes, so every chunk boundary is an episode boundary.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from wmx.agents.tdmpc2 import buffer as buffer_lib
-from wmx.agents.tdmpc2 import world_model as wm
-from wmx.metrics_csv import MetricsCSV
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
-from wmx.envs.playground import make_env
+from wmx.envs.playground import cached_env
+from wmx.metrics_csv import MetricsCSV
+from wmx.runs.host import HostState, eval_point
+from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
-from wmx.train_online.export import RunEpisodeExport
-from wmx.train_online.run_config import OnlineRunConfig
+from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
+                                             episodes_per_seed)
 
 log = logging.getLogger("wmx.train_online")
 
-METRICS_COLUMNS = ("seed", "kind", "agent_steps", "env_steps", "episodes", "return",
-                   "return_std", "updates", "wall_s", *program.METRIC_KEYS)
+BASE_COLUMNS = ("seed", "kind", "agent_steps", "env_steps", "episodes", "return",
+                "return_std", "updates", "wall_s")
 
 
-@dataclass
-class HostState:
-    """Counters of the host loop, saved in every checkpoint's host.json."""
-
-    next_tick: int = 0
-    eval_index: int = 0
-    next_eval_env_steps: int = 0
-    wall_s: float = 0.0
-    exported_rounds: int = 0
-    finished: bool = False
-    last_eval: dict[str, list[float]] = field(default_factory=dict)
-
-
-@functools.lru_cache(maxsize=8)
-def cached_env(task: str, episode_length: int | None):
-    """``make_env`` once per process and task (compiled programs are cached per env)."""
-    return make_env(task, episode_length=episode_length)
-
-
-def param_counts(rc: OnlineRunConfig) -> dict[str, int]:
-    """Parameters per module and in total (target Q excluded, spec 1.24)."""
-    cfg = rc.agent_config
-    params = jax.eval_shape(lambda: wm.init_params(jax.random.PRNGKey(0), cfg))
-    counts = dict(wm.param_count(params))
-    counts.setdefault("total", sum(v for k, v in counts.items() if k != "total"))
-    return counts
+def metrics_columns(rc: OnlineRunConfig) -> tuple[str, ...]:
+    """metrics.csv columns: the run's counters, then the agent's METRIC_KEYS."""
+    return BASE_COLUMNS + tuple(rc.agent_module.METRIC_KEYS)
 
 
 def _fmt(x: float) -> str:
@@ -84,19 +59,20 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ticks_per_round = T + 1
     total_ticks = rc.rounds * ticks_per_round
 
+    metric_keys = tuple(rc.agent_module.METRIC_KEYS)
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         carries = program.init_carries(rc, env)
     else:
-        carries, h = restore_checkpoint(ckpts[-1],
-                                        jax.eval_shape(lambda: program.init_carries(rc, env)))
-        host = HostState(**h)
+        like = program.checkpoint_items(jax.eval_shape(lambda: program.init_carries(rc, env)))
+        items, h = restore_checkpoint(ckpts[-1], like)
+        carries, host = program.from_checkpoint_items(items), HostState.from_json(h)
         log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
     carries = jax.device_put(carries, jax.devices()[0])
-    metrics = MetricsCSV(run_dir / "metrics.csv", METRICS_COLUMNS, "agent_steps",
+    metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "agent_steps",
                          keep_until=(host.next_tick // ticks_per_round) * T * n_envs
                          if ckpts else None)
     if host.finished and (run_dir / "summary.json").exists():
@@ -121,17 +97,18 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         t_start = time.perf_counter()
         end = min(host.next_tick + rc.chunk_episodes * ticks_per_round, total_ticks)
         ticks = np.arange(host.next_tick, end, dtype=np.int32)
-        carries = chunk_fn(carries, ticks)
+        carries, rows = chunk_fn(carries, ticks)
         jax.block_until_ready(carries.n_updates)
         host.next_tick = end
         agent_steps = agent_steps_at(end)
         env_steps = agent_steps * ar
 
-        # episodes completed in this chunk: rounds exported_rounds .. end_round-1
+        # the chunk's episodes: rounds ticks[0] // (T+1) .. end // (T+1) - 1
         end_round = end // ticks_per_round
-        train_returns = export.add_rounds(carries.buffer, host.exported_rounds, end_round) \
-            if export is not None else _round_returns(carries.buffer, n_envs,
-                                                      host.exported_rounds, end_round)
+        episodes = episodes_per_seed(rows, T)
+        if export is not None:
+            export.add_episodes(episodes, int(ticks[0]) // ticks_per_round)
+        train_returns = [episode_returns(eps) for eps in episodes]
         host.exported_rounds = end_round
         host.wall_s += time.perf_counter() - t_start
 
@@ -145,20 +122,16 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                    "return": float(np.mean(rets)) if len(rets) else "",
                    "return_std": float(np.std(rets)) if len(rets) else "",
                    "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)}
-            row.update({k: float(m[k][i]) for k in program.METRIC_KEYS})
+            row.update({k: float(m[k][i]) for k in metric_keys})
             rows.append(row)
 
         final = host.next_tick >= total_ticks
-        scheduled = env_steps >= host.next_eval_env_steps or final
-        past_deadline = (not final and deadline is not None and time.monotonic() > deadline)
-        if scheduled or past_deadline:
-            # A deadline stop off the schedule evaluates too (a budgeted run ends
-            # with an eval point), with the next scheduled evaluation's key and
-            # without moving the schedule: the resumed run's evaluations are
-            # those of the uninterrupted run.
+        point = eval_point(env_steps >= host.next_eval_env_steps, final, deadline)
+        past_deadline = point.past_deadline
+        if point.evaluate:
             t_eval = time.perf_counter()
-            rets = np.asarray(eval_fn(carries.train.params, carries.key, host.eval_index))
-            if scheduled:
+            rets = np.asarray(eval_fn(carries.agent, carries.key, host.eval_index))
+            if point.advance:
                 host.eval_index += 1
                 while host.next_eval_env_steps <= env_steps:
                     host.next_eval_env_steps += rc.eval_every
@@ -175,7 +148,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if final:
             host.finished = True
         if final or chunks_done % rc.checkpoint_every_chunks == 0:
-            save_checkpoint(run_dir, host.next_tick, carries, host.__dict__)
+            save_checkpoint(run_dir, host.next_tick, program.checkpoint_items(carries),
+                            host.to_json())
         if bar is not None:
             last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
             post = {"train": "/".join(_fmt(x) for x in last_train)}
@@ -187,7 +161,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
                           or past_deadline):
             if chunks_done % rc.checkpoint_every_chunks:
-                save_checkpoint(run_dir, host.next_tick, carries, host.__dict__)
+                save_checkpoint(run_dir, host.next_tick, program.checkpoint_items(carries),
+                                host.to_json())
             break
 
     if bar is not None:
@@ -202,17 +177,3 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             summary["episode_sets"] = export.finalize()
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
-
-
-def _round_returns(buf: buffer_lib.EpisodeBuffer, n_envs: int, first: int, end: int):
-    """Per seed, the undiscounted returns of rounds first..end-1 (host)."""
-    rewards = np.asarray(jax.device_get(buf.reward))   # [S, R*n, T+1]
-    rounds = rewards.shape[1] // n_envs
-    out = []
-    for s in range(rewards.shape[0]):
-        rets = []
-        for e in range(first, end):
-            for slot in buffer_lib.round_slots(rounds, n_envs, e):
-                rets.append(float(np.sum(rewards[s, slot], dtype=np.float64)))
-        out.append(rets)
-    return out

@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from wmx.envs.registry import discount_from_length, seed_steps_from_length
+
 # (enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q), spec 1.20 / Table 9.
 MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
     1: (256, 384, 128, 2, 2),
@@ -29,19 +31,8 @@ MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
 
 _WIDTHS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
 
-
-def discount_from_episode_length(T: int, denom: float = 5.0, lo: float = 0.95,
-                                 hi: float = 0.995) -> float:
-    """gamma(T) = clip((T/denom - 1) / (T/denom), lo, hi) (spec 2.20, B19).
-
-    T is the episode length in agent steps (after action repeat). DMC T=500
-    gives 0.99, T=100 gives 0.95, T=1000 gives 0.995. Computed in float64.
-    Raises ValueError for T <= 0.
-    """
-    if T <= 0:
-        raise ValueError(f"episode length T must be positive, got {T}")
-    frac = T / denom
-    return float(min(max((frac - 1.0) / frac, lo), hi))
+discount_from_episode_length = discount_from_length
+"""gamma(T) of spec 2.20 (`wmx.envs.registry.discount_from_length`, the one definition)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +163,7 @@ class TDMPC2Config:
         table = dict(zip(_WIDTHS, MODEL_SIZES[self.model_size]))
         fill: dict[str, Any] = {f: table[f] for f in _WIDTHS if getattr(self, f) is None}
         if self.seed_steps is None:
-            fill["seed_steps"] = max(1000, 5 * self.episode_length)
+            fill["seed_steps"] = seed_steps_from_length(self.episode_length)
         if self.discount is None:
             fill["discount"] = discount_from_episode_length(
                 self.episode_length, self.discount_denom, self.discount_min, self.discount_max)

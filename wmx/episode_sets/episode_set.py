@@ -10,17 +10,15 @@ stored directory (its manifest names the first producer).
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from wmx.datasets.store import Store, commit_dir, make_staging_dir
-from wmx.paths import REPO_ROOT
+from wmx.version import code_version, env_versions
 from wmx.schemas.episode import (Episode, deserialize_episode, episode_return,
                                  record_digest, serialize_episode,
                                  validate_episode_rows)
@@ -43,37 +41,6 @@ class EpisodeSetIntegrityError(ValueError):
 def file_name(index: int) -> str:
     """Name of the index-th ArrayRecord file of an episode set."""
     return f"episodes-{index:05d}.array_record"
-
-
-def code_version() -> str:
-    """The git commit of the wmx checkout (with "-dirty" when tracked files
-    differ from it), else "wmx-<package version>", else "unknown"."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
-        if head.returncode == 0 and head.stdout.strip():
-            dirty = subprocess.run(
-                ["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--"],
-                capture_output=True, timeout=30).returncode != 0
-            return head.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        return "wmx-" + importlib.metadata.version("wmx")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def env_versions() -> dict[str, str]:
-    """Installed versions of the simulator stack, read from package metadata
-    (no import): mujoco, mujoco-mjx, playground; absent ones are omitted."""
-    out = {}
-    for dist in ("mujoco", "mujoco-mjx", "playground"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def make_producer(run_id: str, agent: str, config_hash: str, seed: int,

@@ -1,4 +1,4 @@
-"""Configuration of an offline multi-task run (`train_offline`)."""
+"""Configuration of an offline run (`train_offline`), for any multi-task agent of the registry."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,13 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from wmx.agents.tdmpc2.config import PRESETS, TDMPC2Config
-from wmx.agents.tdmpc2.multitask import multitask_config
+from wmx.agents.registry import get_agent
 from wmx.schemas.taskset import TaskSet
-
-AGENTS = ("tdmpc2",)
-DMC_SCORE_DIVISOR = 10.0
-"""Normalised score of a DMC task = return / 10, on [0, 100] (tdmpc2_spec 4.20)."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +53,10 @@ class OfflineRunConfig:
     stream_chunk: int = 50
 
     def __post_init__(self) -> None:
-        if self.agent not in AGENTS:
-            raise ValueError(f"--agent {self.agent!r} is not supported offline; choose one of "
-                             f"{AGENTS}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+        agent = get_agent(self.agent, "offline")   # raises with the known agents
+        if self.preset not in agent.PRESETS:
+            raise ValueError(f"--preset {self.preset!r} is unknown for {self.agent}; choose one "
+                             f"of {list(agent.PRESETS)}")
         if "@" not in self.dataset:
             raise ValueError(f"dataset {self.dataset!r} must be a resolved name@hash")
         ts = self.task_set   # raises for a malformed TaskSet
@@ -113,10 +107,17 @@ class OfflineRunConfig:
         return names if self.tasks is None else tuple(t for t in names if t in self.tasks)
 
     @property
-    def agent_config(self) -> TDMPC2Config:
-        """`multitask_config(taskset, preset, batch_size=..., **agent_overrides)`."""
-        return multitask_config(self.task_set, self.preset,
-                                **{"batch_size": self.batch_size, **self.agent_overrides})
+    def agent_module(self):
+        """The agent module (`wmx.agents.api.Agent`) of ``agent``."""
+        return get_agent(self.agent, "offline")
+
+    @property
+    def agent_config(self) -> Any:
+        """The agent's resolved multi-task config for the TaskSet:
+        `Agent.make_config(preset, {batch_size, **agent_overrides}, taskset=...)`."""
+        return self.agent_module.make_config(
+            self.preset, {"batch_size": self.batch_size, **self.agent_overrides},
+            taskset=self.task_set)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

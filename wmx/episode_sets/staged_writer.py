@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from wmx.collect.episode_set import (READER_OPTIONS, WRITER_OPTIONS,
+from wmx.episode_sets.episode_set import (READER_OPTIONS, WRITER_OPTIONS,
                                      _as_producer, check_episode, env_versions,
                                      write_records)
 from wmx.datasets.store import Store

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from wmx.collect.episode_set import read_episode_set, write_episode_set
-from wmx.collect.export import STATE_FILENAME, EpisodeSetWriter, split_batch
+from wmx.episode_sets.episode_set import read_episode_set, write_episode_set
+from wmx.episode_sets.staged_writer import STATE_FILENAME, EpisodeSetWriter, split_batch
 from wmx.datasets.store import Store
 from wmx.schemas.episode import make_episode, serialize_episode
 from wmx.schemas.taskset import TaskInfo

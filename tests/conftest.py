@@ -1,18 +1,22 @@
-"""The tiny online run that tests/train_online and tests/evaluate share.
+"""Shared test fixtures.
 
-Both train it with the same `TINY_RC` in the same pytest process, so the
-chunk and evaluation programs (cached per config and env) compile once for
-the whole session, not once per module.
+`tiny_online_run`: the tiny TD-MPC2 online run (probe-action, T=20, seeds 0
+and 3, with episode-set export) that tests/train_online and tests/evaluate
+both read; trained once per session, so its chunk and evaluation programs
+(cached per config and env) compile once. Tests that write into a run copy
+it first (`copy_run`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from wmx.datasets.store import Store
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
-from wmx.train_online.run_config import OnlineRunConfig
+from wmx.runs.online_config import OnlineRunConfig
 
 T = 20   # probe-action's episode length (agent steps)
 TINY_RC = OnlineRunConfig(task="probe-action", seeds=(0, 3), env_steps=6 * T, preset="tiny",
@@ -30,3 +34,12 @@ def train_tiny(home: Path, name: str) -> tuple[Store, Path, dict]:
     summary = run(TINY_RC, run_dir, online_cli.make_export(store, TINY_RC, run_dir),
                   progress=False)
     return store, run_dir, summary
+
+
+@pytest.fixture(scope="session")
+def tiny_online_run(tmp_path_factory):
+    """(home, store, run_dir, summary) of `TINY_RC` trained to the end (read-only)."""
+    home = tmp_path_factory.mktemp("tiny-online")
+    store, run_dir, summary = train_tiny(home, "tiny")
+    assert summary["finished"]
+    return home, store, run_dir, summary

@@ -1,4 +1,4 @@
-"""Configuration of an online run (`train_online`)."""
+"""Configuration of an online run (`train_online`), for any agent of the registry."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,12 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from wmx.agents.tdmpc2.config import PRESETS, TDMPC2Config, make_config
+from wmx.agents.registry import get_agent
 from wmx.envs.registry import TaskSpec, get_task
-
-WIDTH_FIELDS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
-
-AGENTS = ("tdmpc2",)
 
 
 @dataclass(frozen=True)
@@ -44,10 +40,10 @@ class OnlineRunConfig:
     episode_length: int | None = None   # override of T (agent steps), for short smoke runs only
 
     def __post_init__(self) -> None:
-        if self.agent not in AGENTS:
-            raise ValueError(f"--agent {self.agent!r} is not supported; choose one of {AGENTS}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+        agent = get_agent(self.agent, "online")   # raises with the known agents
+        if self.preset not in agent.PRESETS:
+            raise ValueError(f"--preset {self.preset!r} is unknown for {self.agent}; choose one "
+                             f"of {list(agent.PRESETS)}")
         get_task(self.task)   # raises with the known names
         if not self.seeds:
             raise ValueError("--seeds needs at least one seed")
@@ -68,21 +64,16 @@ class OnlineRunConfig:
         return spec if self.episode_length is None else spec.replace(T=self.episode_length)
 
     @property
-    def agent_config(self) -> TDMPC2Config:
-        """The resolved TD-MPC2 config: preset, then overrides.
+    def agent_module(self):
+        """The agent module (`wmx.agents.api.Agent`) of ``agent``."""
+        return get_agent(self.agent, "online")
 
-        An explicit ``model_size`` replaces the preset's widths with that size's
-        (explicit width overrides still win), so ``--preset cpu --model-size 5``
-        is the paper's 5M model.
-        """
-        spec = self.task_spec
-        over = dict(self.agent_overrides)
-        if "model_size" in over:
-            for width in WIDTH_FIELDS:
-                if width in PRESETS[self.preset] and width not in over:
-                    over[width] = None
-        return make_config(self.preset, obs_dim=spec.obs_dim, action_dim=spec.action_dim,
-                           episode_length=spec.T, **over)
+    @property
+    def agent_config(self) -> Any:
+        """The agent's resolved config for this task: preset, then overrides
+        (`Agent.make_config(preset, agent_overrides, task=task_spec)`)."""
+        return self.agent_module.make_config(self.preset, self.agent_overrides,
+                                             task=self.task_spec)
 
     @property
     def rounds(self) -> int:

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from wmx.collect.episode_set import (EpisodeSetIntegrityError, EpisodeSetReader,
+from wmx.episode_sets.episode_set import (EpisodeSetIntegrityError, EpisodeSetReader,
                                      read_episode_set, verify_episode_set,
                                      write_episode_set)
 from wmx.datasets.store import Store

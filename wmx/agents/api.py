@@ -1,0 +1,158 @@
+"""The agent protocol: what trainers, acting and evaluation may know of an agent.
+
+An agent is a module (``wmx.agents.<name>.agent``) whose top-level names
+implement `Agent` below; `wmx.agents.registry` maps ``--agent`` names to those
+modules. Trainers (`wmx.train_online`, `wmx.train_offline`), acting and
+evaluation (`wmx.acting`) and the run tools (`wmx.runs`) call only these
+names, never an agent's internals (DESIGN.md §2; docs/architecture.md
+"The agent protocol" has the shapes and a walk-through of adding an agent).
+
+Conventions. n: envs acted on together (lockstep envs, or evaluation
+episodes); O, A: the config's observation and action widths (``cfg.obs_dim``,
+``cfg.action_dim``; the padded widths of a multi-task config); B: batch.
+All arrays are float32 unless said. Every function is pure and jittable
+except `make_config`, `param_counts` and `schedule` (host, static). Seeds are
+``vmap``ped by the callers, so nothing here sees a seed axis.
+
+Randomness: every function that draws takes one key and derives its draws
+from it in a documented, agent-owned way (the agents' ``draw_*_noise``
+seams), so a run's key streams are fixed by the callers' ``fold_in`` tags.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+
+import jax
+
+# ---- action modes of the online schedule (`Schedule.action_mode`) ----------------
+HELD, RANDOM, POLICY = 0, 1, 2
+"""HELD: the collector's held tick (no env step; the action is ignored and
+stored as 0). RANDOM: uniform actions in [-1, 1] (seed phase). POLICY: the
+agent's `policy` in training mode."""
+
+
+class BatchSpec(NamedTuple):
+    """What one update trains on (static, hashable).
+
+    kind: "slices" (TD-MPC2: obs rows s..s+H, actions s..s+H-1, rewards
+    s+1..s+H; time-major) or "windows" (DreamerV3: `length` consecutive rows,
+    batch-major, annotated as dreamerv3_spec 5.3). length: rows per item
+    (slices: H+1; windows: batch_length + replay context). batch: items per
+    update. cross_episodes: whether an item may span an episode end (never
+    for slices; windows as the agent's replay does).
+    """
+
+    kind: str
+    length: int
+    batch: int
+    cross_episodes: bool = False
+
+
+class Schedule(Protocol):
+    """The online schedule of an agent: static arithmetic on the absolute tick.
+
+    Both methods take the absolute, unbatched tick index as a Python int or a
+    jnp int scalar and return the same kind (DESIGN.md §3 principle 2).
+    """
+
+    def action_mode(self, tick: Any) -> Any:
+        """HELD, RANDOM or POLICY for the row emitted at ``tick``."""
+
+    def n_updates(self, tick: Any) -> Any:
+        """Updates to run right after the row of ``tick`` was added to the replay."""
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """The names an agent module defines (checked by tests/agents/test_contract.py).
+
+    Attributes:
+      NAME: the ``--agent`` name.
+      PRESETS: preset names `make_config` accepts (e.g. "paper", "cpu", "tiny").
+      METRIC_KEYS: the scalar metrics `update` returns, in metrics.csv order.
+      MULTITASK: whether the agent trains on a TaskSet (offline, padded widths).
+    """
+
+    NAME: str
+    PRESETS: tuple[str, ...]
+    METRIC_KEYS: tuple[str, ...]
+    MULTITASK: bool
+
+    # ---- configuration (host) ---------------------------------------------------
+    def make_config(self, preset: str, overrides: Mapping[str, Any], *, task: Any = None,
+                    taskset: Any = None) -> Any:
+        """A frozen, hashable, resolved config.
+
+        Args:
+          preset: one of PRESETS. overrides: config fields (``--set`` and the
+            agent's flags); ``model_size`` picks another size, explicit widths win.
+          task: a `wmx.envs.registry.TaskSpec` (single task: its obs/action dims
+            and T); taskset: a `wmx.schemas.taskset.TaskSet` (multi-task: padded
+            widths, number of tasks). Exactly one is given.
+        Raises:
+          ValueError naming the preset, field or value that is wrong.
+        """
+
+    def param_counts(self, cfg: Any) -> dict[str, int]:
+        """Parameters per module and ``"total"`` (trained parameters only)."""
+
+    # ---- state ---------------------------------------------------------------
+    def init(self, key: jax.Array, cfg: Any) -> Any:
+        """The training state (a pytree; what checkpoints hold as "agent")."""
+
+    def policy_params(self, state: Any) -> Any:
+        """The part of the training state `policy` needs."""
+
+    def task_context(self, cfg: Any, taskset: Any) -> Any:
+        """Per-task tables of a TaskSet (a pytree of arrays, a traced argument), or
+        None for a single-task agent."""
+
+    # ---- acting --------------------------------------------------------------
+    def init_policy(self, cfg: Any, n: int) -> Any:
+        """The policy carry of n envs (a pytree with leading axis n)."""
+
+    def policy(self, params: Any, cfg: Any, carry: Any, obs: jax.Array, is_first: jax.Array,
+               key: jax.Array, *, eval_mode: bool, tasks: Any = None,
+               task_id: Any = None) -> tuple[Any, jax.Array, dict]:
+        """One action per env.
+
+        Args:
+          obs: f32[n, O] (zero-padded to O by the caller); is_first: bool[n], the
+            carry is reset inside where it is True; key: one key for the n envs;
+            eval_mode: static; tasks/task_id: `task_context` and i32[] for a
+            multi-task config, None otherwise.
+        Returns:
+          (carry, action f32[n, A] in [-1, 1] at the config's width, entries): the
+          entries are what the agent wants stored beside the row in its replay
+          (a dict of arrays with leading axis n; empty for TD-MPC2).
+        """
+
+    # ---- training ------------------------------------------------------------
+    def batch_spec(self, cfg: Any) -> BatchSpec:
+        """What `update` trains on."""
+
+    def update(self, state: Any, batch: Mapping[str, jax.Array], key: jax.Array, cfg: Any,
+               tasks: Any = None) -> tuple[Any, dict, dict]:
+        """One update on a batch of `batch_spec(cfg)` (`wmx.datasets.samplers.sample`).
+
+        Returns (state, metrics {METRIC_KEYS: f32[]}, outs): outs is what the
+        replay needs back (DreamerV3: the window's new latents; {} for TD-MPC2).
+        """
+
+    # ---- online ----------------------------------------------------------------
+    def schedule(self, cfg: Any, episode_length: int, n_envs: int) -> Schedule:
+        """The online schedule for episodes of T agent steps on n_envs lockstep envs."""
+
+    def init_replay(self, cfg: Any, n_envs: int, episode_length: int,
+                    total_agent_steps: int) -> Any:
+        """An empty replay (a pytree of fixed shapes) for a run of that many agent steps."""
+
+    def replay_add(self, replay: Any, tick: Any, row: Any, entries: dict, cfg: Any) -> Any:
+        """Add the row emitted at ``tick`` (`wmx.envs.collector.Row`, leading axis
+        n_envs) with the policy's entries."""
+
+    def replay_train(self, state: Any, replay: Any, tick: Any, key: jax.Array, cfg: Any,
+                     metrics: dict) -> tuple[Any, Any, dict]:
+        """Run `schedule(...).n_updates(tick)` updates after ``tick``: sample from
+        the replay, update, write back what the update returns. ``metrics`` is
+        the last update's metrics, returned unchanged when no update runs."""

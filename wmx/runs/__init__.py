@@ -1,0 +1,1 @@
+"""Run tools shared by the trainers and evaluate: run configs, host counters, CLI plumbing."""

@@ -1,0 +1,79 @@
+"""The host loop's counters (saved in every checkpoint's host.json) and its evaluation rule.
+
+Both trainers keep one `HostState`; the fields a trainer does not use keep
+their defaults. `eval_point` is the one rule for when a chunk ends with an
+evaluation: on schedule, at the end, and at a deadline (budget) stop, where
+the evaluation uses the next scheduled evaluation's keys without consuming
+them, so a run stopped and resumed evaluates exactly as the uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+@dataclass
+class HostState:
+    """Counters of a trainer's host loop.
+
+    Common: eval_index (evaluations done on schedule: the rollout keys' index),
+    wall_s (seconds spent in chunks and evaluations), finished, last_eval
+    (the last evaluation's returns: online {seed: [returns]}, offline
+    {task: {seed: [returns]}}).
+    Online (train_online): next_tick (absolute tick of the next chunk),
+    next_eval_env_steps, exported_rounds (rounds whose episodes were exported).
+    Offline (train_offline): updates (done), training_hash and dataset (the
+    run the checkpoint belongs to), streams (the streaming feed's iterator
+    states, one per seed, or None).
+    """
+
+    eval_index: int = 0
+    wall_s: float = 0.0
+    finished: bool = False
+    last_eval: dict[str, Any] = field(default_factory=dict)
+    next_tick: int = 0
+    next_eval_env_steps: int = 0
+    exported_rounds: int = 0
+    updates: int = 0
+    training_hash: str = ""
+    dataset: str = ""
+    streams: list[dict] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "HostState":
+        """The counters of a host.json; unknown keys are refused (ValueError)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"host.json has unknown counters {unknown}: written by another "
+                             "version of wmx; start a new run")
+        return cls(**d)
+
+
+class EvalPoint(NamedTuple):
+    """evaluate: run an evaluation after this chunk; advance: it is the scheduled
+    one (consume its index); past_deadline: the run stops after this chunk."""
+
+    evaluate: bool
+    advance: bool
+    past_deadline: bool
+
+
+def eval_point(scheduled: bool, final: bool, deadline: float | None,
+               now: float | None = None) -> EvalPoint:
+    """Whether the chunk that just ended evaluates, and whether that consumes the schedule.
+
+    scheduled: an evaluation is due (or ``final``: the run's last chunk);
+    deadline: a ``time.monotonic()`` value or None; now: the clock (default
+    ``time.monotonic()``). A chunk past the deadline that is not the last
+    stops the run and evaluates off the schedule (advance False).
+    """
+    now = time.monotonic() if now is None else now
+    past = (not final) and deadline is not None and now > deadline
+    due = scheduled or final
+    return EvalPoint(evaluate=due or past, advance=due, past_deadline=past)
