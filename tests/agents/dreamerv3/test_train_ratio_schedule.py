@@ -69,8 +69,8 @@ def test_cumulative_updates_match_reference_driver(n_envs, train_ratio):
 
 
 def test_gate_ticks_of_the_paper_setting():
-    # 16 envs: first update after tick 64 (2048 - 1008 transitions: 16 items
-    # exist once each env holds 65 rows); 1 env: after 80 rows (16 items).
+    # 2411f7d gate (B = 16 items, not HEAD's 1024): with 16 envs the 16th item
+    # appears at env 15 of tick 64 (transition 1040); 1 env: after 80 rows.
     assert S.first_update_tick(S.make_schedule(16)) == 64
     assert S.make_schedule(16).gate == 64 * 16 + 16
     assert S.make_schedule(1).gate == 80
@@ -83,8 +83,8 @@ def test_gate_ticks_of_the_paper_setting():
 def test_non_dyadic_ratio_is_exact_and_within_one_of_float_prev():
     # D26: r = 100 / (9·7) has no exact float64 inverse; the reference's float
     # prev may run an update one transition late, wmx never does.
-    for n_envs, kw in ((3, dict(batch_size=9, batch_length=7)), (5, dict(batch_size=9, batch_length=7))):
-        sched = S.make_schedule(n_envs, train_ratio=100, **kw)
+    for n_envs in (3, 5):
+        sched = S.make_schedule(n_envs, train_ratio=100, batch_size=9, batch_length=7)
         ref = reference_updates(n_envs, 2000, batch_size=9, batch_length=8, train_ratio=100.0)
         ours = np.array([S.total_updates(i, sched) for i in range(2000)])
         assert np.all(ours - np.array(ref) >= 0) and np.all(ours - np.array(ref) <= 1)
