@@ -286,12 +286,22 @@ def test_vmapped_seeds_match_separate_runs():
     deter = np.random.default_rng(7).normal(size=(2, B, L - 1, D)).astype(np.float32)
     stoch = _one_hot(np.random.default_rng(8), (2, B, L - 1, S))
     stack = lambda *x: jnp.stack(x)  # noqa: E731
-    vout = jax.jit(jax.vmap(_run))(jax.tree.map(stack, init, init), jax.tree.map(stack, *streams),
-                                   keys, deter, stoch)
-    run = jax.jit(_run)
-    for s in range(2):
-        out = run(init, streams[s], keys[s], deter[s], stoch[s])
-        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[s], vout), out)
+    # counters shared across seeds (SEED_AXES)
+    vinit = R.Replay(*(jnp.stack([x, x]) for x in init[:len(R.Rows._fields)]),
+                     rows=init.rows, popped=init.popped)
+    vrun = jax.jit(jax.vmap(_run, in_axes=(R.SEED_AXES, 0, 0, 0, 0),
+                            out_axes=(R.SEED_AXES, 0, 0)))
+    vout = vrun(vinit, jax.tree.map(stack, *streams), keys, deter, stoch)
+    assert vout[0].rows.shape == ()
+    for s in range(2):                   # the module's compiled single-seed functions
+        rep = init
+        for t in range(14):
+            rep = _add(rep, jax.tree.map(lambda x: x[t], streams[s]))[0]
+        (rep, batch, pos), _, _ = _sample(rep, keys[s])
+        out = (_write_back(rep, pos, deter[s], stoch[s]), batch, pos)
+        got = (vout[0]._replace(**{f: getattr(vout[0], f)[s] for f in R.Rows._fields}),
+               *jax.tree.map(lambda x: x[s], vout[1:]))
+        jax.tree.map(np.testing.assert_array_equal, got, out)
     assert not np.array_equal(vout[1].obs[0], vout[1].obs[1])
 
 

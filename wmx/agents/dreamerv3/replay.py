@@ -40,13 +40,13 @@ where windows overlap the later batch row wins. Never the context row of the
 window itself.
 
 Everything is a pure function over fixed-shape arrays: jittable and
-vmappable over seeds (the counters are per-seed scalars but identical across
-seeds). Synchronous: the write-back follows its update before the next sample
+vmappable over seeds, with the two counters batched or, with ``SEED_AXES``,
+shared (they are identical across seeds). Synchronous: the write-back follows its update before the next sample
 (deviation D1).
 
 Source: dreamerv3_spec 5.1-5.9; reference_design §5.2, §6.3; deviations D1
 (synchronous write-back), D2 (sampler seeded from the run key), D3 (a tick's
-samples follow all of its adds), D27 (capacity in rows per env), D40 (the
+samples follow all of its adds), D27 (capacity in rows per env), W40 (the
 uniform draw).
 """
 from __future__ import annotations
@@ -93,6 +93,12 @@ class Replay(NamedTuple):
     stoch: jax.Array
     rows: jax.Array
     popped: jax.Array
+
+
+# vmap axes of a Replay over seeds with its two counters unbatched (they are
+# equal across seeds: lockstep rows, the same schedule), so the write slot,
+# item counts and queue bounds stay unbatched scalars. Use as in_axes/out_axes.
+SEED_AXES = Replay(*([0] * len(Rows._fields)), rows=None, popped=None)
 
 
 class Positions(NamedTuple):
@@ -212,7 +218,8 @@ def add(replay: Replay, rows: Rows) -> Replay:
     """
     slot = replay.rows % _capacity(replay)
     rows = rows._replace(stoch=_one_hot(rows.stoch))
-    new = {f: getattr(replay, f).at[:, slot].set(getattr(rows, f)) for f in Rows._fields}
+    new = {f: jax.lax.dynamic_update_index_in_dim(getattr(replay, f), getattr(rows, f), slot, 1)
+           for f in Rows._fields}
     return replay._replace(**new, rows=replay.rows + 1)
 
 
@@ -250,7 +257,7 @@ def draw_sample_indices(key: jax.Array, batch_size: int, n_items) -> jax.Array:
 
     The sampler's only random draw, the seam where a test injects indices.
     jax.random.randint reduces a 64-bit draw modulo n_items: uniform up to
-    n_items / 2^64 (deviation D40; the reference uses numpy's exact
+    n_items / 2^64 (deviation W40; the reference uses numpy's exact
     integers(0, len(items)) seeded with 0, D2).
     """
     return jax.random.randint(key, (batch_size,), 0, jnp.maximum(n_items, 1), jnp.int32)
