@@ -144,8 +144,19 @@ def ring_rows(replay_capacity: int, n_envs: int, run_rows_per_env: int,
     items. When the run has more rows than C, every env drops its oldest row
     together and holds C − (window − 1) items, window − 1 fewer than rows.
 
+    Args:
+        replay_capacity: the reference's capacity in items (5e6).
+        n_envs: lockstep envs; run_rows_per_env: rows each env adds in the
+            whole run (a resumed run: its total, so far plus this call).
+        batch_size: B; window: L = batch_length + replay_context.
+
+    Returns:
+        int C.
+
     Raises:
         ValueError: on non-positive sizes.
+
+    Source: reference_design §5.6, §6.3; deviation D27.
     """
     if min(replay_capacity, n_envs, run_rows_per_env, batch_size, window) < 1:
         raise ValueError(
@@ -165,9 +176,17 @@ def init_replay(n_envs: int, capacity: int, obs_dim: int, action_dim: int,
                 deter: int, stoch: int, classes: int) -> Replay:
     """Zero rings of ``capacity`` rows per env (see ``ring_rows``).
 
-    Memory per seed: n_envs · C · (4·(O + A + 1 + D) + 3 + S·classes) bytes,
-    about 2.2 GB for the 12M model (D = 2048, 32 × 16 classes) at
-    16 × 15,625 rows (the DMC run).
+    Args:
+        n_envs, capacity: ring shape [n_envs, C].
+        obs_dim, action_dim: O and A of a row; deter: D; stoch, classes: S, C
+            of the categorical latent.
+
+    Returns:
+        Replay with rows = popped = 0. Memory per seed:
+        n_envs · C · (4·(O + A + 1 + D) + 3 + S·classes) bytes, about 2.2 GB
+        for the 12M model (D = 2048, 32 × 16 classes) at 16 × 15,625 rows.
+
+    Source: dreamerv3_spec 5.1, 5.7; reference_design §6.3.
     """
     nc = (n_envs, capacity)
     zeros = lambda *s: jnp.zeros(nc + s, jnp.float32)  # noqa: E731
@@ -201,6 +220,7 @@ def grow(replay: Replay, capacity: int) -> Replay:
     if capacity < old or int(replay.rows) > old:
         raise ValueError(f"cannot grow a ring of {old} rows holding {int(replay.rows)} "
                          f"rows to {capacity}")
+
     def pad(x):
         return jnp.pad(x, [(0, 0), (0, capacity - old)] + [(0, 0)] * (x.ndim - 2))
 
@@ -212,9 +232,18 @@ def grow(replay: Replay, capacity: int) -> Replay:
 
 
 def add(replay: Replay, rows: Rows) -> Replay:
-    """Append one row per env (fields ``[n_envs, ...]``, stoch one-hot f32).
+    """Append one row per env at absolute row ``replay.rows``.
 
-    Overwrites the oldest row of every env once the rings are full (D27).
+    Args:
+        replay: the state.
+        rows: Rows with fields [n_envs, ...] (stoch f32[n, S, C] one-hot; the
+            action the raw sample, zeroed by the collector on is_last rows).
+
+    Returns:
+        The state with the row in slot rows mod C (the oldest row of every
+        env overwritten once the rings are full, D27) and rows + 1.
+
+    Source: dreamerv3_spec 5.1, 5.7.
     """
     slot = replay.rows % _capacity(replay)
     rows = rows._replace(stoch=_one_hot(rows.stoch))
@@ -233,7 +262,10 @@ def oldest_row(replay: Replay) -> jax.Array:
 
 
 def num_items(replay: Replay, window: int) -> jax.Array:
-    """i32[] current items over all envs: n_envs · max(0, held rows − window + 1)."""
+    """i32[] current items over all envs: n_envs · max(0, held rows − window + 1).
+
+    Source: dreamerv3_spec 5.1; deviation D27.
+    """
     held = jnp.minimum(replay.rows, _capacity(replay))
     return _n_envs(replay) * jnp.maximum(held - window + 1, 0)
 
@@ -243,6 +275,8 @@ def queue_bounds(replay: Replay, window: int) -> tuple[jax.Array, jax.Array]:
 
     end = n_envs · floor((rows − 1) / L) items pushed so far; first skips the
     consumed ones and those whose start row was overwritten.
+
+    Source: dreamerv3_spec 5.4, 5.6.
     """
     n = _n_envs(replay)
     end = n * (jnp.maximum(replay.rows - 1, 0) // window)
@@ -259,6 +293,14 @@ def draw_sample_indices(key: jax.Array, batch_size: int, n_items) -> jax.Array:
     jax.random.randint reduces a 64-bit draw modulo n_items: uniform up to
     n_items / 2^64 (deviation W40; the reference uses numpy's exact
     integers(0, len(items)) seeded with 0, D2).
+
+    Args:
+        key: PRNG key; batch_size: B (static); n_items: i32[] current items.
+
+    Returns:
+        i32[B].
+
+    Source: dreamerv3_spec 5.3; deviations D2, W40.
     """
     return jax.random.randint(key, (batch_size,), 0, jnp.maximum(n_items, 1), jnp.int32)
 
@@ -274,6 +316,8 @@ def select(replay: Replay, draws: jax.Array, window: int) -> tuple[Replay, Posit
 
     Returns:
         (replay with ``popped`` advanced past the popped items, Positions).
+
+    Source: dreamerv3_spec 5.3-5.4.
     """
     n = _n_envs(replay)
     batch = draws.shape[0]
@@ -297,6 +341,8 @@ def annotate(is_first: jax.Array, is_last: jax.Array) -> tuple[jax.Array, jax.Ar
 
     is_first[:, 0] = True; is_last |= roll(is_first, −1) with its last column
     False (the row before any mid-window is_first ends an episode).
+
+    Source: dreamerv3_spec 5.3.
     """
     is_first = is_first.at[:, 0].set(True)
     nxt = jnp.concatenate([is_first[:, 1:], jnp.zeros_like(is_first[:, :1])], 1)
@@ -304,7 +350,18 @@ def annotate(is_first: jax.Array, is_last: jax.Array) -> tuple[jax.Array, jax.Ar
 
 
 def gather(replay: Replay, positions: Positions, window: int) -> Rows:
-    """The annotated [B, L, ...] windows at ``positions`` (stoch as one-hot f32)."""
+    """Read windows.
+
+    Args:
+        replay: the state; positions: B windows (env, start).
+        window: L.
+
+    Returns:
+        Rows with fields [B, L, ...], annotated (``annotate``), stoch as f32
+        one-hot [B, L, S, C]; rows are read at slots (start + k) mod C.
+
+    Source: dreamerv3_spec 5.3.
+    """
     slots = (positions.start[:, None] + jnp.arange(window)) % _capacity(replay)
     env = positions.env[:, None]
     out = {f: getattr(replay, f)[env, slots] for f in Rows._fields}
@@ -317,8 +374,15 @@ def sample(replay: Replay, key: jax.Array, batch_size: int,
            window: int) -> tuple[Replay, Rows, Positions]:
     """Draw a training batch: queue pops first, then uniform with replacement.
 
+    Args:
+        replay: the state (at least one item: the schedule's gate guarantees B).
+        key: the sampler's key (e.g. the run key folded with the update count).
+        batch_size: B; window: L (static).
+
     Returns:
         (replay with the queue advanced, batch Rows [B, L, ...], Positions).
+
+    Source: dreamerv3_spec 5.3-5.4; deviations D2, W40.
     """
     draws = draw_sample_indices(key, batch_size, num_items(replay, window))
     replay, positions = select(replay, draws, window)
@@ -326,7 +390,18 @@ def sample(replay: Replay, key: jax.Array, batch_size: int,
 
 
 def replay_context(batch: Rows) -> TrainSequence:
-    """Split a batch into the replay-context carry and the trained rows (spec 5.8)."""
+    """Split a batch into the replay-context carry and the trained rows.
+
+    Args:
+        batch: Rows [B, L, ...] from ``sample`` / ``gather``.
+
+    Returns:
+        TrainSequence: carry (deter0, stoch0) = the stored latents of row 0,
+        prevact = action[:, 0:L−1] (the 29eb964 fix: the first trained obs
+        consumes the context row's action), rows 1..L−1 of everything else.
+
+    Source: dreamerv3_spec 5.8, Algorithm J.
+    """
     return TrainSequence(
         deter0=batch.deter[:, 0], stoch0=batch.stoch[:, 0], prevact=batch.action[:, :-1],
         obs=batch.obs[:, 1:], action=batch.action[:, 1:], reward=batch.reward[:, 1:],
@@ -353,6 +428,8 @@ def write_back(replay: Replay, positions: Positions, deter: jax.Array,
         batch row i is overwritten by every later row j > i covering the same
         row (the reference's sequential loop); a row no longer held is skipped.
         The result is one scatter with unique indices (deterministic).
+
+    Source: dreamerv3_spec 5.9; reference_design §6.3; deviation D1.
     """
     batch, t = deter.shape[:2]
     cap = _capacity(replay)

@@ -105,9 +105,17 @@ def _floor_ratio(d, sched: Schedule):
 
 
 def total_updates(tick, sched: Schedule):
-    """Updates run by the end of tick ``tick`` (0 for ticks before the gate; tick -1 gives 0).
+    """Cumulative updates run by the end of tick ``tick``.
 
-    Works on Python ints and jnp int arrays.
+    Args:
+        tick: absolute, unbatched tick index (int or jnp int array; -1 gives 0).
+        sched: the Schedule.
+
+    Returns:
+        int or i32[...]: 0 before the gate, else 1 + floor((t − t0)·r) with
+        t = (tick + 1)·n_envs, the last transition of the tick.
+
+    Source: dreamerv3_spec 6.1-6.2; deviations D3, D26.
     """
     d = (tick + 1) * sched.n_envs - sched.gate
     if isinstance(tick, int):
@@ -117,7 +125,17 @@ def total_updates(tick, sched: Schedule):
 
 
 def n_updates(tick, sched: Schedule):
-    """Updates to run after the rows of tick ``tick`` are added."""
+    """Updates to run after the rows of tick ``tick`` are added.
+
+    Args:
+        tick: absolute, unbatched tick index (int or jnp int array).
+        sched: the Schedule.
+
+    Returns:
+        int or i32[...]: total_updates(tick) − total_updates(tick − 1).
+
+    Source: reference_design §6.4; deviation D3.
+    """
     return total_updates(tick, sched) - total_updates(tick - 1, sched)
 
 
