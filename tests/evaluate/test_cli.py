@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import T
+from tiny_runs import T
 from wmx.evaluate import cli
 
 

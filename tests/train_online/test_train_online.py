@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import T, TINY_RC as RC
+from tiny_runs import T, TINY_RC as RC
 from wmx.episode_sets.episode_set import read_episode_set
 from wmx.train_online import cli
 from wmx.train_online.loop import run
@@ -128,3 +128,16 @@ def test_dry_run_walker_model_size_5_counts_paper_parameters(capsys):
     out = capsys.readouterr().out
     assert "4,960,618" in out
     assert "139,520" in out and "2,911,225" in out        # encoder, Q ensemble
+
+
+def test_set_overrides_reach_the_config_and_foreign_flags_are_refused(capsys):
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--dry-run"]) == 0
+    base = capsys.readouterr().out
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--set", "mlp_dim=48",
+                     "--dry-run"]) == 0
+    wider = capsys.readouterr().out
+    total = [int(line.split()[-1].replace(",", "")) for out in (base, wider)
+             for line in out.splitlines() if line.strip().startswith("total")]
+    assert total[1] > total[0]
+    assert cli.main(["--task", "probe-action", "--set", "no_such_field=1", "--dry-run"]) == 2
+    assert "no_such_field" in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""The agent registry and the CLIs' agent flags: lazy import, known names, flags of
+another agent rejected, --set parsed, --model-size typed per agent."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+
+from wmx.agents import registry
+from wmx.agents.registry import AgentEntry
+from wmx.runs.cli_common import add_agent_arguments, agent_overrides, parse_set
+
+
+@pytest.fixture
+def two_agents(monkeypatch):
+    """The registry with a second, fake agent owning --horizon-frames (str model sizes)."""
+    agents = dict(registry.AGENTS)
+    agents["other"] = AgentEntry("other", "wmx.agents.tdmpc2.agent",
+                                 flags={"horizon_frames": int}, model_size=str,
+                                 modes=("online",))
+    monkeypatch.setattr(registry, "AGENTS", agents)
+    return agents
+
+
+def _args(argv, mode="online"):
+    p = argparse.ArgumentParser()
+    add_agent_arguments(p, mode)
+    return p.parse_args(argv)
+
+
+def test_unknown_agent_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"'sac'.*tdmpc2"):
+        registry.get_agent("sac")
+
+
+def test_modules_import_lazily():
+    assert registry.get_agent("tdmpc2").NAME == "tdmpc2"
+    assert "wmx.agents.tdmpc2.agent" in sys.modules
+
+
+def test_flags_of_another_agent_are_rejected(two_agents):
+    with pytest.raises(ValueError, match=r"--horizon-frames \(other\) not understood by "
+                                         r"--agent tdmpc2; use --set"):
+        agent_overrides(_args(["--agent", "tdmpc2", "--horizon-frames", "3"]))
+    with pytest.raises(ValueError, match=r"--num-q \(tdmpc2\) not understood by --agent other"):
+        agent_overrides(_args(["--agent", "other", "--num-q", "3"]))
+    assert agent_overrides(_args(["--agent", "other", "--horizon-frames", "3"])) == {
+        "horizon_frames": 3}
+    # an agent that does not train offline is not offered there
+    with pytest.raises(ValueError, match="not available for offline training"):
+        registry.get_entry("other", "offline")
+
+
+def test_set_and_model_size_overrides(two_agents):
+    over = agent_overrides(_args(["--agent", "tdmpc2", "--model-size", "5", "--num-q", "4",
+                                  "--set", "horizon=5", "--set", "num_q=3",
+                                  "--set", "tau=0.02"]))
+    assert over == {"model_size": 5, "num_q": 3, "horizon": 5, "tau": 0.02}   # --set wins
+    assert agent_overrides(_args(["--agent", "other", "--model-size", "12m"])) == {
+        "model_size": "12m"}
+    with pytest.raises(ValueError, match="--model-size '12m' is not a tdmpc2 model size"):
+        agent_overrides(_args(["--agent", "tdmpc2", "--model-size", "12m"]))
+    assert parse_set(["a=true", "b=[1, 2]", "c=12m", "d-e=1e-4"]) == {
+        "a": True, "b": [1, 2], "c": "12m", "d_e": 1e-4}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_set(["horizon"])
+
+
+def test_unknown_set_field_is_named():
+    from wmx.envs.registry import get_task
+    agent = registry.get_agent("tdmpc2")
+    with pytest.raises(ValueError, match="horizn"):
+        agent.make_config("tiny", parse_set(["horizn=5"]), task=get_task("probe-action"))
