@@ -2,11 +2,18 @@
 
 `tiny_online_run`: the tiny online run of tests/tiny_runs.py, trained once
 per session (read-only: tests that continue or change a run work on a copy
-or a run of their own).
+or a run of their own). JAX's persistent compilation cache is off for the
+whole session (WMX_NO_COMPILE_CACHE=1).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Tests never share compiled programs through a disk cache (the cache's own test
+# turns it on in a subprocess): results must not depend on test order or history.
+os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
 
 from tiny_runs import train_tiny
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.cli_common import add_cache_argument, enable_compile_cache
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 log = logging.getLogger("wmx.evaluate")
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data root holding the dataset and episode sets (default: the run's "
                         "<home> when RUN_DIR is <home>/runs/<name>, else $WMX_HOME or ~/.wmx)")
     p.add_argument("--force", action="store_true", help="replace an existing report directory")
+    add_cache_argument(p)
     return p
 
 
@@ -84,11 +86,12 @@ def _check_out(out: Path, force: bool) -> None:
 def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
                        seeds_from_checkpoint: bool = False, out: str | Path | None = None,
                        home: str | Path | None = None, force: bool = False,
-                       env_fn=None) -> Path:
+                       env_fn=None, compile_cache: bool = True) -> Path:
     """Evaluate ``run_dir`` and write its report; returns the path of report.md.
 
     The Python entry of ``evaluate --run`` (see the module doc); ``env_fn``
-    replaces the evaluation envs (tests). Raises UsageError / RunError (both
+    replaces the evaluation envs (tests); ``compile_cache`` False turns off
+    the persistent compilation cache in ``<home>/cache/jax``. Raises UsageError / RunError (both
     ValueError) for bad input before anything is written, FileExistsError
     for an existing ``out`` without ``force``.
     """
@@ -101,6 +104,7 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
     out = Path(out).expanduser().resolve() if out is not None else info.run_dir / "report"
     _check_out(out, force)
     home = run_home(home, info.run_dir)
+    enable_compile_cache(home, compile_cache)
     log.info("evaluating %s run %s at checkpoint %s: tasks %s", info.kind, info.run_dir,
              info.checkpoint.name, list(chosen))
     returns, meta = evaluate_run(info, chosen, episodes,
@@ -112,7 +116,8 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
 def _run(args: argparse.Namespace) -> Path:
     return evaluate_to_report(args.run, episodes=args.episodes, tasks=args.tasks,
                               seeds_from_checkpoint=args.seeds_from_checkpoint, out=args.out,
-                              home=args.home, force=args.force)
+                              home=args.home, force=args.force,
+                              compile_cache=not args.no_compile_cache)
 
 
 def _runs(args: argparse.Namespace) -> Path:
@@ -145,7 +150,7 @@ def _runs(args: argparse.Namespace) -> Path:
             log.info("%s has no report: evaluating it first", run_dir)
             evaluate_to_report(run_dir, episodes=args.episodes,
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
-                               home=args.home)
+                               home=args.home, compile_cache=not args.no_compile_cache)
         reports.append(load_report(run_dir / "report"))
     return write_comparison(reports, out, args.force)
 

@@ -129,3 +129,37 @@ def print_counts(header: str, counts: dict[str, int]) -> None:
         if k != "total":
             print(f"  {k:<12s} {v:>12,d}")
     print(f"  {'total':<12s} {counts['total']:>12,d}")
+
+
+# ---- persistent compilation cache ----------------------------------------------------------
+COMPILE_CACHE_MIN_SECONDS = 0.2
+"""Programs that compile faster than this are not written to the cache (JAX's
+``jax_persistent_cache_min_compile_time_secs``)."""
+
+
+def add_cache_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (<home>/cache/jax); by "
+                        "default a second run of the same configuration skips compiling")
+
+
+def enable_compile_cache(home: Path, enabled: bool = True) -> Path | None:
+    """Turn on JAX's persistent compilation cache in ``<home>/cache/jax``.
+
+    A second invocation of the same programs (same config, shapes, jax and
+    XLA flags) then loads them instead of compiling. Off when ``enabled`` is
+    False or the environment sets WMX_NO_COMPILE_CACHE=1 (the test suite does,
+    so tests never share compiled programs through the disk). Returns the
+    cache folder, or None when off. The setting is process-wide (a JAX
+    config); the first folder set in a process stays in use.
+    """
+    if not enabled or os.environ.get("WMX_NO_COMPILE_CACHE", "") not in ("", "0"):
+        return None
+    import jax
+    path = Path(home) / "cache" / "jax"
+    path.mkdir(parents=True, exist_ok=True)
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          COMPILE_CACHE_MIN_SECONDS)
+    return path

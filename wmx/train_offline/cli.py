@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
-                                 print_counts, resume_config, run_cli)
+from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
+                                 create_run_dir, enable_compile_cache, print_counts,
+                                 resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="check the dataset and config, print the parameter counts, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_cache_argument(p)
     return p
 
 
@@ -153,6 +155,7 @@ def _main(args: argparse.Namespace) -> int:
               f"{list(rc.eval_tasks)} every {rc.eval_every:,d} updates; seeds {list(rc.seeds)}")
         return 0
 
+    enable_compile_cache(home, not args.no_compile_cache)
     if not args.resume:
         from wmx.version import code_version
         store = Store(home).ensure_layout()

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
-                                 print_counts, resume_config, run_cli)
+from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
+                                 create_run_dir, enable_compile_cache, print_counts,
+                                 resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_cache_argument(p)
     p.add_argument("--no-export", action="store_true", help="do not write episode sets")
     return p
 
@@ -113,6 +115,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
 
     store = Store(home).ensure_layout()
+    enable_compile_cache(home, not args.no_compile_cache)
     if not args.resume:
         name = args.name or f"{rc.agent}-{rc.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
