@@ -1,0 +1,65 @@
+"""Shared fixtures of the DreamerV3 tests: the reference recordings and the
+tiny config built from their meta/config (fixtures/dreamerv3/README.md)."""
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.paths import shared_dir
+
+
+def _load(name: str) -> dict[str, np.ndarray]:
+    d = np.load(shared_dir() / "fixtures/dreamerv3" / name)
+    return {k: d[k] for k in d.files}
+
+
+@pytest.fixture(scope="session")
+def components() -> dict[str, np.ndarray]:
+    """components.npz as a dict of arrays."""
+    return _load("components.npz")
+
+
+@pytest.fixture(scope="session")
+def train_fx() -> dict[str, np.ndarray]:
+    """train.npz as a dict of arrays."""
+    return _load("train.npz")
+
+
+def config_from_reference(config_json: str, obs_dim: int, action_dim: int) -> DreamerV3Config:
+    """A DreamerV3Config with the sizes and hyperparameters of a reference run
+    (the flat 29eb964 config of train.npz['meta/config_json'])."""
+    c = json.loads(config_json)
+    return DreamerV3Config(
+        obs_dim=obs_dim, action_dim=action_dim,
+        units=c["actor.units"], hidden=c["dyn.rssm.hidden"], deter=c["dyn.rssm.deter"],
+        stoch=c["dyn.rssm.stoch"], classes=c["dyn.rssm.classes"], blocks=c["dyn.rssm.blocks"],
+        enc_layers=c["enc.simple.layers"], dec_layers=c["dec.simple.layers"],
+        rew_layers=c["rewhead.layers"], con_layers=c["conhead.layers"],
+        actor_layers=c["actor.layers"], critic_layers=c["critic.layers"],
+        img_layers=c["dyn.rssm.imglayers"], obs_layers=c["dyn.rssm.obslayers"],
+        dyn_layers=c["dyn.rssm.dynlayers"], bins=c["rewhead.bins"],
+        unimix=c["dyn.rssm.unimix"], free_nats=c["rssm_loss.free"],
+        minstd=c["actor.minstd"], maxstd=c["actor.maxstd"],
+        batch_size=c["batch_size"], batch_length=c["batch_length"] - c["replay_context"],
+        replay_context=c["replay_context"], imag_horizon=c["imag_length"],
+    ).resolved()
+
+
+@pytest.fixture(scope="session")
+def ref_cfg(train_fx) -> DreamerV3Config:
+    """The fixtures' tiny config (obs 5, action 2, units 10, hidden 14, deter 24,
+    stoch 4, classes 3)."""
+    obs_dim = train_fx["batch0/vector"].shape[-1]
+    action_dim = train_fx["batch0/action"].shape[-1]
+    return config_from_reference(str(train_fx["meta/config_json"]), obs_dim, action_dim)
+
+
+@pytest.fixture(autouse=True)
+def _highest_precision():
+    """Parity needs full float32 matmuls (deviation T13's rule for parity tests)."""
+    with jax.default_matmul_precision("highest"):
+        yield
