@@ -3,6 +3,7 @@ tiny config built from their meta/config (fixtures/dreamerv3/README.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import jax
 import numpy as np
@@ -12,19 +13,37 @@ from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.paths import shared_dir
 
 
-def _load(name: str) -> dict[str, np.ndarray]:
-    d = np.load(shared_dir() / "fixtures/dreamerv3" / name)
-    return {k: d[k] for k in d.files}
+class _LazyNpz(Mapping):
+    """Read-only mapping over an .npz that decompresses each array on first use."""
+
+    def __init__(self, path):
+        self._file = np.load(path)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._cache:
+            self._cache[key] = self._file[key]
+        return self._cache[key]
+
+    def __iter__(self):
+        return iter(self._file.files)
+
+    def __len__(self) -> int:
+        return len(self._file.files)
+
+
+def _load(name: str) -> Mapping[str, np.ndarray]:
+    return _LazyNpz(shared_dir() / "fixtures/dreamerv3" / name)
 
 
 @pytest.fixture(scope="session")
-def components() -> dict[str, np.ndarray]:
+def components() -> Mapping[str, np.ndarray]:
     """components.npz as a dict of arrays."""
     return _load("components.npz")
 
 
 @pytest.fixture(scope="session")
-def train_fx() -> dict[str, np.ndarray]:
+def train_fx() -> Mapping[str, np.ndarray]:
     """train.npz as a dict of arrays."""
     return _load("train.npz")
 

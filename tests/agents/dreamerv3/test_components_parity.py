@@ -31,21 +31,20 @@ def close(actual, desired, rtol=RTOL, atol=ATOL):
 
 @pytest.fixture(scope="module")
 def rssm_params(components, ref_cfg):
-    ref = {k[len("rssm/params/"):]: v for k, v in components.items()
+    ref = {k[len("rssm/params/"):]: components[k] for k in components
            if k.startswith("rssm/params/")}
     return from_reference_params(ref, ref_cfg, modules=("rssm",))["rssm"]
 
 
 @pytest.fixture(scope="module")
 def actor_params(components, ref_cfg):
-    ref = {k[len("actor/params/"):]: v for k, v in components.items()
+    ref = {k[len("actor/params/"):]: components[k] for k in components
            if k.startswith("actor/params/")}
     return from_reference_params(ref, ref_cfg, modules=("actor",))["actor"]
 
 
 def _in(c, group):
-    return {k[len(group) + 4:]: jnp.asarray(v) for k, v in c.items()
-            if k.startswith(f"{group}/in/")}
+    return {k[len(group) + 4:]: jnp.asarray(c[k]) for k in c if k.startswith(f"{group}/in/")}
 
 
 # ---- RSSM ---------------------------------------------------------------------

@@ -14,7 +14,6 @@ width cfg.units.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
@@ -27,18 +26,17 @@ Params = dict
 
 
 # ---- actor ---------------------------------------------------------------------
-def init_actor(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_actor(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """Actor params; outputs with outscale cfg.actor_outscale (0.01).
 
     Source: dreamerv3_spec 1.5, 3.13-3.15."""
     c = cfg.resolved()
-    k_mlp, k_mean, k_std = jax.random.split(key, 3)
-    p = nets.init_mlp(k_mlp, c.feat_dim, c.units, c.actor_layers)
+    p = nets.init_mlp(draw, c.feat_dim, c.units, c.actor_layers)
     if c.discrete_actions:
-        p["logits"] = nets.init_linear(k_mean, c.units, c.action_dim, outscale=c.actor_outscale)
+        p["logits"] = nets.init_linear(draw, c.units, c.action_dim, outscale=c.actor_outscale)
     else:
-        p["mean"] = nets.init_linear(k_mean, c.units, c.action_dim, outscale=c.actor_outscale)
-        p["std"] = nets.init_linear(k_std, c.units, c.action_dim, outscale=c.actor_outscale)
+        p["mean"] = nets.init_linear(draw, c.units, c.action_dim, outscale=c.actor_outscale)
+        p["std"] = nets.init_linear(draw, c.units, c.action_dim, outscale=c.actor_outscale)
     return p
 
 
@@ -73,14 +71,13 @@ def actor_sample(p: Params, cfg: DreamerV3Config, x: jnp.ndarray,
 
 
 # ---- critic --------------------------------------------------------------------
-def init_critic(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_critic(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """{"h0".., "out": Linear(units -> bins + 1, outscale cfg.critic_outscale = 0)}.
 
     Source: dreamerv3_spec 3.15, 3.16."""
     c = cfg.resolved()
-    k_mlp, k_out = jax.random.split(key)
-    p = nets.init_mlp(k_mlp, c.feat_dim, c.units, c.critic_layers)
-    p["out"] = nets.init_linear(k_out, c.units, c.twohot_outputs, outscale=c.critic_outscale)
+    p = nets.init_mlp(draw, c.feat_dim, c.units, c.critic_layers)
+    p["out"] = nets.init_linear(draw, c.units, c.twohot_outputs, outscale=c.critic_outscale)
     return p
 
 

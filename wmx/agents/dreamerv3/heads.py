@@ -7,11 +7,10 @@ SiLU, width cfg.units) plus an output Linear "out" where the module has one.
 The heads read feat = concat(deter, stoch.reshape(S*C)) (`feat`); the decoder
 too (2411f7d's input order; HEAD puts stoch first, a layout-only difference,
 spec 2.17). The decoder has one head for the flat observation vector
-(deviation D5).
+(deviation D5). Initialisers take a `nets.Draw` (see `params.init_params`).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
@@ -29,21 +28,20 @@ def feat(deter: jnp.ndarray, stoch: jnp.ndarray) -> jnp.ndarray:
     return jnp.concatenate([deter, stoch.reshape(*stoch.shape[:-2], -1)], -1)
 
 
-def _mlp_head(key: jax.Array, in_dim: int, units: int, layers: int, out_dim: int,
+def _mlp_head(draw: nets.Draw, in_dim: int, units: int, layers: int, out_dim: int,
               outscale: float) -> Params:
-    k_mlp, k_out = jax.random.split(key)
-    p = nets.init_mlp(k_mlp, in_dim, units, layers)
-    p["out"] = nets.init_linear(k_out, units, out_dim, outscale=outscale)
+    p = nets.init_mlp(draw, in_dim, units, layers)
+    p["out"] = nets.init_linear(draw, units, out_dim, outscale=outscale)
     return p
 
 
 # ---- encoder -----------------------------------------------------------------
-def init_encoder(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_encoder(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """{"h0".."h{enc_layers-1}"}: obs_dim -> units -> ... (no output projection).
 
     Source: dreamerv3_spec 2.9."""
     c = cfg.resolved()
-    return nets.init_mlp(key, c.obs_dim, c.units, c.enc_layers)
+    return nets.init_mlp(draw, c.obs_dim, c.units, c.enc_layers)
 
 
 def encode(p: Params, cfg: DreamerV3Config, obs: jnp.ndarray) -> jnp.ndarray:
@@ -53,12 +51,12 @@ def encode(p: Params, cfg: DreamerV3Config, obs: jnp.ndarray) -> jnp.ndarray:
 
 
 # ---- decoder -----------------------------------------------------------------
-def init_decoder(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_decoder(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """{"h0".., "out": Linear(units -> obs_dim, outscale cfg.dec_outscale = 0.1)}.
 
     Source: dreamerv3_spec 1.5 version note (2411f7d Dist default outscale 0.1), 2.11."""
     c = cfg.resolved()
-    return _mlp_head(key, c.feat_dim, c.units, c.dec_layers, c.obs_dim, c.dec_outscale)
+    return _mlp_head(draw, c.feat_dim, c.units, c.dec_layers, c.obs_dim, c.dec_outscale)
 
 
 def decode(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
@@ -71,12 +69,12 @@ def decode(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
 
 
 # ---- reward ------------------------------------------------------------------
-def init_reward(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_reward(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """{"h0".., "out": Linear(units -> bins + 1, outscale 0)}: zero output layer.
 
     Source: dreamerv3_spec 2.12, 1.9 (256 outputs for 255 bins, 2411f7d)."""
     c = cfg.resolved()
-    return _mlp_head(key, c.feat_dim, c.units, c.rew_layers, c.twohot_outputs, c.rew_outscale)
+    return _mlp_head(draw, c.feat_dim, c.units, c.rew_layers, c.twohot_outputs, c.rew_outscale)
 
 
 def reward_logits(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:
@@ -88,10 +86,10 @@ def reward_logits(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarra
 
 
 # ---- continue ----------------------------------------------------------------
-def init_continue(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_continue(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """{"h0".., "out": Linear(units -> 1, outscale 1)}. Source: dreamerv3_spec 2.13."""
     c = cfg.resolved()
-    return _mlp_head(key, c.feat_dim, c.units, c.con_layers, 1, c.con_outscale)
+    return _mlp_head(draw, c.feat_dim, c.units, c.con_layers, 1, c.con_outscale)
 
 
 def continue_logit(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:

@@ -9,37 +9,81 @@ A layer is a dict {"kernel", "bias"[, "norm_scale"]}:
 - With "norm_scale" f32[U] (ones) the layer is a hidden block
   Linear -> RMSNorm(eps) -> SiLU (spec 1.3: the bias is kept before the norm).
 
-Kernels: outscale * TruncatedNormal(-2, 2) with Var = 1/fan_in
-(`wmx.nn.init.dreamer_trunc_normal`, deviation D23 for the constant); fan_in
-follows compute_fans, so a BlockLinear gets fan_in = I, the total input width
-(spec 1.2). outscale 0 gives a zero kernel. Biases are never scaled.
-Everything is float32 (deviation D4: the reference computes in bfloat16).
+Kernels: outscale * sqrt(1/fan_in) * TruncatedNormal(-2, 2) / 0.87962566
+(flax's variance_scaling constant, deviation D23; the reference writes
+1.1368); fan_in follows compute_fans, so a BlockLinear gets fan_in = I, the
+total input width (spec 1.2). outscale 0 gives a zero kernel. Biases are never
+scaled. Everything is float32 (deviation D4: the reference computes in bfloat16).
+
+Initialisation draws: layer initialisers take a `Draw`, a function shape ->
+unit-variance truncated normals; `sample_kernels(key, build)` runs a builder
+with draws sliced from ONE flat truncated-normal sample (XLA's CPU compile
+time grows faster than linearly with the number of separate random draws in a
+program: 40 draws took ~100 s, one ~2 s).
 """
 from __future__ import annotations
+
+import math
+from typing import Callable, TypeVar
 
 import jax
 import jax.numpy as jnp
 
-from wmx.nn.init import dreamer_trunc_normal
-
 Layer = dict
+Draw = Callable[[tuple[int, ...]], jnp.ndarray]
+T = TypeVar("T")
+
+_TRUNC_STD = 0.87962566103423978  # std of N(0, 1) truncated to [-2, 2] (D23)
+
+
+def sample_kernels(key: jax.Array, build: Callable[[Draw], T]) -> T:
+    """Run `build(draw)` with draws taken in order from one truncated-normal sample.
+
+    `build` must be deterministic in the shapes it draws (a first, shape-only
+    pass counts them; no compute). Each draw returns f32[shape] with
+    TruncatedNormal(-2, 2) / 0.8796 entries (unit variance).
+    """
+    sizes: list[int] = []
+
+    def count(shape):
+        sizes.append(math.prod(shape))
+        return jnp.zeros(shape, jnp.float32)
+
+    jax.eval_shape(lambda: build(count))
+    flat = jax.random.truncated_normal(key, -2.0, 2.0, (max(sum(sizes), 1),), jnp.float32)
+    flat = flat / _TRUNC_STD
+    pos = [0]
+
+    def take(shape):
+        n = math.prod(shape)
+        out = flat[pos[0]:pos[0] + n].reshape(shape)
+        pos[0] += n
+        return out
+
+    return build(take)
+
+
+def _kernel(draw: Draw, shape: tuple[int, ...], fan_in: int, outscale: float) -> jnp.ndarray:
+    if outscale == 0.0:
+        return jnp.zeros(shape, jnp.float32)
+    return draw(shape) * (outscale / math.sqrt(fan_in))
 
 
 # ---- init --------------------------------------------------------------------
-def init_linear(key: jax.Array, in_dim: int, out_dim: int, *, outscale: float = 1.0,
+def init_linear(draw: Draw, in_dim: int, out_dim: int, *, outscale: float = 1.0,
                 norm: bool = False) -> Layer:
     """Linear params {"kernel" f32[in, out], "bias" f32[out] (0)[, "norm_scale" f32[out] (1)]}.
 
     Source: dreamerv3_spec 1.1, 1.5 (outscale on the kernel only; D23).
     """
-    p = {"kernel": dreamer_trunc_normal(outscale)(key, (in_dim, out_dim), jnp.float32),
+    p = {"kernel": _kernel(draw, (in_dim, out_dim), in_dim, outscale),
          "bias": jnp.zeros((out_dim,), jnp.float32)}
     if norm:
         p["norm_scale"] = jnp.ones((out_dim,), jnp.float32)
     return p
 
 
-def init_block_linear(key: jax.Array, in_dim: int, out_dim: int, groups: int, *,
+def init_block_linear(draw: Draw, in_dim: int, out_dim: int, groups: int, *,
                       outscale: float = 1.0, norm: bool = False) -> Layer:
     """BlockLinear params {"kernel" f32[g, in/g, out/g], "bias" f32[out][, "norm_scale"]}.
 
@@ -51,20 +95,19 @@ def init_block_linear(key: jax.Array, in_dim: int, out_dim: int, groups: int, *,
         raise ValueError(f"BlockLinear: groups={groups} must divide in_dim={in_dim} "
                          f"and out_dim={out_dim}")
     shape = (groups, in_dim // groups, out_dim // groups)
-    p = {"kernel": dreamer_trunc_normal(outscale)(key, shape, jnp.float32),
+    p = {"kernel": _kernel(draw, shape, in_dim, outscale),
          "bias": jnp.zeros((out_dim,), jnp.float32)}
     if norm:
         p["norm_scale"] = jnp.ones((out_dim,), jnp.float32)
     return p
 
 
-def init_mlp(key: jax.Array, in_dim: int, units: int, layers: int) -> dict[str, Layer]:
+def init_mlp(draw: Draw, in_dim: int, units: int, layers: int) -> dict[str, Layer]:
     """`layers` hidden blocks {"h0".."h{layers-1}"}: in_dim -> units -> ... -> units.
 
     Source: dreamerv3_spec 1.4 (hidden layers always use outscale 1).
     """
-    keys = jax.random.split(key, layers)
-    return {f"h{i}": init_linear(keys[i], in_dim if i == 0 else units, units, norm=True)
+    return {f"h{i}": init_linear(draw, in_dim if i == 0 else units, units, norm=True)
             for i in range(layers)}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.actor_critic import init_actor, init_critic
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import init_continue, init_decoder, init_encoder, init_reward
@@ -41,12 +42,12 @@ def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
     Kernels: fan-in truncated normal x outscale (D23), biases 0, norm scales 1;
     zero output layers for the reward head and the critic; outscale 0.1 for
     the decoder output, 0.01 for the policy, 1 elsewhere (2411f7d). Each module
-    draws from its own key, fold_in(key, index in MODULES). Pure; jit with
-    `cfg` static.
+    kernel comes from one truncated-normal sample of `key` (`nets.sample_kernels`),
+    in MODULES order. Pure; jit with `cfg` static.
     Source: dreamerv3_spec 1.5.
     """
     c = cfg.resolved()
-    return {m: _INITS[m](jax.random.fold_in(key, i), c) for i, m in enumerate(MODULES)}
+    return nets.sample_kernels(key, lambda draw: {m: _INITS[m](draw, c) for m in MODULES})
 
 
 def param_shapes(cfg: DreamerV3Config) -> Params:

@@ -63,27 +63,27 @@ class RSSMLoss(NamedTuple):
 
 
 # ---- params ------------------------------------------------------------------
-def init_rssm(key: jax.Array, cfg: DreamerV3Config) -> Params:
+def init_rssm(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     """RSSM params (shapes in the module docstring; embed width = cfg.units).
 
+    `draw`: see `nets.sample_kernels` (or use `params.init_params`).
     Source: dreamerv3_spec 1.5, 2.4-2.6 (logit outscale cfg.rssm_outscale = 1).
     """
     c = cfg.resolved()
     D, H, g, SC = c.deter, c.hidden, c.blocks, c.stoch * c.classes
-    ks = iter(jax.random.split(key, 6 + c.dyn_layers + c.img_layers + c.obs_layers))
-    p = {"in_deter": nets.init_linear(next(ks), D, H, norm=True),
-         "in_stoch": nets.init_linear(next(ks), SC, H, norm=True),
-         "in_action": nets.init_linear(next(ks), c.action_dim, H, norm=True)}
+    p = {"in_deter": nets.init_linear(draw, D, H, norm=True),
+         "in_stoch": nets.init_linear(draw, SC, H, norm=True),
+         "in_action": nets.init_linear(draw, c.action_dim, H, norm=True)}
     for i in range(c.dyn_layers):
         width = D + g * 3 * H if i == 0 else D
-        p[f"hid{i}"] = nets.init_block_linear(next(ks), width, D, g, norm=True)
-    p["gates"] = nets.init_block_linear(next(ks), D, 3 * D, g)
+        p[f"hid{i}"] = nets.init_block_linear(draw, width, D, g, norm=True)
+    p["gates"] = nets.init_block_linear(draw, D, 3 * D, g)
     for i in range(c.img_layers):
-        p[f"prior{i}"] = nets.init_linear(next(ks), D if i == 0 else H, H, norm=True)
-    p["prior_logit"] = nets.init_linear(next(ks), H, SC, outscale=c.rssm_outscale)
+        p[f"prior{i}"] = nets.init_linear(draw, D if i == 0 else H, H, norm=True)
+    p["prior_logit"] = nets.init_linear(draw, H, SC, outscale=c.rssm_outscale)
     for i in range(c.obs_layers):
-        p[f"post{i}"] = nets.init_linear(next(ks), D + c.units if i == 0 else H, H, norm=True)
-    p["post_logit"] = nets.init_linear(next(ks), H, SC, outscale=c.rssm_outscale)
+        p[f"post{i}"] = nets.init_linear(draw, D + c.units if i == 0 else H, H, norm=True)
+    p["post_logit"] = nets.init_linear(draw, H, SC, outscale=c.rssm_outscale)
     return p
 
 
