@@ -64,10 +64,11 @@ def twohot_loss(logits: jnp.ndarray, target: jnp.ndarray,
 
 # ---- binary ------------------------------------------------------------------
 def binary_loss(logit: jnp.ndarray, target: jnp.ndarray) -> jnp.ndarray:
-    """-[c log sigmoid(l) + (1 - c) log sigmoid(-l)], f32[...], soft labels c in [0, 1]
-    (stable form max(l, 0) - l c + log1p(exp(-|l|))). Source: dreamerv3_spec 1.10."""
+    """-[c log sigmoid(l) + (1 - c) log sigmoid(-l)], f32[...], soft labels c in [0, 1],
+    as (1 - c) softplus(l) + c softplus(-l) (tfp Bernoulli's log-prob form; no
+    cancellation for large |l|). Source: dreamerv3_spec 1.10."""
     c = sg(target.astype(jnp.float32))
-    return jnp.maximum(logit, 0.0) - logit * c + jnp.log1p(jnp.exp(-jnp.abs(logit)))
+    return (1.0 - c) * jax.nn.softplus(logit) + c * jax.nn.softplus(-logit)
 
 
 def binary_prob(logit: jnp.ndarray) -> jnp.ndarray:
