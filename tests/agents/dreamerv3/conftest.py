@@ -79,6 +79,6 @@ def ref_cfg(train_fx) -> DreamerV3Config:
 
 @pytest.fixture(autouse=True)
 def _highest_precision():
-    """Parity needs full float32 matmuls (deviation T13's rule for parity tests)."""
+    """Parity needs full float32 matmuls (deviation W-D3)."""
     with jax.default_matmul_precision("highest"):
         yield

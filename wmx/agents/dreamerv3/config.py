@@ -45,11 +45,10 @@ class DreamerV3Config:
     Architecture: `model_size` in MODEL_SIZES fills the widths left `None`
     (`units` = MLP width of enc/dec/heads/actor/critic, `hidden` = RSSM MLP
     width, `deter` = 8d GRU state, `classes` = d/16 per latent); `stoch` 32
-    latents; `blocks` 8 GRU blocks (deter and hidden-free block widths must
-    divide); layer counts per module; `bins` 255 two-hot bins; output
-    outscales of 2411f7d (decoder 0.1, reward 0, continue 1, actor 0.01,
-    critic 0, RSSM logits 1); `rms_eps` 1e-4; `mse_tol` 1e-8 (2411f7d symlog
-    MSE tolerance).
+    latents; `blocks` 8 GRU blocks (must divide deter); layer counts per
+    module; `bins` 255 two-hot bins; output outscales of 2411f7d (decoder
+    0.1, reward 0, continue 1, actor 0.01, critic 0, RSSM logits 1);
+    `rms_eps` 1e-4; `mse_tol` 1e-8 (2411f7d symlog MSE tolerance).
 
     Losses: scales {rec 1, rew 1, con 1, dyn 1, rep 0.1, policy 1, value 1,
     repval 0.3}, `free_nats` 1, latent `unimix` 0.01, `actor_unimix` 0.01

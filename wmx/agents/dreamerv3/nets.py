@@ -17,9 +17,9 @@ scaled. Everything is float32 (deviation D4: the reference computes in bfloat16)
 
 Initialisation draws: layer initialisers take a `Draw`, a function shape ->
 unit-variance truncated normals; `sample_kernels(key, build)` runs a builder
-with draws sliced from ONE flat truncated-normal sample (XLA's CPU compile
-time grows faster than linearly with the number of separate random draws in a
-program: 40 draws took ~100 s, one ~2 s).
+with draws sliced from ONE flat truncated-normal sample (deviation W-D2: XLA's
+CPU compile time grows faster than linearly with the number of separate random
+draws in a program; 40 draws took ~100 s, one ~2 s).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ _TRUNC_STD = 0.87962566103423978  # std of N(0, 1) truncated to [-2, 2] (D23)
 
 
 def sample_kernels(key: jax.Array, build: Callable[[Draw], T]) -> T:
-    """Run `build(draw)` with draws taken in order from one truncated-normal sample.
+    """Run `build(draw)` with draws taken in order from one truncated-normal sample (W-D2).
 
     `build` must be deterministic in the shapes it draws (a first, shape-only
     pass counts them; no compute). Each draw returns f32[shape] with

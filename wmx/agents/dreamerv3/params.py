@@ -41,9 +41,9 @@ def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
 
     Kernels: fan-in truncated normal x outscale (D23), biases 0, norm scales 1;
     zero output layers for the reward head and the critic; outscale 0.1 for
-    the decoder output, 0.01 for the policy, 1 elsewhere (2411f7d). Each module
-    kernel comes from one truncated-normal sample of `key` (`nets.sample_kernels`),
-    in MODULES order. Pure; jit with `cfg` static.
+    the decoder output, 0.01 for the policy, 1 elsewhere (2411f7d). Every
+    kernel is a slice, in MODULES order, of one truncated-normal sample of `key`
+    (`nets.sample_kernels`, W-D2). Pure; jit with `cfg` static.
     Source: dreamerv3_spec 1.5.
     """
     c = cfg.resolved()
