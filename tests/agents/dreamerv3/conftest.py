@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.config import DreamerV3Config, make_config
+from wmx.agents.dreamerv3.params import init_params
 from wmx.paths import shared_dir
 
 
@@ -75,6 +76,18 @@ def ref_cfg(train_fx) -> DreamerV3Config:
     obs_dim = train_fx["batch0/vector"].shape[-1]
     action_dim = train_fx["batch0/action"].shape[-1]
     return config_from_reference(str(train_fx["meta/config_json"]), obs_dim, action_dim)
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg() -> DreamerV3Config:
+    """make_config("tiny") for a 5-dim observation and a 2-dim action."""
+    return make_config("tiny", obs_dim=5, action_dim=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_params(tiny_cfg):
+    """init_params(key(0), tiny_cfg), jitted once per session."""
+    return jax.jit(init_params, static_argnums=1)(jax.random.key(0), tiny_cfg)
 
 
 @pytest.fixture(autouse=True)

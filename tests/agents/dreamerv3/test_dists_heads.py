@@ -85,9 +85,8 @@ def test_discrete_actor_one_hot_with_unimix():
     assert np.all(np.asarray(ent) <= policy_dist.onehot_entropy_bounds(4)[1] + 1e-6)
 
 
-def test_heads_shapes_and_zero_initialised_two_hot_outputs():
-    cfg = make_config("tiny", obs_dim=5, action_dim=2)
-    params = jax.jit(init_params, static_argnums=1)(jax.random.key(0), cfg)
+def test_heads_shapes_and_zero_initialised_two_hot_outputs(tiny_cfg, tiny_params):
+    cfg, params = tiny_cfg, tiny_params
 
     @jax.jit
     def heads(params, obs, deter, stoch):

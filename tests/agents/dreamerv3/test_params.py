@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from wmx.agents.dreamerv3.config import make_config
-from wmx.agents.dreamerv3.params import MODULES, WORLD_MODEL, init_params, param_counts
+from wmx.agents.dreamerv3.params import (MODULES, WORLD_MODEL, init_params, param_counts,
+                                         param_shapes)
 from wmx.agents.dreamerv3.reference_params import (from_reference_params, reference_names,
                                                    slow_critic_from_reference,
                                                    to_reference_params,
@@ -25,8 +26,12 @@ _init = jax.jit(init_params, static_argnums=1)
 
 
 @pytest.fixture(scope="module")
-def init(ref_cfg):
-    return _init(jax.random.key(0), ref_cfg)
+def init(ref_cfg, tiny_cfg, tiny_params):
+    """The "tiny" preset has the fixture's sizes, so its params serve for ref_cfg."""
+    assert param_shapes(tiny_cfg) == param_shapes(ref_cfg)
+    assert (tiny_cfg.batch_size, tiny_cfg.batch_length, tiny_cfg.imag_horizon) == (
+        ref_cfg.batch_size, ref_cfg.batch_length, ref_cfg.imag_horizon)
+    return tiny_params
 
 
 def test_names_and_shapes_map_one_to_one_onto_the_reference(ref_state, ref_cfg, init):

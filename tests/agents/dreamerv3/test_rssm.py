@@ -12,7 +12,6 @@ from wmx.agents.dreamerv3.actor_critic import actor_sample
 from wmx.agents.dreamerv3.categorical import draw_indices
 from wmx.agents.dreamerv3.config import make_config
 from wmx.agents.dreamerv3.heads import feat
-from wmx.agents.dreamerv3.params import init_params
 from wmx.agents.dreamerv3.policy_dist import draw_normal_eps
 from wmx.agents.dreamerv3.rssm import (Carry, context_carry, imagine, imagine_with_policy,
                                        img_step, initial_carry, obs_step, observe, rssm_loss)
@@ -26,9 +25,8 @@ B, T, H = 3, 5, 4
 
 
 @pytest.fixture(scope="module")
-def setup():
-    cfg = make_config("tiny", obs_dim=5, action_dim=2)
-    params = jax.jit(init_params, static_argnums=1)(jax.random.key(0), cfg)
+def setup(tiny_cfg, tiny_params):
+    cfg, params = tiny_cfg, tiny_params
     # hot params: random biases and norm scales so no term is trivially zero
     flat, unravel = ravel_pytree(params)
     rng = np.random.default_rng(0)
