@@ -12,7 +12,8 @@ import pytest
 
 from wmx.agents.dreamerv3 import categorical as cat
 from wmx.agents.dreamerv3 import outputs, policy_dist
-from wmx.agents.dreamerv3.actor_critic import actor_dist, actor_sample, critic_value
+from wmx.agents.dreamerv3.actor_critic import (actor_dist, actor_sample, critic_value,
+                                               draw_policy_noise)
 from wmx.agents.dreamerv3.config import make_config
 from wmx.agents.dreamerv3.heads import (continue_logit, decode, encode, feat,
                                         reward_logits)
@@ -79,6 +80,10 @@ def test_discrete_actor_one_hot_with_unimix():
     assert p.shape == (2, 4) and p.min() >= 0.01 / 4 * (1 - 1e-6)
     a = actor_sample(params["actor"], cfg, x, jnp.array([3, 1]))
     np.testing.assert_array_equal(a, [[0, 0, 0, 1], [0, 1, 0, 0]])
+    u = draw_policy_noise(jax.random.key(1), cfg, (2,))
+    assert u.shape == (2,)
+    b = actor_sample(params["actor"], cfg, x, jnp.array([0.0, 0.999]))
+    np.testing.assert_array_equal(b, [[1, 0, 0, 0], [0, 0, 0, 1]])
     lp = policy_dist.onehot_log_prob(logits, a)
     np.testing.assert_allclose(lp, np.log(p[[0, 1], [3, 1]]), rtol=1e-5)
     ent = policy_dist.onehot_entropy(logits)

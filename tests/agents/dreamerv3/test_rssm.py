@@ -9,12 +9,13 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from wmx.agents.dreamerv3.actor_critic import actor_sample
-from wmx.agents.dreamerv3.categorical import draw_indices
+from wmx.agents.dreamerv3.categorical import draw_uniform, indices_from_uniform, sample_indices
 from wmx.agents.dreamerv3.config import make_config
 from wmx.agents.dreamerv3.heads import feat
 from wmx.agents.dreamerv3.policy_dist import draw_normal_eps
-from wmx.agents.dreamerv3.rssm import (Carry, context_carry, imagine, imagine_with_policy,
-                                       img_step, initial_carry, obs_step, observe, rssm_loss)
+from wmx.agents.dreamerv3.rssm import (Carry, context_carry, draw_latent_noise, imagine,
+                                       imagine_with_policy, img_step, initial_carry, obs_step,
+                                       observe, rssm_loss)
 
 obs_step = jax.jit(obs_step, static_argnums=1)
 img_step = jax.jit(img_step, static_argnums=1)
@@ -143,8 +144,28 @@ def test_carries_and_draws():
                         jnp.ones((2, 2)))
     np.testing.assert_array_equal(ctx.stoch.argmax(-1), [[0, 1, 2, 1], [2, 2, 0, 0]])
     np.testing.assert_array_equal(ctx.stoch.sum(-1), 1.0)
+    noise = draw_latent_noise(jax.random.key(0), cfg, (2, 3))
+    assert noise.shape == (2, 3, cfg.stoch) and noise.dtype == jnp.float32
+
+
+def test_uniform_noise_samples_the_categorical():
+    """Inverse-CDF sampling: frequencies match softmax(logits); the edges are exact."""
     logits = jnp.log(jnp.array([0.7, 0.2, 0.1]))
-    idx = draw_indices(jax.random.key(0), jnp.broadcast_to(logits, (20000, 3)))
+    u = draw_uniform(jax.random.key(0), (20000,))
+    idx = sample_indices(jnp.broadcast_to(logits, (20000, 3)), u)
     assert idx.dtype == jnp.int32
     np.testing.assert_allclose(np.bincount(np.asarray(idx), minlength=3) / 20000,
-                               [0.7, 0.2, 0.1], atol=0.02)
+                               [0.7, 0.2, 0.1], atol=0.015)
+    edges = indices_from_uniform(jnp.broadcast_to(logits, (4, 3)),
+                                 jnp.array([0.0, 0.69, 0.91, 0.9999999]))
+    np.testing.assert_array_equal(edges, [0, 0, 2, 2])
+    given = jnp.array([2, 0, 1, 1], jnp.int32)
+    np.testing.assert_array_equal(sample_indices(jnp.zeros((4, 3)), given), given)
+
+
+def test_observe_with_uniform_noise_samples_from_its_posterior(setup):
+    cfg, params, carry, embed, action, is_first, _ = setup
+    u = draw_latent_noise(jax.random.key(5), cfg, (B, T))
+    _, feats = observe(params["rssm"], cfg, carry, embed, action, is_first, u)
+    want = indices_from_uniform(feats.logit, u)
+    np.testing.assert_array_equal(feats.stoch.argmax(-1), want)

@@ -14,13 +14,16 @@ width cfg.units.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.outputs import twohot, twohot_logits, twohot_mean
-from wmx.agents.dreamerv3.policy_dist import (NormalPolicy, bounded_normal, normal_sample,
-                                              onehot_policy_logits, onehot_policy_sample)
+from wmx.agents.dreamerv3.categorical import draw_uniform
+from wmx.agents.dreamerv3.policy_dist import (NormalPolicy, bounded_normal, draw_normal_eps,
+                                              normal_sample, onehot_policy_logits,
+                                              onehot_policy_sample)
 
 Params = dict
 
@@ -60,14 +63,24 @@ def actor_sample(p: Params, cfg: DreamerV3Config, x: jnp.ndarray,
     """A policy sample f32[..., A] at feat x.
 
     Args: noise = eps f32[..., A] ~ N(0, 1) for continuous actions (action =
-    mean + std eps, unclipped), or class indices int32[...] for discrete ones
-    (a straight-through one-hot f32[..., K]).
+    mean + std eps, unclipped); for discrete ones class indices int32[...] or
+    uniforms f32[...] (a straight-through one-hot f32[..., K] of the mixed
+    distribution). `draw_policy_noise` makes the float forms.
     Source: dreamerv3_spec 3.3.
     """
     d = actor_dist(p, cfg, x)
     if cfg.discrete_actions:
         return onehot_policy_sample(d, noise)
     return normal_sample(d, noise)
+
+
+def draw_policy_noise(key: jax.Array, cfg: DreamerV3Config,
+                      batch_shape: tuple[int, ...]) -> jnp.ndarray:
+    """The policy's sampling noise: f32[*batch_shape, A] standard normals (continuous)
+    or f32[*batch_shape] uniforms (discrete)."""
+    if cfg.discrete_actions:
+        return draw_uniform(key, batch_shape)
+    return draw_normal_eps(key, (*batch_shape, cfg.action_dim))
 
 
 # ---- critic --------------------------------------------------------------------

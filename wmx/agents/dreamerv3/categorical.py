@@ -7,8 +7,12 @@ f32[..., S, C] and applies no further mixing. `unimix_logits` produces them.
 Distributions are factorised over the S latents: KL, entropy and log-probs
 are summed over the last two axes.
 
-Randomness enters as explicit class indices int32[..., S] (the fixtures'
-`post_idx` / `prior_idx`); `draw_indices(key, logits)` makes them.
+Randomness enters as an explicit array `noise`, in one of two forms:
+- class indices int32[...] (the fixtures inject the reference's `post_idx` /
+  `prior_idx` this way), used as they are;
+- uniforms f32[...] in [0, 1) (`draw_uniform(key, shape)`, drawn before the
+  logits exist), turned into indices by the inverse CDF of softmax(logits)
+  (`indices_from_uniform`): one float per categorical, not one per class.
 """
 from __future__ import annotations
 
@@ -32,23 +36,39 @@ def unimix_logits(logits: jnp.ndarray, unimix: float) -> jnp.ndarray:
     return jnp.log((1.0 - unimix) * probs + unimix * uniform)
 
 
-def onehot_sample(logits: jnp.ndarray, idx: jnp.ndarray) -> jnp.ndarray:
-    """Straight-through one-hot sample f32[..., C] of class indices idx int32[...]:
-    value sg(one_hot(idx)), gradient that of p = softmax(logits) (the mixed probs).
+def draw_uniform(key: jax.Array, shape: tuple[int, ...]) -> jnp.ndarray:
+    """Sampling noise f32[shape] ~ U[0, 1), one per categorical (e.g. [B, T, S])."""
+    return jax.random.uniform(key, shape, jnp.float32)
+
+
+def indices_from_uniform(logits: jnp.ndarray, u: jnp.ndarray) -> jnp.ndarray:
+    """Inverse-CDF sample int32[...] of Categorical(softmax(logits f32[..., C])) from
+    u f32[...] in [0, 1): the number of classes whose cumulative probability is
+    <= u (clipped to C - 1 against the cumsum's rounding)."""
+    cdf = jnp.cumsum(jax.nn.softmax(sg(logits), axis=-1), axis=-1)
+    idx = jnp.sum((cdf <= u[..., None]).astype(jnp.int32), axis=-1)
+    return jnp.minimum(idx, logits.shape[-1] - 1)
+
+
+def sample_indices(logits: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Class indices int32[...] of logits f32[..., C]: `noise` itself when it is an
+    integer array (injected indices), else `indices_from_uniform(logits, noise)`."""
+    if jnp.issubdtype(noise.dtype, jnp.integer):
+        return noise.astype(jnp.int32)
+    return indices_from_uniform(logits, noise)
+
+
+def onehot_sample(logits: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Straight-through one-hot sample f32[..., C]: value sg(one_hot(idx)), gradient
+    that of p = softmax(logits) (the mixed probs), idx = sample_indices(logits, noise)
+    (noise: int32[...] indices or f32[...] uniforms).
 
     Source: dreamerv3_spec 1.8 (sample = sg(onehot) + p - sg(p)).
     """
     probs = jax.nn.softmax(logits, axis=-1)
+    idx = sample_indices(logits, noise)
     onehot = jax.nn.one_hot(idx, logits.shape[-1], dtype=logits.dtype)
     return sg(onehot) + (probs - sg(probs))
-
-
-def draw_indices(key: jax.Array, logits: jnp.ndarray) -> jnp.ndarray:
-    """Class indices int32[...] ~ Categorical(softmax(logits f32[..., C])).
-
-    The draw behind `onehot_sample`; the fixtures inject it instead.
-    """
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
 def onehot_mode(logits: jnp.ndarray) -> jnp.ndarray:

@@ -11,7 +11,8 @@ with 1% unimix; log-prob, entropy and the straight-through sample all use the
 mixed distribution.
 
 Randomness enters as explicit arrays: standard-normal noise eps f32[..., A]
-(`draw_normal_eps`) or class indices int32[...] (`categorical.draw_indices`).
+(`draw_normal_eps`); for the discrete actor class indices int32[...] or
+uniforms f32[...] (`categorical.draw_uniform`, inverse-CDF sampling).
 """
 from __future__ import annotations
 
@@ -83,9 +84,10 @@ def onehot_policy_logits(out: jnp.ndarray, unimix: float = 0.01) -> jnp.ndarray:
     return unimix_logits(out, unimix)
 
 
-def onehot_policy_sample(logits: jnp.ndarray, idx: jnp.ndarray) -> jnp.ndarray:
-    """Straight-through one-hot action f32[..., K] of the class idx int32[...]."""
-    return onehot_sample(logits, idx)
+def onehot_policy_sample(logits: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Straight-through one-hot action f32[..., K] (noise: class indices int32[...] or
+    uniforms f32[...])."""
+    return onehot_sample(logits, noise)
 
 
 def onehot_log_prob(logits: jnp.ndarray, action: jnp.ndarray) -> jnp.ndarray:

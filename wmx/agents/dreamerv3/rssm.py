@@ -13,7 +13,9 @@ brackets, see `reference_params`):
 Latent state: deter h f32[..., D], stoch z f32[..., S, C] (a straight-through
 one-hot). Logits are stored after the 1% unimix (`categorical`, 2411f7d).
 Actions enter as f32[..., A] vectors (continuous values; one-hots for discrete
-actions). Randomness enters as class indices: post_idx / prior_idx int32[..., S].
+actions). Randomness enters as explicit arrays post_noise / prior_noise: class
+indices int32[..., S] (the fixtures inject the reference's this way) or uniforms
+f32[..., S] from `draw_latent_noise` (inverse-CDF sampling, `categorical`).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
-from wmx.agents.dreamerv3.categorical import (KLTerms, entropy, kl_terms, onehot_sample,
-                                              unimix_logits)
+from wmx.agents.dreamerv3.categorical import (KLTerms, draw_uniform, entropy, kl_terms,
+                                              onehot_sample, unimix_logits)
 from wmx.agents.dreamerv3.config import DreamerV3Config
 
 sg = jax.lax.stop_gradient
@@ -92,6 +94,13 @@ def initial_carry(cfg: DreamerV3Config, batch_shape: tuple[int, ...] = ()) -> Ca
     c = cfg.resolved()
     z = lambda *s: jnp.zeros((*batch_shape, *s), jnp.float32)  # noqa: E731
     return Carry(z(c.deter), z(c.stoch, c.classes), z(c.action_dim))
+
+
+def draw_latent_noise(key: jax.Array, cfg: DreamerV3Config,
+                      batch_shape: tuple[int, ...]) -> jnp.ndarray:
+    """Uniform sampling noise f32[*batch_shape, S] for posterior or prior samples
+    ([B, T] for `observe`, [N, H] for imagination)."""
+    return draw_uniform(key, (*batch_shape, cfg.stoch))
 
 
 def context_carry(cfg: DreamerV3Config, deter: jnp.ndarray, stoch_idx: jnp.ndarray,
@@ -172,13 +181,14 @@ def post_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
 
 # ---- steps -------------------------------------------------------------------
 def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
-             is_first: jnp.ndarray, post_idx: jnp.ndarray) -> Feat:
+             is_first: jnp.ndarray, post_noise: jnp.ndarray) -> Feat:
     """One filter step (Algorithm B): reset, core, posterior, sample.
 
     Args: carry (deter f32[..., D], stoch f32[..., S, C], prevact f32[..., A] =
     the action taken before this observation); embed f32[..., units];
     is_first bool[...] (zeroes deter, stoch and prevact first: x * (1 - is_first));
-    post_idx int32[..., S] (the posterior sample's class indices).
+    post_noise int32[..., S] class indices or f32[..., S] uniforms (the posterior
+    sample; `categorical.sample_indices`).
     Returns Feat(deter h_t, stoch z_t (straight-through), logit (posterior, mixed)).
     Source: dreamerv3_spec 2.2, 2.7, Algorithm B.
     """
@@ -188,21 +198,22 @@ def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
     prevact = carry.prevact * keep[..., None]
     deter = core(p, cfg, deter, stoch, prevact)
     logit = post_logits(p, cfg, deter, embed)
-    return Feat(deter, onehot_sample(logit, post_idx), logit)
+    return Feat(deter, onehot_sample(logit, post_noise), logit)
 
 
 def img_step(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
-             action: jnp.ndarray, prior_idx: jnp.ndarray) -> Feat:
+             action: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
     """One imagination step (Algorithm C, prior only; never resets).
 
     Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] taken at
-    (deter, stoch); prior_idx int32[..., S]. Returns Feat(deter', stoch' (prior
-    sample, straight-through), logit (prior, mixed)).
+    (deter, stoch); prior_noise int32[..., S] indices or f32[..., S] uniforms.
+    Returns Feat(deter', stoch' (prior sample, straight-through), logit (prior,
+    mixed)).
     Source: dreamerv3_spec 2.8, Algorithm C.
     """
     deter = core(p, cfg, deter, stoch, action)
     logit = prior_logits(p, cfg, deter)
-    return Feat(deter, onehot_sample(logit, prior_idx), logit)
+    return Feat(deter, onehot_sample(logit, prior_noise), logit)
 
 
 # ---- sequences -----------------------------------------------------------------
@@ -212,7 +223,7 @@ def _time_major(x):
 
 def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
             action: jnp.ndarray, is_first: jnp.ndarray,
-            post_idx: jnp.ndarray) -> tuple[Carry, Feat]:
+            post_noise: jnp.ndarray) -> tuple[Carry, Feat]:
     """Filter a batch of sequences with `lax.scan` over time (BPTT through it).
 
     Args:
@@ -221,7 +232,7 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
       action: f32[B, T, A], action[:, t] taken AFTER observation t (the replay's
         obs-aligned rows); step t's previous action is carry.prevact for t = 0
         and action[:, t - 1] after.
-      is_first: bool[B, T]; post_idx: int32[B, T, S].
+      is_first: bool[B, T]; post_noise: int32[B, T, S] indices or f32[B, T, S] uniforms.
     Returns:
       (carry after the last step: (deter, stoch) of step T-1, prevact = action[:, -1];
        Feat with leaves [B, T, ...]).
@@ -235,17 +246,17 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
         out = obs_step(p, cfg, Carry(deter, stoch, a), e, f, idx)
         return (out.deter, out.stoch), out
 
-    xs = tuple(map(_time_major, (embed, prevacts, is_first, post_idx)))
+    xs = tuple(map(_time_major, (embed, prevacts, is_first, post_noise)))
     (deter, stoch), feats = jax.lax.scan(step, (carry.deter, carry.stoch), xs)
     return Carry(deter, stoch, action[:, -1]), Feat(*map(_time_major, feats))
 
 
 def imagine(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
-            actions: jnp.ndarray, prior_idx: jnp.ndarray) -> Feat:
+            actions: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
     """Open-loop imagination of a given action sequence (scan over img_step).
 
     Args: start deter f32[N, D], stoch f32[N, S, C]; actions f32[N, H, A]
-    (actions[:, h] taken at state h); prior_idx int32[N, H, S].
+    (actions[:, h] taken at state h); prior_noise int32[N, H, S] or f32[N, H, S].
     Returns Feat with leaves [N, H, ...]: states 1..H (the start is not repeated).
     Source: dreamerv3_spec 2.8.
     """
@@ -254,7 +265,7 @@ def imagine(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndar
         out = img_step(p, cfg, *state, a, idx)
         return (out.deter, out.stoch), out
 
-    _, feats = jax.lax.scan(step, (deter, stoch), (_time_major(actions), _time_major(prior_idx)))
+    _, feats = jax.lax.scan(step, (deter, stoch), (_time_major(actions), _time_major(prior_noise)))
     return Feat(*map(_time_major, feats))
 
 
@@ -263,15 +274,16 @@ Policy = Callable[[jnp.ndarray, jnp.ndarray, jnp.ndarray], jnp.ndarray]
 
 def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
                         stoch: jnp.ndarray, action: jnp.ndarray, policy: Policy,
-                        prior_idx: jnp.ndarray, eps: jnp.ndarray) -> tuple[Feat, jnp.ndarray]:
+                        prior_noise: jnp.ndarray, eps: jnp.ndarray) -> tuple[Feat, jnp.ndarray]:
     """Actor-critic imagination: H steps from the start states with the policy.
 
-    For h = 1..H: state h = img_step(state h-1, action h-1, prior_idx[:, h-1]),
+    For h = 1..H: state h = img_step(state h-1, action h-1, prior_noise[:, h-1]),
     then action h = policy(sg(deter_h), sg(stoch_h), eps[:, h-1]).
     Args: start deter f32[N, D], stoch f32[N, S, C] and action f32[N, A] (the
     start action, sampled by the caller with the start noise); policy(deter,
-    stoch, eps) -> f32[N, A]; prior_idx int32[N, H, S]; eps f32[N, H, A] (or
-    the policy's own noise layout, passed through per step).
+    stoch, noise) -> f32[N, A]; prior_noise int32[N, H, S] or f32[N, H, S]; eps
+    [N, H, ...] the policy's noise per step (f32[N, H, A] normal noise for the
+    bounded normal; `actor_critic.draw_policy_noise`).
     Returns (Feat [N, H, ...] of states 1..H, actions f32[N, H, A] sampled at
     them), all stop-gradiented: with ac_grads = none no gradient leaves
     imagination (spec 2.8, 3.4); the losses re-evaluate heads on sg features.
@@ -285,7 +297,7 @@ def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
         return (out.deter, out.stoch, act), (out, act)
 
     start = sg((deter, stoch, action))
-    _, (feats, acts) = jax.lax.scan(step, start, (_time_major(prior_idx), _time_major(eps)))
+    _, (feats, acts) = jax.lax.scan(step, start, (_time_major(prior_noise), _time_major(eps)))
     return sg(Feat(*map(_time_major, feats))), sg(_time_major(acts))
 
 
