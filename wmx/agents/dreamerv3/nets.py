@@ -1,0 +1,162 @@
+"""DreamerV3 layers as pure functions over explicit parameter dicts
+(dreamerv3_spec 1.1-1.5; 2411f7d nets.py Linear / BlockLinear / Norm).
+
+A layer is a dict {"kernel", "bias"[, "norm_scale"]}:
+
+- Linear: kernel f32[I, U], bias f32[U] (zeros); y = x @ W + b.
+- BlockLinear (g blocks): kernel f32[g, I/g, U/g], bias f32[U] (zeros);
+  output block k depends only on input block k.
+- With "norm_scale" f32[U] (ones) the layer is a hidden block
+  Linear -> RMSNorm(eps) -> SiLU (spec 1.3: the bias is kept before the norm).
+
+Kernels: outscale * sqrt(1/fan_in) * TruncatedNormal(-2, 2) / 0.87962566
+(flax's variance_scaling constant, deviation D23; the reference writes
+1.1368); fan_in follows compute_fans, so a BlockLinear gets fan_in = I, the
+total input width (spec 1.2). outscale 0 gives a zero kernel. Biases are never
+scaled. Everything is float32 (deviation D4: the reference computes in bfloat16).
+
+Initialisation draws: layer initialisers take a `Draw`, a function shape ->
+unit-variance truncated normals; `sample_kernels(key, build)` runs a builder
+with draws sliced from ONE flat truncated-normal sample (deviation W-D2: XLA's
+CPU compile time grows faster than linearly with the number of separate random
+draws in a program; 40 draws took ~100 s, one ~2 s).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+Layer = dict
+Draw = Callable[[tuple[int, ...]], jnp.ndarray]
+T = TypeVar("T")
+
+_TRUNC_STD = 0.87962566103423978  # std of N(0, 1) truncated to [-2, 2] (D23)
+
+
+def sample_kernels(key: jax.Array, build: Callable[[Draw], T]) -> T:
+    """Run `build(draw)` with draws taken in order from one truncated-normal sample (W-D2).
+
+    `build` must be deterministic in the shapes it draws (a first, shape-only
+    pass counts them; no compute). Each draw returns f32[shape] with
+    TruncatedNormal(-2, 2) / 0.8796 entries (unit variance).
+    """
+    sizes: list[int] = []
+
+    def count(shape):
+        sizes.append(math.prod(shape))
+        return jnp.zeros(shape, jnp.float32)
+
+    jax.eval_shape(lambda: build(count))
+    flat = jax.random.truncated_normal(key, -2.0, 2.0, (max(sum(sizes), 1),), jnp.float32)
+    flat = flat / _TRUNC_STD
+    pos = [0]
+
+    def take(shape):
+        n = math.prod(shape)
+        out = flat[pos[0]:pos[0] + n].reshape(shape)
+        pos[0] += n
+        return out
+
+    return build(take)
+
+
+def _kernel(draw: Draw, shape: tuple[int, ...], fan_in: int, outscale: float) -> jnp.ndarray:
+    if outscale == 0.0:
+        return jnp.zeros(shape, jnp.float32)
+    return draw(shape) * (outscale / math.sqrt(fan_in))
+
+
+# ---- init --------------------------------------------------------------------
+def init_linear(draw: Draw, in_dim: int, out_dim: int, *, outscale: float = 1.0,
+                norm: bool = False) -> Layer:
+    """Linear params {"kernel" f32[in, out], "bias" f32[out] (0)[, "norm_scale" f32[out] (1)]}.
+
+    Source: dreamerv3_spec 1.1, 1.5 (outscale on the kernel only; D23).
+    """
+    p = {"kernel": _kernel(draw, (in_dim, out_dim), in_dim, outscale),
+         "bias": jnp.zeros((out_dim,), jnp.float32)}
+    if norm:
+        p["norm_scale"] = jnp.ones((out_dim,), jnp.float32)
+    return p
+
+
+def init_block_linear(draw: Draw, in_dim: int, out_dim: int, groups: int, *,
+                      outscale: float = 1.0, norm: bool = False) -> Layer:
+    """BlockLinear params {"kernel" f32[g, in/g, out/g], "bias" f32[out][, "norm_scale"]}.
+
+    fan_in = (in/g) * g = in (compute_fans rank >= 3). Raises ValueError when
+    g does not divide in_dim and out_dim.
+    Source: dreamerv3_spec 1.2, 1.5.
+    """
+    if in_dim % groups or out_dim % groups:
+        raise ValueError(f"BlockLinear: groups={groups} must divide in_dim={in_dim} "
+                         f"and out_dim={out_dim}")
+    shape = (groups, in_dim // groups, out_dim // groups)
+    p = {"kernel": _kernel(draw, shape, in_dim, outscale),
+         "bias": jnp.zeros((out_dim,), jnp.float32)}
+    if norm:
+        p["norm_scale"] = jnp.ones((out_dim,), jnp.float32)
+    return p
+
+
+def init_mlp(draw: Draw, in_dim: int, units: int, layers: int) -> dict[str, Layer]:
+    """`layers` hidden blocks {"h0".."h{layers-1}"}: in_dim -> units -> ... -> units.
+
+    Source: dreamerv3_spec 1.4 (hidden layers always use outscale 1).
+    """
+    return {f"h{i}": init_linear(draw, in_dim if i == 0 else units, units, norm=True)
+            for i in range(layers)}
+
+
+# ---- apply -------------------------------------------------------------------
+def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+    """RMSNorm over the last axis: x * (rsqrt(mean(x^2) + eps) * scale), f32[..., F].
+
+    Statistics in float32 (the input is float32, D4); learned scale, no shift.
+    Source: dreamerv3_spec 1.3 (2411f7d Norm 'rms').
+    """
+    mult = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+    return x * mult
+
+
+def _post(p: Layer, y: jnp.ndarray, eps: float) -> jnp.ndarray:
+    if "norm_scale" in p:
+        return jax.nn.silu(rms_norm(y, p["norm_scale"], eps))
+    return y
+
+
+def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+    """x f32[..., I] -> f32[..., U]: x @ W + b, then RMSNorm -> SiLU if the layer is normed.
+
+    Source: dreamerv3_spec 1.1, 1.3.
+    """
+    return _post(p, x @ p["kernel"] + p["bias"], eps)
+
+
+def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+    """x f32[..., I] -> f32[..., U] block-diagonally, g = kernel.shape[0] blocks:
+    einsum('...ki,kio->...ko', x.reshape(..., g, I/g), W).reshape(..., U) + b,
+    then RMSNorm over the full U vector -> SiLU if normed (block_norm False).
+
+    Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
+    """
+    g, i, o = p["kernel"].shape
+    xb = x.reshape(*x.shape[:-1], g, i)
+    y = jnp.einsum("...ki,kio->...ko", xb, p["kernel"]).reshape(*x.shape[:-1], g * o)
+    return _post(p, y + p["bias"], eps)
+
+
+def mlp(layers: dict[str, Layer], x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+    """Apply the hidden blocks "h0", "h1", ... of `layers` in order (other keys,
+    e.g. a head's "out", are ignored): f32[..., I] -> f32[..., units].
+
+    Source: dreamerv3_spec 1.4.
+    """
+    i = 0
+    while f"h{i}" in layers:
+        x = linear(layers[f"h{i}"], x, eps)
+        i += 1
+    return x

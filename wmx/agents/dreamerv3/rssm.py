@@ -1,0 +1,318 @@
+"""The RSSM: block-GRU core, prior and posterior heads, observe and imagine
+steps and their scans, and the KL loss (dreamerv3_spec 2.1-2.8, 2.14,
+Algorithms A-C and E; 2411f7d nets.RSSM with cell 'blockgru').
+
+Params (a dict of `nets` layers; reference names of 2411f7d/29eb964 in
+brackets, see `reference_params`):
+  in_deter [dynin0], in_stoch [dynin1], in_action [dynin2]   Linear -> RMSNorm -> SiLU
+  hid0.. [dyn0..]   BlockLinear(deter, g) -> RMSNorm(full deter) -> SiLU
+  gates [dyncore]   BlockLinear(3 deter, g), no norm, per-block layout [r | c | u]
+  prior0.. [img0..], prior_logit [imglogit]   the prior p(z | h) from deter
+  post0.. [obs0..], post_logit [obslogit]     the posterior q(z | h, e) from (deter, embed)
+
+Latent state: deter h f32[..., D], stoch z f32[..., S, C] (a straight-through
+one-hot). Logits are stored after the 1% unimix (`categorical`, 2411f7d).
+Actions enter as f32[..., A] vectors (continuous values; one-hots for discrete
+actions). Randomness enters as explicit arrays post_noise / prior_noise: class
+indices int32[..., S] (the fixtures inject the reference's this way) or uniforms
+f32[..., S] from `draw_latent_noise` (inverse-CDF sampling, `categorical`).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from wmx.agents.dreamerv3 import nets
+from wmx.agents.dreamerv3.categorical import (KLTerms, draw_uniform, entropy, kl_terms,
+                                              onehot_sample, unimix_logits)
+from wmx.agents.dreamerv3.config import DreamerV3Config
+
+sg = jax.lax.stop_gradient
+Params = dict
+
+
+class Carry(NamedTuple):
+    """Filter carry: deter f32[..., D], stoch f32[..., S, C] (one-hot), and prevact
+    f32[..., A], the action taken after the latest observation (29eb964: from the
+    replay context when training, the previous sampled action when acting)."""
+
+    deter: jnp.ndarray
+    stoch: jnp.ndarray
+    prevact: jnp.ndarray
+
+
+class Feat(NamedTuple):
+    """RSSM outputs of a step: deter f32[..., D], stoch f32[..., S, C] (straight-through
+    one-hot sample), logit f32[..., S, C] (the sampled distribution's mixed logits:
+    posterior in observe, prior in imagine)."""
+
+    deter: jnp.ndarray
+    stoch: jnp.ndarray
+    logit: jnp.ndarray
+
+
+class RSSMLoss(NamedTuple):
+    """`rssm_loss` outputs, f32[B, T] each (prior_logit f32[B, T, S, C])."""
+
+    dyn: jnp.ndarray
+    rep: jnp.ndarray
+    kl: KLTerms
+    prior_logit: jnp.ndarray
+    prior_ent: jnp.ndarray
+    post_ent: jnp.ndarray
+
+
+# ---- params ------------------------------------------------------------------
+def init_rssm(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
+    """RSSM params (shapes in the module docstring; embed width = cfg.units).
+
+    `draw`: see `nets.sample_kernels` (or use `params.init_params`).
+    Source: dreamerv3_spec 1.5, 2.4-2.6 (logit outscale cfg.rssm_outscale = 1).
+    """
+    c = cfg.resolved()
+    D, H, g, SC = c.deter, c.hidden, c.blocks, c.stoch * c.classes
+    p = {"in_deter": nets.init_linear(draw, D, H, norm=True),
+         "in_stoch": nets.init_linear(draw, SC, H, norm=True),
+         "in_action": nets.init_linear(draw, c.action_dim, H, norm=True)}
+    for i in range(c.dyn_layers):
+        width = D + g * 3 * H if i == 0 else D
+        p[f"hid{i}"] = nets.init_block_linear(draw, width, D, g, norm=True)
+    p["gates"] = nets.init_block_linear(draw, D, 3 * D, g)
+    for i in range(c.img_layers):
+        p[f"prior{i}"] = nets.init_linear(draw, D if i == 0 else H, H, norm=True)
+    p["prior_logit"] = nets.init_linear(draw, H, SC, outscale=c.rssm_outscale)
+    for i in range(c.obs_layers):
+        p[f"post{i}"] = nets.init_linear(draw, D + c.units if i == 0 else H, H, norm=True)
+    p["post_logit"] = nets.init_linear(draw, H, SC, outscale=c.rssm_outscale)
+    return p
+
+
+def initial_carry(cfg: DreamerV3Config, batch_shape: tuple[int, ...] = ()) -> Carry:
+    """Zeros: deter f32[*b, D], stoch f32[*b, S, C], prevact f32[*b, A] (not learned; 2.2)."""
+    c = cfg.resolved()
+    z = lambda *s: jnp.zeros((*batch_shape, *s), jnp.float32)  # noqa: E731
+    return Carry(z(c.deter), z(c.stoch, c.classes), z(c.action_dim))
+
+
+def draw_latent_noise(key: jax.Array, cfg: DreamerV3Config,
+                      batch_shape: tuple[int, ...]) -> jnp.ndarray:
+    """Uniform sampling noise f32[*batch_shape, S] for posterior or prior samples
+    ([B, T] for `observe`, [N, H] for imagination)."""
+    return draw_uniform(key, (*batch_shape, cfg.stoch))
+
+
+def context_carry(cfg: DreamerV3Config, deter: jnp.ndarray, stoch_idx: jnp.ndarray,
+                  prevact: jnp.ndarray) -> Carry:
+    """The training carry rebuilt from the replay context step (spec 5.8, 29eb964).
+
+    Args: deter f32[B, D] and stoch_idx int[B, S] stored at window index 0;
+    prevact f32[B, A] = the action stored at index 0 (29eb964's fix).
+    Returns Carry with stoch = one_hot(stoch_idx, C).
+    """
+    c = cfg.resolved()
+    stoch = jax.nn.one_hot(stoch_idx, c.classes, dtype=jnp.float32)
+    return Carry(deter.astype(jnp.float32), stoch, prevact.astype(jnp.float32))
+
+
+# ---- components --------------------------------------------------------------
+def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
+         action: jnp.ndarray) -> jnp.ndarray:
+    """One block-GRU step h' = f(h, z, a), f32[..., D].
+
+    Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] (divided by
+    sg(max(1, |a|)) here). The input embeddings of deter, stoch and action are
+    repeated to every block next to the block's own deter slice; the reset gate
+    scales the whole candidate pre-activation; u = sigmoid(u_pre - 1);
+    h' = u cand + (1 - u) h.
+    Source: dreamerv3_spec Algorithm A, 2.3, 2.4.
+    """
+    c = cfg.resolved()
+    g, eps = c.blocks, c.rms_eps
+    lead = deter.shape[:-1]
+    action = action / sg(jnp.maximum(1.0, jnp.abs(action)))
+    x = jnp.concatenate([nets.linear(p["in_deter"], deter, eps),
+                         nets.linear(p["in_stoch"], stoch.reshape(*lead, -1), eps),
+                         nets.linear(p["in_action"], action, eps)], -1)
+    x = jnp.broadcast_to(x[..., None, :], (*lead, g, x.shape[-1]))
+    x = jnp.concatenate([deter.reshape(*lead, g, -1), x], -1).reshape(*lead, -1)
+    for i in range(c.dyn_layers):
+        x = nets.block_linear(p[f"hid{i}"], x, eps)
+    x = nets.block_linear(p["gates"], x, eps).reshape(*lead, g, -1)
+    reset, cand, update = (y.reshape(*lead, -1) for y in jnp.split(x, 3, -1))
+    reset = jax.nn.sigmoid(reset)
+    cand = jnp.tanh(reset * cand)
+    update = jax.nn.sigmoid(update - 1.0)
+    return update * cand + (1.0 - update) * deter
+
+
+def _logits(p: nets.Layer, x: jnp.ndarray, cfg: DreamerV3Config) -> jnp.ndarray:
+    c = cfg.resolved()
+    out = nets.linear(p, x, c.rms_eps).reshape(*x.shape[:-1], c.stoch, c.classes)
+    return unimix_logits(out, c.unimix)
+
+
+def prior_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray) -> jnp.ndarray:
+    """Prior p(z | h): mixed logits f32[..., S, C] from deter f32[..., D].
+
+    Source: dreamerv3_spec 2.5 (img layers, then the logit Linear, then 1% unimix).
+    """
+    c = cfg.resolved()
+    x = deter
+    for i in range(c.img_layers):
+        x = nets.linear(p[f"prior{i}"], x, c.rms_eps)
+    return _logits(p["prior_logit"], x, c)
+
+
+def post_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
+                embed: jnp.ndarray) -> jnp.ndarray:
+    """Posterior q(z | h, e): mixed logits f32[..., S, C] from deter f32[..., D] and
+    the encoder's embedding f32[..., units] (absolute = False).
+
+    Source: dreamerv3_spec 2.6.
+    """
+    c = cfg.resolved()
+    x = jnp.concatenate([deter, embed], -1)
+    for i in range(c.obs_layers):
+        x = nets.linear(p[f"post{i}"], x, c.rms_eps)
+    return _logits(p["post_logit"], x, c)
+
+
+# ---- steps -------------------------------------------------------------------
+def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
+             is_first: jnp.ndarray, post_noise: jnp.ndarray) -> Feat:
+    """One filter step (Algorithm B): reset, core, posterior, sample.
+
+    Args: carry (deter f32[..., D], stoch f32[..., S, C], prevact f32[..., A] =
+    the action taken before this observation); embed f32[..., units];
+    is_first bool[...] (zeroes deter, stoch and prevact first: x * (1 - is_first));
+    post_noise int32[..., S] class indices or f32[..., S] uniforms (the posterior
+    sample; `categorical.sample_indices`).
+    Returns Feat(deter h_t, stoch z_t (straight-through), logit (posterior, mixed)).
+    Source: dreamerv3_spec 2.2, 2.7, Algorithm B.
+    """
+    keep = 1.0 - is_first.astype(jnp.float32)
+    deter = carry.deter * keep[..., None]
+    stoch = carry.stoch * keep[..., None, None]
+    prevact = carry.prevact * keep[..., None]
+    deter = core(p, cfg, deter, stoch, prevact)
+    logit = post_logits(p, cfg, deter, embed)
+    return Feat(deter, onehot_sample(logit, post_noise), logit)
+
+
+def img_step(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
+             action: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
+    """One imagination step (Algorithm C, prior only; never resets).
+
+    Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] taken at
+    (deter, stoch); prior_noise int32[..., S] indices or f32[..., S] uniforms.
+    Returns Feat(deter', stoch' (prior sample, straight-through), logit (prior,
+    mixed)).
+    Source: dreamerv3_spec 2.8, Algorithm C.
+    """
+    deter = core(p, cfg, deter, stoch, action)
+    logit = prior_logits(p, cfg, deter)
+    return Feat(deter, onehot_sample(logit, prior_noise), logit)
+
+
+# ---- sequences -----------------------------------------------------------------
+def _time_major(x):
+    return jnp.swapaxes(x, 0, 1)
+
+
+def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
+            action: jnp.ndarray, is_first: jnp.ndarray,
+            post_noise: jnp.ndarray) -> tuple[Carry, Feat]:
+    """Filter a batch of sequences with `lax.scan` over time (BPTT through it).
+
+    Args:
+      carry: Carry with leaves [B, ...]; carry.prevact is the action before embed[:, 0].
+      embed: f32[B, T, units] encoder outputs.
+      action: f32[B, T, A], action[:, t] taken AFTER observation t (the replay's
+        obs-aligned rows); step t's previous action is carry.prevact for t = 0
+        and action[:, t - 1] after.
+      is_first: bool[B, T]; post_noise: int32[B, T, S] indices or f32[B, T, S] uniforms.
+    Returns:
+      (carry after the last step: (deter, stoch) of step T-1, prevact = action[:, -1];
+       Feat with leaves [B, T, ...]).
+    Source: dreamerv3_spec 2.7, 2.15 (prevacts = concat(carry.prevact, action[:, :-1])).
+    """
+    prevacts = jnp.concatenate([carry.prevact[:, None], action[:, :-1]], 1)
+
+    def step(state, xs):
+        deter, stoch = state
+        e, a, f, idx = xs
+        out = obs_step(p, cfg, Carry(deter, stoch, a), e, f, idx)
+        return (out.deter, out.stoch), out
+
+    xs = tuple(map(_time_major, (embed, prevacts, is_first, post_noise)))
+    (deter, stoch), feats = jax.lax.scan(step, (carry.deter, carry.stoch), xs)
+    return Carry(deter, stoch, action[:, -1]), Feat(*map(_time_major, feats))
+
+
+def imagine(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
+            actions: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
+    """Open-loop imagination of a given action sequence (scan over img_step).
+
+    Args: start deter f32[N, D], stoch f32[N, S, C]; actions f32[N, H, A]
+    (actions[:, h] taken at state h); prior_noise int32[N, H, S] or f32[N, H, S].
+    Returns Feat with leaves [N, H, ...]: states 1..H (the start is not repeated).
+    Source: dreamerv3_spec 2.8.
+    """
+    def step(state, xs):
+        a, idx = xs
+        out = img_step(p, cfg, *state, a, idx)
+        return (out.deter, out.stoch), out
+
+    _, feats = jax.lax.scan(step, (deter, stoch), (_time_major(actions), _time_major(prior_noise)))
+    return Feat(*map(_time_major, feats))
+
+
+Policy = Callable[[jnp.ndarray, jnp.ndarray, jnp.ndarray], jnp.ndarray]
+
+
+def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
+                        stoch: jnp.ndarray, action: jnp.ndarray, policy: Policy,
+                        prior_noise: jnp.ndarray, eps: jnp.ndarray) -> tuple[Feat, jnp.ndarray]:
+    """Actor-critic imagination: H steps from the start states with the policy.
+
+    For h = 1..H: state h = img_step(state h-1, action h-1, prior_noise[:, h-1]),
+    then action h = policy(sg(deter_h), sg(stoch_h), eps[:, h-1]).
+    Args: start deter f32[N, D], stoch f32[N, S, C] and action f32[N, A] (the
+    start action, sampled by the caller with the start noise); policy(deter,
+    stoch, noise) -> f32[N, A]; prior_noise int32[N, H, S] or f32[N, H, S]; eps
+    [N, H, ...] the policy's noise per step (f32[N, H, A] normal noise for the
+    bounded normal; `actor_critic.draw_policy_noise`).
+    Returns (Feat [N, H, ...] of states 1..H, actions f32[N, H, A] sampled at
+    them), all stop-gradiented: with ac_grads = none no gradient leaves
+    imagination (spec 2.8, 3.4); the losses re-evaluate heads on sg features.
+    Source: dreamerv3_spec 2.8, 3.2, 3.3 (2411f7d agent.py imgstep).
+    """
+    def step(state, xs):
+        deter, stoch, act = state
+        idx, e = xs
+        out = img_step(p, cfg, deter, stoch, act, idx)
+        act = policy(sg(out.deter), sg(out.stoch), e)
+        return (out.deter, out.stoch, act), (out, act)
+
+    start = sg((deter, stoch, action))
+    _, (feats, acts) = jax.lax.scan(step, start, (_time_major(prior_noise), _time_major(eps)))
+    return sg(Feat(*map(_time_major, feats))), sg(_time_major(acts))
+
+
+# ---- loss ----------------------------------------------------------------------
+def rssm_loss(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
+              post_logit: jnp.ndarray) -> RSSMLoss:
+    """Free-bits dyn and rep losses of an observed sequence (Algorithm E).
+
+    Args: deter f32[B, T, D] and post_logit f32[B, T, S, C] (mixed) from `observe`.
+    The prior is recomputed from the same deter (not stop-gradiented: dyn also
+    trains the core, spec 2.14). Returns RSSMLoss (dyn, rep = max(KL, free_nats)
+    f32[B, T]; the raw KLs; the prior logits; prior and posterior entropies).
+    Source: dreamerv3_spec 2.14.
+    """
+    c = cfg.resolved()
+    prior = prior_logits(p, c, deter)
+    terms = kl_terms(post_logit, prior, c.free_nats)
+    return RSSMLoss(terms.dyn, terms.rep, terms, prior, entropy(prior), entropy(post_logit))
