@@ -46,7 +46,7 @@ shared (they are identical across seeds). Synchronous: the write-back follows it
 
 Source: dreamerv3_spec 5.1-5.9; reference_design §5.2, §6.3; deviations D1
 (synchronous write-back), D2 (sampler seeded from the run key), D3 (a tick's
-samples follow all of its adds), D27 (capacity in rows per env), W40 (the
+samples follow all of its adds), D27 (capacity in rows per env), W-D4 (the
 uniform draw).
 """
 from __future__ import annotations
@@ -291,7 +291,7 @@ def draw_sample_indices(key: jax.Array, batch_size: int, n_items) -> jax.Array:
 
     The sampler's only random draw, the seam where a test injects indices.
     jax.random.randint reduces a 64-bit draw modulo n_items: uniform up to
-    n_items / 2^64 (deviation W40; the reference uses numpy's exact
+    n_items / 2^64 (deviation W-D4; the reference uses numpy's exact
     integers(0, len(items)) seeded with 0, D2).
 
     Args:
@@ -300,7 +300,7 @@ def draw_sample_indices(key: jax.Array, batch_size: int, n_items) -> jax.Array:
     Returns:
         i32[B].
 
-    Source: dreamerv3_spec 5.3; deviations D2, W40.
+    Source: dreamerv3_spec 5.3; deviations D2, W-D4.
     """
     return jax.random.randint(key, (batch_size,), 0, jnp.maximum(n_items, 1), jnp.int32)
 
@@ -382,7 +382,7 @@ def sample(replay: Replay, key: jax.Array, batch_size: int,
     Returns:
         (replay with the queue advanced, batch Rows [B, L, ...], Positions).
 
-    Source: dreamerv3_spec 5.3-5.4; deviations D2, W40.
+    Source: dreamerv3_spec 5.3-5.4; deviations D2, W-D4.
     """
     draws = draw_sample_indices(key, batch_size, num_items(replay, window))
     replay, positions = select(replay, draws, window)
