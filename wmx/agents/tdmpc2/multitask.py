@@ -17,13 +17,17 @@ embedding table indexed by task id), spec 4.A.
 
 Multi-task config (`multitask_config`): `TDMPC2Config` with num_tasks =
 len(taskset), task_dim = 96 (T14: the paper's value for every size; the
-reference code uses 64 for mt30 at 5/19/48M), obs_dim = max obs dim and
+reference's parse_cfg forces 64 in multi-task mode except for mt80 and model
+sizes 1/317, whatever the config says), obs_dim = max obs dim and
 action_dim = max action dim (the padded A_max, so the "+2 iterations when
 A >= 20" rule of spec 3.1 reads the padded width, as the reference does).
 
 Deviations: T14 (task_dim 96), T15 (`eval_task_embedding` / `plan_task`
 renorm the looked-up row without persisting it; the reference's act()
-writes its renorm back into the table).
+writes its renorm back into the table), T33 (renorm scale in float32).
+Parity: tests/agents/tdmpc2/test_{update,planner}_mt_parity.py replay
+fixtures/tdmpc2_mt through `update.update_with_aux(..., tasks)` and
+`plan_task_with_stats`.
 """
 from __future__ import annotations
 
@@ -147,6 +151,9 @@ def renorm_rows(table: jnp.ndarray, ids: jnp.ndarray, max_norm: float = MAX_NORM
     looked-up row w with ||w|| > max_norm becomes w * (max_norm / (||w|| + 1e-7));
     other rows (and rows not in `ids`) are returned unchanged. Outside
     autograd: the result is stop-gradiented. Returns the new table.
+    The scale is computed in float32; torch computes it in float64 from the
+    float32 norm and rounds it, so a renormed row can differ by 1 float32 ulp
+    (deviation T33). Source: spec 1.22; fixtures/tdmpc2_mt/README.md semantics 1.
     """
     table = jax.lax.stop_gradient(table)
     ids = jnp.asarray(ids, jnp.int32).reshape(-1)
@@ -180,7 +187,8 @@ def eval_task_embedding(params: dict, task_id: jnp.ndarray) -> jnp.ndarray:
 
     task_id int[] (or int[...]); returns f32[task_dim] (or f32[..., task_dim]).
     The reference's act() persists this renorm; wmx keeps params read-only
-    at evaluation, so evaluating never changes the model.
+    at evaluation, so evaluating never changes the model (T15; the row used
+    is the same). Scale in float32 as `renorm_rows` (T33).
     """
     ids = jnp.asarray(task_id, jnp.int32)
     rows = params["task_emb"][ids]
