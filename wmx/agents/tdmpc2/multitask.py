@@ -17,13 +17,17 @@ embedding table indexed by task id), spec 4.A.
 
 Multi-task config (`multitask_config`): `TDMPC2Config` with num_tasks =
 len(taskset), task_dim = 96 (T14: the paper's value for every size; the
-reference code uses 64 for mt30 at 5/19/48M), obs_dim = max obs dim and
+reference's parse_cfg forces 64 in multi-task mode except for mt80 and model
+sizes 1/317, whatever the config says), obs_dim = max obs dim and
 action_dim = max action dim (the padded A_max, so the "+2 iterations when
 A >= 20" rule of spec 3.1 reads the padded width, as the reference does).
 
 Deviations: T14 (task_dim 96), T15 (`eval_task_embedding` / `plan_task`
 renorm the looked-up row without persisting it; the reference's act()
-writes its renorm back into the table).
+writes its renorm back into the table), T33 (renorm scale in float32).
+Parity: tests/agents/tdmpc2/test_{update,planner}_mt_parity.py replay
+fixtures/tdmpc2_mt through `update.update_with_aux(..., tasks)` and
+`plan_task_with_stats`.
 """
 from __future__ import annotations
 
@@ -147,6 +151,9 @@ def renorm_rows(table: jnp.ndarray, ids: jnp.ndarray, max_norm: float = MAX_NORM
     looked-up row w with ||w|| > max_norm becomes w * (max_norm / (||w|| + 1e-7));
     other rows (and rows not in `ids`) are returned unchanged. Outside
     autograd: the result is stop-gradiented. Returns the new table.
+    The scale is computed in float32; torch computes it in float64 from the
+    float32 norm and rounds it, so a renormed row can differ by 1 float32 ulp
+    (deviation T33). Source: spec 1.22; fixtures/tdmpc2_mt/README.md semantics 1.
     """
     table = jax.lax.stop_gradient(table)
     ids = jnp.asarray(ids, jnp.int32).reshape(-1)
@@ -180,7 +187,8 @@ def eval_task_embedding(params: dict, task_id: jnp.ndarray) -> jnp.ndarray:
 
     task_id int[] (or int[...]); returns f32[task_dim] (or f32[..., task_dim]).
     The reference's act() persists this renorm; wmx keeps params read-only
-    at evaluation, so evaluating never changes the model.
+    at evaluation, so evaluating never changes the model (T15; the row used
+    is the same). Scale in float32 as `renorm_rows` (T33).
     """
     ids = jnp.asarray(task_id, jnp.int32)
     rows = params["task_emb"][ids]
@@ -202,29 +210,58 @@ def pad_obs(obs: Any, width: int) -> jnp.ndarray:
     return jnp.pad(obs, [(0, 0)] * (obs.ndim - 1) + [(0, width - s)])
 
 
+def _task_plan_args(params: dict, obs_padded: jnp.ndarray, cfg: TDMPC2Config,
+                    tasks: TaskContext, task_id: jnp.ndarray) -> dict:
+    """The multi-task hooks of `planner.plan` for one task: {task_emb (renormed,
+    not persisted: T15), action_mask f32[A_max], discount f32[]}. Raises
+    ValueError for a wrong obs width or a context not matching cfg."""
+    check_task_context(tasks, cfg)
+    if jnp.shape(obs_padded) != (cfg.obs_dim,):
+        raise ValueError(f"plan_task takes one env's padded obs f32[{cfg.obs_dim}], got "
+                         f"shape {jnp.shape(obs_padded)}; use pad_obs(obs, cfg.obs_dim)")
+    task_id = jnp.asarray(task_id, jnp.int32)
+    return dict(task_emb=eval_task_embedding(params, task_id),
+                action_mask=tasks.action_masks[task_id],
+                discount=tasks.discounts[task_id])
+
+
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def plan_task(params: dict, obs_padded: jnp.ndarray, prev_mean: jnp.ndarray, t0: jnp.ndarray,
               noise: pl.PlanNoise, cfg: TDMPC2Config, tasks: TaskContext,
               task_id: jnp.ndarray, *, eval_mode: Any) -> tuple[jnp.ndarray, jnp.ndarray, dict]:
     """One multi-task MPPI decision for one env (spec 3.9, 3.12, 3.25).
 
-    obs_padded f32[S_max] (see `pad_obs`); prev_mean f32[H, A_max]; t0
-    bool[]; noise from `planner.draw_plan_noise(key, cfg, eval_mode)`;
-    task_id i32[] (traced); eval_mode bool (traced; removes only the final
-    exploration noise). Applies the task's embedding (renormed, not
-    persisted: T15), its prefix action mask (policy, candidates, mean/std
-    after the clamp; masked dims of the action are exactly 0) and its
-    float32 discount. Returns `planner.plan`'s (action f32[A_max],
-    new_prev_mean f32[H, A_max], info); the env takes action[:action_dims[task]].
+    obs_padded f32[S_max] (see `pad_obs`); prev_mean f32[H, A_max] (one
+    buffer whatever the task, as the reference's `_prev_mean`); t0 bool[];
+    noise from `planner.draw_plan_noise(key, cfg, eval_mode)`; task_id i32[]
+    (traced); eval_mode bool (traced; removes only the final exploration
+    noise). Applies the task's embedding (renormed, not persisted: T15), its
+    prefix action mask (policy, candidates, mean/std after the clamp; masked
+    dims of the action are exactly 0) and its float32 discount (gamma^t as
+    float32 products). Returns `planner.plan`'s (action f32[A_max],
+    new_prev_mean f32[H, A_max], info); the env takes
+    action[:action_dims[task]].
     Raises ValueError for a wrong obs width or a context not matching cfg.
+    Source: tdmpc2_spec 3.9, 3.12; fixtures/tdmpc2_mt/README.md
+    (tests/agents/tdmpc2/test_planner_mt_parity.py).
     """
     cfg = cfg.resolved()
-    check_task_context(tasks, cfg)
-    if jnp.shape(obs_padded) != (cfg.obs_dim,):
-        raise ValueError(f"plan_task takes one env's padded obs f32[{cfg.obs_dim}], got "
-                         f"shape {jnp.shape(obs_padded)}; use pad_obs(obs, cfg.obs_dim)")
-    task_id = jnp.asarray(task_id, jnp.int32)
-    return pl.plan(params, obs_padded, prev_mean, t0, noise, cfg, eval_mode=eval_mode,
-                   task_emb=eval_task_embedding(params, task_id),
-                   action_mask=tasks.action_masks[task_id],
-                   discount=tasks.discounts[task_id])
+    hooks = _task_plan_args(params, obs_padded, cfg, tasks, task_id)
+    return pl.plan(params, obs_padded, prev_mean, t0, noise, cfg, eval_mode=eval_mode, **hooks)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def plan_task_with_stats(params: dict, obs_padded: jnp.ndarray, prev_mean: jnp.ndarray,
+                         t0: jnp.ndarray, noise: pl.PlanNoise, cfg: TDMPC2Config,
+                         tasks: TaskContext, task_id: jnp.ndarray, *, eval_mode: Any
+                         ) -> tuple[jnp.ndarray, jnp.ndarray, dict]:
+    """`plan_task` returning every intermediate (`planner.plan_with_stats`'s info).
+
+    Same arguments, hooks and first two outputs as `plan_task`; info as
+    `planner.plan_with_stats` (incl. `terminal_discount` f32[], the float32
+    gamma_task^H). For parity tests and debugging. Raises like `plan_task`.
+    """
+    cfg = cfg.resolved()
+    hooks = _task_plan_args(params, obs_padded, cfg, tasks, task_id)
+    return pl.plan_with_stats(params, obs_padded, prev_mean, t0, noise, cfg,
+                              eval_mode=eval_mode, **hooks)

@@ -488,7 +488,8 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
     if record:
         info = {"z": z, "pi_actions": pi_actions, "init_mean": mean0, "init_std": std0,
                 "iters": stats, "final_score": score, "elite_choice_index": k,
-                "selected_sequence": selected, "final_std": std}
+                "selected_sequence": selected, "final_std": std,
+                "terminal_discount": _discounts(cfg, cfg.horizon, discount)[cfg.horizon]}
     else:
         info = {"elite_index": k}
     return action, mean, info
@@ -531,7 +532,8 @@ def plan_with_stats(params: Any, obs: Array, prev_mean: Array, t0: Array, noise:
     `pi_actions` f32[H,P,A], `init_mean`/`init_std` f32[H,A], `iters`
     (`IterStats` stacked on a leading I axis), `final_score` f32[E],
     `elite_choice_index` i32[], `selected_sequence` f32[H,A], `final_std`
-    f32[H,A]. Slower than `plan` (keeps all candidates of every iteration).
+    f32[H,A], `terminal_discount` f32[] (the gamma^H that scales the terminal
+    Q in `trajectory_value`). Slower than `plan` (keeps all candidates of every iteration).
     """
     return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
                  discount, record=True)
