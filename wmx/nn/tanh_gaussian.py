@@ -29,9 +29,16 @@ def gaussian_residual(eps: jnp.ndarray, log_std: jnp.ndarray) -> jnp.ndarray:
 def squash_logdet(action: jnp.ndarray, eps: float = 1e-6) -> jnp.ndarray:
     """sum_d log(relu(1 - action^2) + eps), action = tanh(u): f32[..., 1].
 
-    TD-MPC2's form (not the exact stable log-det): flat at saturation.
+    TD-MPC2's form (not the exact stable log-det): flat at saturation. action^2
+    is rounded to float32 before the subtraction, as torch computes it: jitted
+    XLA (CPU) would otherwise contract ``1 - a*a`` into one fused multiply-add
+    (1 - a^2 unrounded), which near saturation (1 - a^2 ~ 3e-4) moves log_pi by
+    ~1e-4 (7.4e-5 on fixtures/tdmpc2_mt update call 0); ``min(a*a, 1)`` (= a*a
+    since |a| <= 1) between the product and the subtraction prevents it.
+    Source: tdmpc2_spec 1.9; fixtures/tdmpc2_mt/README.md "Tolerances".
     """
-    return jnp.sum(jnp.log(jax.nn.relu(1.0 - action ** 2) + eps), axis=-1, keepdims=True)
+    sq = jnp.minimum(action * action, 1.0)
+    return jnp.sum(jnp.log(jax.nn.relu(1.0 - sq) + eps), axis=-1, keepdims=True)
 
 
 def pe_log_prob(eps: jnp.ndarray, log_std: jnp.ndarray, action: jnp.ndarray,

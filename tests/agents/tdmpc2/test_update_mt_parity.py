@@ -41,6 +41,7 @@ from parity_helpers import (check_update_call, file_state, load_fixture, mt_fixt
 from wmx.agents.tdmpc2 import multitask as mt
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.update import update_with_aux
+from wmx.nn.tanh_gaussian import pe_log_prob
 
 NCALLS = 3
 EMB_ATOL = 1e-6          # README: embedding tables
@@ -216,7 +217,7 @@ def test_log_prob_formula(fx, k):
     c = f"call{k}/"
     mask = np.asarray(tasks.action_masks)[data[c + "batch/task"]]
     n = mask.sum(-1, keepdims=True)
-    f = jax.jit(wm.pe_log_prob_torch_rounding)
+    f = jax.jit(pe_log_prob)
     for tag, draw in (("td_target", "00_td_target_pi_eps"), ("update_pi", "02_pi_loss_pi_eps")):
         eps = data[c + "draws/" + draw] * mask
         got = f(eps, data[c + f"inter/{tag}/pi_log_std"], data[c + f"inter/{tag}/pi_action"], n)

@@ -25,7 +25,7 @@ from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.nn.init import normal_init, zeros_init
 from wmx.nn.mlp import normed_mlp_apply, normed_mlp_apply_from, normed_mlp_init
 from wmx.nn.simnorm import simnorm
-from wmx.nn.tanh_gaussian import HALF_LOG_2PI, bound_log_std, gaussian_residual, squash
+from wmx.nn.tanh_gaussian import bound_log_std, pe_log_prob, squash
 from wmx.nn.twohot import TwoHot
 
 Params = dict
@@ -289,29 +289,8 @@ def pi_forward(params: Params, z: jnp.ndarray, eps: jnp.ndarray, cfg: TDMPC2Conf
     else:
         n = float(A)
     action = squash(mu + eps * jnp.exp(log_std))
-    log_pi = pe_log_prob_torch_rounding(eps, log_std, action, n)
+    log_pi = pe_log_prob(eps, log_std, action, n)
     return PolicyOut(squash(mu), action, log_pi, log_std)
-
-
-def pe_log_prob_torch_rounding(eps: jnp.ndarray, log_std: jnp.ndarray, action: jnp.ndarray,
-                               n: jnp.ndarray | float) -> jnp.ndarray:
-    """PE log_pi f32[..., 1] = n (sum(-eps^2/2 - log_std) - ln(2pi)/2)
-    - sum_d log(relu(1 - a_d^2) + 1e-6), with a^2 rounded to float32 before
-    the subtraction, as torch computes it.
-
-    eps, log_std, action f32[..., A]; n f32[..., 1] or a float (valid dims).
-    Same formula as `wmx.nn.tanh_gaussian.pe_log_prob`, except that jitted
-    XLA (CPU) contracts `1 - a*a` into one fused multiply-add, i.e. computes
-    1 - a^2 unrounded; near saturation (1 - a^2 ~ 3e-4) that moves log_pi
-    by ~1e-4 from the reference (7.4e-5 on fixtures/tdmpc2_mt update call 0).
-    min(a*a, 1) (= a*a, since |a| <= 1) sits between the product and the
-    subtraction, so no contraction can form.
-    Source: tdmpc2_spec 1.9 (PE log-prob); fixtures/tdmpc2_mt/README.md
-    "Tolerances" (intermediates atol 2e-5).
-    """
-    sq = jnp.minimum(action * action, 1.0)
-    logdet = jnp.sum(jnp.log(jax.nn.relu(1.0 - sq) + 1e-6), axis=-1, keepdims=True)
-    return n * (gaussian_residual(eps, log_std) - HALF_LOG_2PI) - logdet
 
 
 # ---- reference state dicts ------------------------------------------------------
