@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 
 ## make test: install and run the default test suite (the command CI runs).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 ## make test-slow: the long real-environment tests left out of the default run.
 test-slow: install
