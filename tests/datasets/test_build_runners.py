@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
 from episode_fixtures import synthetic_episode, taskset_of, write_set  # noqa: E402
 
+import wmx.pipelines.runners as runners  # noqa: E402
 from wmx.cli.beam import main as beam_main  # noqa: E402
 from wmx.datasets.store import Store  # noqa: E402
 from wmx.datasets.validate import validate_dataset  # noqa: E402
@@ -141,6 +142,21 @@ def test_unreachable_dask_scheduler_names_it_and_the_fix(home, address):
 # ----------------------------------------------------------------------- slow
 
 
+_REAL_MAKE_PROBE = runners._make_probe
+
+
+def _probe_with_other_code_off_this_process():
+    """runners' probe, reporting a different source digest in any other process."""
+    real, here = _REAL_MAKE_PROBE(), os.getpid()
+
+    def probe(paths, subpackages):
+        out = real(paths, subpackages)
+        if os.getpid() != here:
+            out["code"] = "0" * 64
+        return out
+    return probe
+
+
 def _same_build(a: Path, b: Path) -> None:
     assert a.name == b.name  # the content hash
     files = sorted(p.name for p in a.glob("shard-*"))
@@ -191,7 +207,8 @@ def test_dask_build_equals_direct_build_byte_for_byte(tmp_path, capsys):
 @pytest.mark.slow
 def test_dask_build_on_an_existing_cluster_and_a_failing_build(tmp_path):
     """--dask_client_address: the build runs on a cluster it did not start
-    (left running); a worker that does not see the data root is named; a source corrupted after planning fails the build on
+    (left running); a worker that does not see the data root, or runs other
+    wmx sources, is named; a source corrupted after planning fails the build on
     the workers with the source named, leaving no dataset and no staging."""
     distributed = pytest.importorskip("distributed")
     ts = taskset_of("tst", TASKS)
@@ -208,6 +225,11 @@ def test_dask_build_on_an_existing_cluster_and_a_failing_build(tmp_path):
         with pytest.raises(RunnerError, match=r"does not see /no/such/root; the wmx data "
                                               "root must be on a filesystem every worker"):
             check_dask_cluster(cluster.scheduler_address, [str(tmp_path), "/no/such/root"], 5)
+        with pytest.MonkeyPatch.context() as mp:  # workers with other wmx sources
+            mp.setattr(runners, "_make_probe", _probe_with_other_code_off_this_process)
+            with pytest.raises(RunnerError, match=r"Dask worker .* runs another wmx .* start "
+                                                  "the scheduler and the workers from the same"):
+                check_dask_cluster(cluster.scheduler_address, [str(tmp_path)], 5)
         shutil.rmtree(r.path)
         plan = make_plan(tmp_path, ts, num_shards=3)
         src = Path(plan.sources[0].path)

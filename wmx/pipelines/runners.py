@@ -144,21 +144,38 @@ def _import_distributed():
     return distributed
 
 
+BUILD_CODE = ("pipelines", "schemas")
+"""wmx subpackages whose functions a build ships to Dask by reference: the
+scheduler and every worker must hold the same source files."""
+
+
 def _make_probe():
-    """A function run on every Dask worker: can it import wmx, and which of
-    `paths` are not directories there. Built in a closure so cloudpickle
-    ships it by value (a worker without wmx can still run it)."""
-    def probe(paths):
+    """A function run on the scheduler and every Dask worker: can it import
+    wmx, a digest of wmx's BUILD_CODE sources there, and which of `paths` are
+    not directories there. Built in a closure so cloudpickle ships it by value
+    (a process with another wmx, or none, can still run it)."""
+    def probe(paths, subpackages):
+        import hashlib
         import importlib
         import os as _os
         import socket
+        out = {"host": socket.gethostname(), "wmx": None, "code": None, "where": None,
+               "missing": [p for p in paths if not _os.path.isdir(p)]}
         try:
-            importlib.import_module("wmx.pipelines.transforms")
-            err = None
+            mod = importlib.import_module("wmx.pipelines.transforms")
         except Exception as e:  # noqa: BLE001 - reported to the user
-            err = f"{type(e).__name__}: {e}"
-        return {"host": socket.gethostname(), "wmx": err,
-                "missing": [p for p in paths if not _os.path.isdir(p)]}
+            out["wmx"] = f"{type(e).__name__}: {e}"
+            return out
+        root = _os.path.dirname(_os.path.dirname(_os.path.abspath(mod.__file__)))
+        h = hashlib.sha256()
+        for sub in subpackages:
+            d = _os.path.join(root, sub)
+            for name in sorted(f for f in _os.listdir(d) if f.endswith(".py")):
+                h.update(f"{sub}/{name}\0".encode())
+                with open(_os.path.join(d, name), "rb") as f:
+                    h.update(f.read())
+        out["code"], out["where"] = h.hexdigest(), root
+        return out
     return probe
 
 
@@ -182,12 +199,14 @@ def _tcp_unreachable(address: str, timeout_s: float) -> str | None:
 
 def check_dask_cluster(address: str, shared_paths: Sequence[str], timeout_s: float) -> int:
     """Connect to the scheduler at `address`, wait up to `timeout_s` for one
-    worker, and check on every worker that wmx imports and every path of
+    worker, and check on the scheduler and every worker that wmx imports with
+    the same BUILD_CODE sources as here (the scheduler unpickles the task
+    graph, the workers run it), and on every worker that each path of
     `shared_paths` is a directory. Returns the cluster's total worker threads.
 
     Raises RunnerError, one line naming the address or worker and the fix,
-    when the scheduler cannot be reached, has no worker, or a worker lacks
-    wmx or a path."""
+    when the scheduler cannot be reached, has no worker, or a process lacks
+    wmx, runs another wmx, or (a worker) lacks a path."""
     distributed = _import_distributed()
     fix = ("start one there with `dask scheduler`, and `dask worker " + address +
            "` on each machine, or leave out --dask_client_address to run a local "
@@ -208,17 +227,28 @@ def check_dask_cluster(address: str, shared_paths: Sequence[str], timeout_s: flo
             raise RunnerError(f"the Dask scheduler at {address} has no workers after "
                               f"{timeout_s:g} s; start `dask worker {address}` on each "
                               "machine") from None
-        report = client.run(_make_probe(), list(shared_paths))
-        for worker, r in sorted(report.items()):
+        probe = _make_probe()
+        mine = probe([], BUILD_CODE)
+        report = {f"scheduler {address}": client.run_on_scheduler(probe, [], BUILD_CODE)}
+        report.update({f"worker {w}": r for w, r in
+                       client.run(probe, list(shared_paths), BUILD_CODE).items()})
+        for who, r in report.items():
             if r["wmx"]:
-                raise RunnerError(f"Dask worker {worker} (host {r['host']}) cannot import "
-                                  f"wmx ({r['wmx']}); install wmx and its pinned "
-                                  "dependencies in the workers' Python environment")
+                raise RunnerError(f"Dask {who} (host {r['host']}) cannot import wmx "
+                                  f"({r['wmx']}); install wmx and its pinned dependencies "
+                                  "in the Python environment of the scheduler and every "
+                                  "worker")
+            if r["code"] != mine["code"]:
+                raise RunnerError(
+                    f"Dask {who} (host {r['host']}) runs another wmx ({r['where']}) than "
+                    f"this machine ({mine['where']}): its wmx/pipelines or wmx/schemas "
+                    "sources differ; start the scheduler and the workers from the same "
+                    "wmx checkout and version as the launching machine")
             if r["missing"]:
                 raise RunnerError(
-                    f"Dask worker {worker} (host {r['host']}) does not see "
-                    f"{r['missing'][0]}; the wmx data root must be on a filesystem every "
-                    "worker mounts at the same path as the launching machine")
+                    f"Dask {who} (host {r['host']}) does not see {r['missing'][0]}; the "
+                    "wmx data root must be on a filesystem every worker mounts at the "
+                    "same path as the launching machine")
         return sum(client.nthreads().values())
     finally:
         client.close()
