@@ -1,14 +1,16 @@
 """Beam job: build the mt19 pooled dataset from the episode sets in the store.
 
     beam run pipelines/build_mt19.py [--home DIR] [--tasks a,b,...]
-        [--sources SET ...] [--num_shards N] [beam options]
+        [--sources SET ...] [--num_shards N] [--dask_workers N] [beam options]
     python pipelines/build_mt19.py ...          (same)
 
 All episode sets of each mt19 task by default; --tasks builds a subset, which
 is a different TaskSet with its own name (mt19-<8 hex>); a task without episode
 sets is an error naming it. DirectRunner by default (--direct_num_workers=N
---direct_running_mode=multi_processing); --runner=FlinkRunner|SparkRunner|
-DataflowRunner at scale with the store on a shared filesystem.
+--direct_running_mode=multi_processing); --runner=dask on a local Dask cluster
+of --dask_workers processes, or on any Dask cluster with
+--dask_client_address=HOST:PORT (the store on a filesystem every worker sees);
+--runner=flink|spark|dataflow are documented, untested (docs/datasets.md).
 """
 from __future__ import annotations
 

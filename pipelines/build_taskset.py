@@ -1,10 +1,12 @@
 """Beam job: pool the store's episode sets of any TaskSet into a dataset.
 
     beam run pipelines/build_taskset.py --taskset TASKSET.json [--home DIR]
-        [--sources SET ...] [--num_shards N] [beam options]
+        [--sources SET ...] [--num_shards N] [--dask_workers N] [beam options]
 
 The TaskSet JSON is `wmx.schemas.taskset.TaskSet.to_json()`. Beam options
-(--runner, --direct_num_workers, --direct_running_mode, ...) pass through.
+(--runner, --direct_num_workers, --direct_running_mode, --dask_client_address,
+...) pass through; `--runner` takes a short name (direct, dask, flink, spark,
+dataflow; wmx.pipelines.runners).
 """
 from __future__ import annotations
 
@@ -23,24 +25,38 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--num_shards", type=int, default=None,
                     help="ArrayRecord shards (default ceil(episodes/512)); the content "
                          "hash does not depend on it")
+    ap.add_argument("--dask_workers", type=int, default=None,
+                    help="with --runner=dask and no --dask_client_address: worker "
+                         "processes of the local Dask cluster started for the build "
+                         "(default: the CPU count)")
 
 
 def run(taskset, args, beam_args) -> int:
     from wmx.paths import wmx_home
-    from wmx.pipelines.sources import BuildInputError, make_plan, run_build
-    runner = next((a.split("=", 1)[1] for a in beam_args if a.startswith("--runner=")),
-                  "DirectRunner")
+    from wmx.pipelines.runners import RunnerError, parse_runner_args
+    from wmx.pipelines.sources import BuildInputError, make_plan, run_build_result
+    from wmx.pipelines.transforms import EpisodeCheckError
     try:
+        ra = parse_runner_args(beam_args, args.dask_workers)
         plan = make_plan(wmx_home(args.home), taskset, args.sources, args.num_shards,
-                         runner=runner)
-    except (BuildInputError, ValueError) as e:
+                         runner=ra.name)
+    except (BuildInputError, RunnerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = sum(s.num_episodes for s in plan.sources)
+    where = ""
+    if ra.is_dask:
+        where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
+                 f" on a local Dask cluster of {ra.dask_workers} worker processes")
     print(f"building {plan.name}: {len(plan.sources)} episode sets, {n} episodes, "
-          f"{plan.num_shards} shards")
-    dest = run_build(plan, beam_args)
-    print(f"dataset {plan.name}@{Path(dest).name[:10]} at {dest}")
+          f"{plan.num_shards} shards, {ra.name}{where}", flush=True)
+    try:
+        res = run_build_result(plan, beam_args, args.dask_workers)
+    except (RunnerError, EpisodeCheckError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"dataset {plan.name}@{res.path.name[:10]} at {res.path} ({res.seconds:.1f} s, "
+          f"shards written by {len(res.writers)} process(es))")
     return 0
 
 

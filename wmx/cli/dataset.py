@@ -1,4 +1,4 @@
-"""`wmx dataset ...`: ls, info, validate (pooled datasets in the store)."""
+"""`wmx dataset ...`: ls, info, validate (pooled datasets in the store), synth."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,16 @@ def add_parser(sub) -> None:
     info.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
     val = ds.add_parser("validate", help="run every check; exit 0 only if all pass")
     val.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
+    syn = ds.add_parser("synth", help="write a synthetic mt80-shaped pooled dataset of "
+                                      "--rows rows (scale tests of the readers)")
+    syn.add_argument("--rows", type=int, required=True,
+                     help="rows on disk (episodes = ceil(rows / (T+1)))")
+    syn.add_argument("--name", default="mt80-synth", help="dataset name (default mt80-synth)")
+    syn.add_argument("--tasks", type=int, default=80, help="synthetic tasks (default 80)")
+    syn.add_argument("--episode-length", type=int, default=500, help="T (default 500)")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--num-shards", type=int, default=None,
+                     help="default ceil(episodes / 512), as the Beam build")
     p.set_defaults(func=run)
 
 
@@ -86,10 +96,22 @@ def cmd_validate(args) -> int:
     return 0 if rep.ok else 1
 
 
+def cmd_synth(args) -> int:
+    from wmx.datasets.synth import write_synthetic_dataset
+    r = write_synthetic_dataset(
+        args.home, args.rows, name=args.name, num_tasks=args.tasks,
+        episode_length=args.episode_length, seed=args.seed, num_shards=args.num_shards,
+        progress=lambda msg: print(msg, flush=True))
+    print(f"dataset {args.name}@{r.content_hash[:10]} at {r.path}: {r.episodes} episodes, "
+          f"{r.rows} rows, {_human(r.bytes)} ({r.digest_s + r.write_s:.0f} s)")
+    return 0
+
+
 def run(args) -> int:
     """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2."""
     try:
-        return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate}[args.dataset_cmd](args)
+        return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate,
+                "synth": cmd_synth}[args.dataset_cmd](args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,9 @@ Beam pipeline and leaves either the finished dataset or nothing.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import math
 import os
 import shutil
@@ -162,27 +165,89 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
         datasets_root=str(root), code_version=code_version(), runner=runner)
 
 
-def run_build(plan: BuildPlan, beam_args: Iterable[str] = ()) -> Path:
-    """Run the Beam build of `plan` with Beam pipeline options `beam_args`
-    (e.g. ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-    or "--runner=FlinkRunner ..."; the store must then be on a shared
-    filesystem). Returns the dataset directory. On any failure the staging
-    directory is removed, so no partial dataset is left, and the error re-raised."""
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """What `run_build_result` did. path: the dataset directory; runner: the
+    Beam runner class name; seconds: wall time of the pipeline (cluster start
+    included); writers: `<host>:<pid>` of each process that wrote shards."""
+    path: Path
+    runner: str
+    seconds: float
+    writers: tuple[str, ...]
+
+
+def run_build(plan: BuildPlan, beam_args: Iterable[str] = (),
+              dask_workers: int | None = None) -> Path:
+    """`run_build_result(plan, beam_args, dask_workers).path` (see there)."""
+    return run_build_result(plan, beam_args, dask_workers).path
+
+
+def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
+                     dask_workers: int | None = None) -> BuildResult:
+    """Run the Beam build of `plan` with Beam pipeline options `beam_args`.
+
+    Runners (wmx.pipelines.runners): the DirectRunner by default
+    (["--direct_num_workers=2", "--direct_running_mode=multi_processing"]);
+    "--runner=dask" on a local cluster of `dask_workers` processes started for
+    the build (default: the CPU count), or with "--dask_client_address=HOST:PORT"
+    on an existing cluster; "--runner=flink|spark|dataflow ..." (untested). With
+    a cluster, the store must be on a filesystem every worker sees.
+    The manifest records the runner's class name. Returns a BuildResult.
+
+    Raises RunnerError (a ValueError) before anything is written for an
+    unknown runner, bad Dask options, or a cluster that cannot be used; on any
+    failure of the pipeline itself the staging directory is removed, so no
+    partial dataset is left, and the error re-raised."""
+    import time
+
+    from wmx.pipelines.runners import parse_runner_args, runner_session
+    ra = parse_runner_args(list(beam_args), dask_workers)
+    plan = dataclasses.replace(plan, runner=ra.name)
+    # what the workers must see: the episode-set roots and the data root
+    shared = sorted({str(Path(s.path).parent.parent) for s in plan.sources}
+                    | {os.path.dirname(plan.datasets_root)})
+    t0 = time.perf_counter()
+    try:
+        with runner_session(ra, shared, default_partitions=len(plan.sources)) as args:
+            os.makedirs(plan.staging_dir, exist_ok=False)
+            _run_pipeline(plan, args)
+    except BaseException:
+        # after runner_session's exit: a local cluster's workers are stopped
+        shutil.rmtree(plan.staging_dir, ignore_errors=True)
+        _remove(plan.staging_dir + ".result")
+        raise
+    seconds = time.perf_counter() - t0
+    result = Path(plan.staging_dir + ".result")
+    info = json.loads(result.read_text())
+    result.unlink()
+    if os.path.exists(plan.staging_dir):
+        shutil.rmtree(plan.staging_dir, ignore_errors=True)
+    return BuildResult(Path(info["path"]), ra.name, seconds, tuple(info["writers"]))
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _run_pipeline(plan: BuildPlan, args: list[str]) -> None:
+    """Build and run the pipeline; waits for it. A Dask run's client is
+    closed afterwards, and its outstanding tasks cancelled on a failure."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from wmx.pipelines.transforms import BuildPooled
-    os.makedirs(plan.staging_dir, exist_ok=False)
-    opts = PipelineOptions(list(beam_args))
+    p = beam.Pipeline(options=PipelineOptions(args))
+    _ = p | "Build" >> BuildPooled(plan)
+    result = p.run()
+    client = getattr(result, "client", None)  # DaskRunnerResult
     try:
-        with beam.Pipeline(options=opts) as p:
-            _ = p | "Build" >> BuildPooled(plan)
+        result.wait_until_finish()
     except BaseException:
-        shutil.rmtree(plan.staging_dir, ignore_errors=True)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                result.cancel()
         raise
-    result = Path(plan.staging_dir + ".result")
-    dest = Path(result.read_text())
-    result.unlink()
-    if os.path.exists(plan.staging_dir):
-        shutil.rmtree(plan.staging_dir, ignore_errors=True)
-    return dest
+    finally:
+        if client is not None:
+            client.close()

@@ -7,6 +7,7 @@ shard) -> ArrayRecord shards written by a DoFn -> counts, statistics, manifest
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Iterable
 
@@ -107,33 +108,54 @@ def file_sha256(path: str) -> str:
     return file_digest(path)
 
 
+SHARD_WRITER_OPTIONS = "group_size:1"
+"""ArrayRecordWriter options of pooled shards: one record per chunk, so
+readers get random access per episode."""
+
+
+def write_shard_file(final: str, records: Iterable[bytes]) -> int:
+    """Write `records` (in the given order) as one ArrayRecord file: to
+    `<final>.tmp`, renamed to `final` once closed. Returns the record count."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+    tmp = final + ".tmp"
+    writer = ArrayRecordWriter(tmp, SHARD_WRITER_OPTIONS)
+    n = 0
+    try:
+        for rec in records:
+            writer.write(rec)
+            n += 1
+    finally:
+        writer.close()
+    os.replace(tmp, final)
+    return n
+
+
+def writer_id() -> str:
+    """`<host>:<pid>` of the process running this code (which worker wrote a shard)."""
+    import socket
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class WriteShardFn(beam.DoFn):
     """Write one shard: records sorted by digest (ties: identical bytes),
-    ArrayRecordWriter to `<name>.tmp`, then renamed inside the staging dir.
-    Yields the shard's stats {index, file, digest, bytes, episodes, digests,
-    tasks, returns}."""
+    `write_shard_file` into the staging dir. Yields the shard's stats {index,
+    file, digest, bytes, episodes, digests, tasks, returns, writer}."""
 
     def __init__(self, plan: BuildPlan):
         self.plan = plan
 
     def process(self, element):
-        from array_record.python.array_record_module import ArrayRecordWriter
         index, items = element
         items = sorted((x for x in items if x is not None), key=lambda x: x[0])
         name = shard_name(index, self.plan.num_shards)
         final = os.path.join(self.plan.staging_dir, name)
-        tmp = final + ".tmp"
-        # group_size:1: one record per chunk, so readers get random access per episode.
-        writer = ArrayRecordWriter(tmp, "group_size:1")
-        for _, rec, _ in items:
-            writer.write(rec)
-        writer.close()
-        os.replace(tmp, final)
+        write_shard_file(final, (rec for _, rec, _ in items))
         yield {"index": index, "file": name, "digest": file_sha256(final),
                "bytes": os.path.getsize(final), "episodes": len(items),
                "digests": [d for d, _, _ in items],
                "tasks": [s["task"] for _, _, s in items],
-               "returns": [s["return"] for _, _, s in items]}
+               "returns": [s["return"] for _, _, s in items],
+               "writer": writer_id()}
 
 
 def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = None):
@@ -169,7 +191,9 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
 def finalize(shards: list[dict], plan: BuildPlan) -> str:
     """Write manifest.json into the staging dir and rename the dir to
     <datasets_root>/<name>/<content hash>. If that dataset already exists (same
-    content hash), the staging dir is removed and the existing path returned."""
+    content hash), the staging dir is removed and the existing path returned.
+    Writes `<staging dir>.result` (JSON: path, writers: the `writer_id`s of
+    the processes that wrote shards) for `run_build` on the launching machine."""
     import shutil
     man = build_manifest(plan, shards)
     man.write(plan.staging_dir)
@@ -180,7 +204,7 @@ def finalize(shards: list[dict], plan: BuildPlan) -> str:
     else:
         os.rename(plan.staging_dir, dest)
     with open(plan.staging_dir + ".result", "w") as f:
-        f.write(dest)
+        json.dump({"path": dest, "writers": sorted({s.get("writer", "?") for s in shards})}, f)
     return dest
 
 
@@ -204,6 +228,18 @@ class BuildPooled(beam.PTransform):
                   | "Flatten" >> beam.Flatten()
                   | "Group by shard" >> beam.GroupByKey()
                   | "Write shards" >> beam.ParDo(WriteShardFn(plan)))
+        # All shard stats meet in one GroupByKey (not CombineGlobally, whose
+        # default value is a side input: the DaskRunner would then run the whole
+        # build inside the one task that reads it).
         return (shards
-                | "All shard stats" >> beam.combiners.ToList()
-                | "Finalize" >> beam.Map(finalize, plan))
+                | "Key stats" >> beam.Map(_keyed_by_zero)
+                | "All shard stats" >> beam.GroupByKey()
+                | "Finalize" >> beam.Map(_finalize_group, plan))
+
+
+def _keyed_by_zero(x):
+    return 0, x
+
+
+def _finalize_group(keyed, plan):
+    return finalize(list(keyed[1]), plan)

@@ -1,0 +1,240 @@
+"""Runners of the pooled build: `--runner` short names, Dask option errors,
+and (slow) the DaskRunner on a 2-worker local cluster against the DirectRunner.
+
+Default run: name resolution and every error path that needs no cluster (an
+unknown runner through `beam run`, Dask options without the dask runner, an
+unreachable scheduler address), each checked to leave nothing written.
+`slow`: real `distributed` clusters (about 10-15 s each on 2 cores): the same
+episode sets built with the DirectRunner and with `--runner=dask` give the
+same content hash and byte-identical shards, written by the worker processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
+from episode_fixtures import synthetic_episode, taskset_of, write_set  # noqa: E402
+
+import wmx.pipelines.runners as runners  # noqa: E402
+from wmx.cli.beam import main as beam_main  # noqa: E402
+from wmx.datasets.store import Store  # noqa: E402
+from wmx.datasets.validate import validate_dataset  # noqa: E402
+from wmx.pipelines.runners import (RUNNERS, RunnerError, check_dask_cluster,  # noqa: E402
+                                   parse_runner_args, resolve_runner)
+from wmx.pipelines.sources import make_plan, run_build, run_build_result  # noqa: E402
+from wmx.schemas.taskset import TaskInfo  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+T = 20
+TASKS = (TaskInfo("task-a", 5, 1, T, 2, 0.9), TaskInfo("task-b", 7, 2, T, 2, 0.95))
+
+
+def _write_store(home: Path) -> None:
+    """3 sets per task, 4 episodes each (24 episodes), synthetic rows."""
+    rng = np.random.default_rng(3)
+    for i, info in enumerate(TASKS):
+        for j in range(3):
+            write_set(home, info, [synthetic_episode(rng, T, info.obs_dim, info.action_dim)
+                                   for _ in range(4)], seed=10 * i + j)
+
+
+@pytest.fixture
+def home(tmp_path):
+    _write_store(tmp_path)
+    return tmp_path
+
+
+def _nothing_written(home: Path) -> bool:
+    d = home / "datasets"
+    return Store(home).list_datasets() == [] and (
+        not d.exists() or all(not any(p.iterdir()) for p in d.glob(".staging")))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("dask", "DaskRunner"), ("DaskRunner", "DaskRunner"), ("daskrunner", "DaskRunner"),
+    (RUNNERS["dask"], "DaskRunner"), ("direct", "DirectRunner"),
+    ("DirectRunner", "DirectRunner"), ("flink", "FlinkRunner"), ("spark", "SparkRunner"),
+    ("dataflow", "DataflowRunner"), ("my_pkg.runners.FancyRunner", "FancyRunner")])
+def test_runner_names_resolve(name, cls):
+    got_cls, path = resolve_runner(name)
+    assert got_cls == cls and path.endswith("." + cls)
+    ra = parse_runner_args([f"--runner={name}", "--direct_num_workers=2"]
+                           if cls != "DaskRunner" else ["--runner", name])
+    assert ra.name == cls and ra.beam_args[0] == f"--runner={path}"
+    assert ra.is_dask == (cls == "DaskRunner")
+
+
+def test_dask_runner_class_imports():
+    """The path `dask` resolves to is Beam's DaskRunner, importable here."""
+    import importlib
+    mod, cls = RUNNERS["dask"].rsplit(".", 1)
+    runner = getattr(importlib.import_module(mod), cls)
+    assert runner.__name__ == "DaskRunner"
+
+
+def test_default_runner_is_direct_and_args_pass_through():
+    ra = parse_runner_args(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert ra.name == "DirectRunner" and ra.dask_workers is None
+    assert ra.beam_args[1:] == ("--direct_num_workers=2",
+                                "--direct_running_mode=multi_processing")
+    ra = parse_runner_args(["--runner=dask"], dask_workers=3)
+    assert (ra.dask_workers, ra.dask_address, ra.partitions_given) == (3, None, False)
+
+
+def test_unknown_runner_through_beam_run_is_one_line_and_writes_nothing(home, capsys):
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    spec = home / "ts.json"
+    spec.write_text(taskset_of("tst", TASKS).to_json())
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(home),
+                      "--runner=daks"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown runner 'daks'" in err
+    for short in RUNNERS:
+        assert short in err
+    assert _nothing_written(home)
+
+
+@pytest.mark.parametrize("args, workers, match", [
+    (["--dask_client_address=127.0.0.1:8786"], None, "--dask_client_address applies to "
+                                                     "the Dask runner only"),
+    (["--runner=direct"], 2, "--dask_workers applies to the Dask runner only"),
+    (["--runner=dask", "--dask_client_address=127.0.0.1:8786"], 2, "not both"),
+    (["--runner=dask"], 0, r"--dask_workers must be >= 1"),
+    (["--runner=dask", "--dask_connection_timeout=soon"], None, "must be seconds"),
+])
+def test_bad_dask_options(home, args, workers, match):
+    plan = make_plan(home, taskset_of("tst", TASKS))
+    with pytest.raises(RunnerError, match=match):
+        run_build(plan, args, workers)
+    assert _nothing_written(home)
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:{port}", "127.0.0.1:{port}",
+                                     "127.0.0.1:notaport"])
+def test_unreachable_dask_scheduler_names_it_and_the_fix(home, address):
+    pytest.importorskip("distributed")
+    address = address.format(port=_free_port())
+    plan = make_plan(home, taskset_of("tst", TASKS))
+    with pytest.raises(RunnerError) as e:
+        run_build(plan, ["--runner=dask", f"--dask_client_address={address}",
+                         "--dask_connection_timeout=3"])
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert f"cannot reach the Dask scheduler at {address}" in msg
+    assert "dask scheduler" in msg and "--dask_workers" in msg
+    assert _nothing_written(home)
+
+
+# ----------------------------------------------------------------------- slow
+
+
+_REAL_MAKE_PROBE = runners._make_probe
+
+
+def _probe_with_other_code_off_this_process():
+    """runners' probe, reporting a different source digest in any other process."""
+    real, here = _REAL_MAKE_PROBE(), os.getpid()
+
+    def probe(paths, subpackages):
+        out = real(paths, subpackages)
+        if os.getpid() != here:
+            out["code"] = "0" * 64
+        return out
+    return probe
+
+
+def _same_build(a: Path, b: Path) -> None:
+    assert a.name == b.name  # the content hash
+    files = sorted(p.name for p in a.glob("shard-*"))
+    assert files == sorted(p.name for p in b.glob("shard-*")) and len(files) == 3
+    for f in files:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    assert ma["shards"] == mb["shards"] and ma["episode_digests"] == mb["episode_digests"]
+    assert ma["content_hash"] == mb["content_hash"] == a.name
+
+
+@pytest.mark.slow
+def test_dask_build_equals_direct_build_byte_for_byte(tmp_path, capsys):
+    """`beam run ... --runner=dask --dask_workers 2` vs the DirectRunner on
+    the same episode sets: same hash, identical shards, shards written by
+    processes other than this one, and the local cluster stopped after."""
+    pytest.importorskip("distributed")
+    ts = taskset_of("tst", TASKS)
+    direct_home, dask_home = tmp_path / "direct", tmp_path / "dask"
+    _write_store(direct_home)
+    shutil.copytree(direct_home / "episodes", dask_home / "episodes")
+    d = run_build_result(make_plan(direct_home, ts, num_shards=3))
+    assert d.runner == "DirectRunner" and d.writers == (f"{socket.gethostname()}:{os.getpid()}",)
+
+    spec = tmp_path / "ts.json"
+    spec.write_text(ts.to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(dask_home),
+                      "--num_shards", "3", "--runner=dask", "--dask_workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "DaskRunner on a local Dask cluster of 2 worker processes" in out
+    (entry,) = Store(dask_home).list_datasets()
+    _same_build(d.path, entry.path)
+    man = json.loads((entry.path / "manifest.json").read_text())
+    assert man["builder"]["runner"] == "DaskRunner"
+    assert validate_dataset(entry.path).ok
+
+    # the DoFns ran in the workers: run it again through the API to see the writers
+    shutil.rmtree(entry.path)
+    r = run_build_result(make_plan(dask_home, ts, num_shards=3), ["--runner=dask"],
+                         dask_workers=2)
+    assert r.runner == "DaskRunner" and r.path == entry.path
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    assert r.writers and me not in r.writers
+    _same_build(d.path, r.path)
+
+
+@pytest.mark.slow
+def test_dask_build_on_an_existing_cluster_and_a_failing_build(tmp_path):
+    """--dask_client_address: the build runs on a cluster it did not start
+    (left running); a worker that does not see the data root, or runs other
+    wmx sources, is named; a source corrupted after planning fails the build on
+    the workers with the source named, leaving no dataset and no staging."""
+    distributed = pytest.importorskip("distributed")
+    ts = taskset_of("tst", TASKS)
+    _write_store(tmp_path)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, host="127.0.0.1") as cluster:
+        args = ["--runner=dask", f"--dask_client_address={cluster.scheduler_address}"]
+        r = run_build_result(make_plan(tmp_path, ts, num_shards=3), args)
+        assert len(r.writers) >= 1 and f"{socket.gethostname()}:{os.getpid()}" not in r.writers
+        ref = run_build(make_plan(tmp_path, ts, num_shards=3, runner="DirectRunner"))
+        assert ref == r.path  # same content hash: the existing dataset is kept
+        with distributed.Client(cluster.scheduler_address) as c:
+            assert len(c.nthreads()) == 2  # still up
+        with pytest.raises(RunnerError, match=r"does not see /no/such/root; the wmx data "
+                                              "root must be on a filesystem every worker"):
+            check_dask_cluster(cluster.scheduler_address, [str(tmp_path), "/no/such/root"], 5)
+        with pytest.MonkeyPatch.context() as mp:  # workers with other wmx sources
+            mp.setattr(runners, "_make_probe", _probe_with_other_code_off_this_process)
+            with pytest.raises(RunnerError, match=r"Dask worker .* runs another wmx .* start "
+                                                  "the scheduler and the workers from the same"):
+                check_dask_cluster(cluster.scheduler_address, [str(tmp_path)], 5)
+        shutil.rmtree(r.path)
+        plan = make_plan(tmp_path, ts, num_shards=3)
+        src = Path(plan.sources[0].path)
+        shard = next(src.glob("*.array_record"))
+        shard.write_bytes(shard.read_bytes()[:-7])
+        with pytest.raises(Exception, match="sha256"):
+            run_build(plan, args)
+    assert _nothing_written(tmp_path)

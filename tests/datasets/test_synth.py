@@ -1,0 +1,118 @@
+"""Synthetic mt80-shaped datasets (wmx.datasets.synth, `wmx dataset synth`):
+validate passes, the TaskSet is mt80-like, the bytes equal a Beam build of the
+same episodes, the writer is deterministic, bad input writes nothing."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
+from episode_fixtures import write_set  # noqa: E402
+
+from wmx.cli.main import main as wmx_main  # noqa: E402
+from wmx.datasets.readers import open_dataset, stream_slices  # noqa: E402
+from wmx.datasets.store import Store  # noqa: E402
+from wmx.datasets.synth import (MT19_DIMS, METAWORLD_DIMS, SynthError,  # noqa: E402
+                                mt80_like_taskset, synthetic_episode,
+                                write_synthetic_dataset)
+from wmx.schemas import episode as schema  # noqa: E402
+from wmx.schemas.hashing import dataset_content_hash  # noqa: E402
+
+T = 20
+
+
+def test_mt80_like_taskset_dims():
+    ts = mt80_like_taskset()
+    assert len(ts) == 80 and len(set(ts.names)) == 80
+    dims = [(t.obs_dim, t.action_dim) for t in ts.tasks]
+    assert dims[:19] == list(MT19_DIMS) and dims[19:30] == list(MT19_DIMS[:11])
+    assert dims[30:] == [METAWORLD_DIMS] * 50
+    assert (ts.max_obs_dim, ts.max_action_dim) == (39, 6)
+    assert {t.episode_length for t in ts.tasks} == {500}
+
+
+def test_mt19_dims_copy_matches_the_registry():
+    from wmx.schemas.taskset import mt19
+    assert tuple((t.obs_dim, t.action_dim) for t in mt19().tasks) == MT19_DIMS
+
+
+def test_synth_command_writes_a_dataset_that_validates(tmp_path, capsys):
+    rows = 150 * (T + 1) - 5  # 150 episodes, the last one only partly asked for
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", str(rows),
+                     "--episode-length", str(T), "--num-shards", "3", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    (entry,) = Store(tmp_path).list_datasets()
+    assert f"dataset mt80-synth@{entry.content_hash[:10]}" in out
+    assert wmx_main(["dataset", "--home", str(tmp_path), "validate", "mt80-synth@latest"]) == 0
+    assert "OK (150 episodes checked, 0 failures)" in capsys.readouterr().out
+    ds = open_dataset(entry.path, verify=True)
+    assert ds.num_episodes == 150 and ds.rows == T + 1 and len(ds.manifest.shards) == 3
+    ts = ds.taskset
+    assert len(ts) == 80 and (ts.max_obs_dim, ts.max_action_dim) == (39, 6)
+    # the content hash is the build's: TaskSet + digests of the unpadded episodes
+    eps = [synthetic_episode(7, i, ts.tasks[i % 80]) for i in range(150)]
+    assert entry.content_hash == dataset_content_hash(ts, [schema.episode_digest(e)
+                                                           for e in eps])
+    counts = {t: ds.manifest.per_task[t].episodes for t in ts.names}
+    assert counts["synth-00"] == 2 and counts["synth-79"] == 1 and sum(counts.values()) == 150
+    want = np.mean([schema.episode_return(eps[i]) for i in (3, 83)])
+    assert ds.manifest.per_task["synth-03"].return_mean == pytest.approx(want, rel=1e-9)
+    b = next(stream_slices(ds, 64, 3, seed=0, num_threads=1))
+    assert b["obs"].shape == (4, 64, 39) and b["action"].shape == (3, 64, 6)
+
+
+def test_synth_equals_a_beam_build_of_the_same_episodes(tmp_path):
+    """Episode sets holding the generator's episodes, pooled by the Beam build
+    with the same shard count: same hash, byte-identical shards."""
+    from wmx.pipelines.sources import make_plan, run_build
+    n_tasks, n = 4, 14
+    r = write_synthetic_dataset(tmp_path / "synth", n * (T + 1), num_tasks=n_tasks,
+                                episode_length=T, seed=3, num_shards=2)
+    ts = mt80_like_taskset(n_tasks, T)
+    home = tmp_path / "beam"
+    for k, task in enumerate(ts.tasks):
+        write_set(home, task, [synthetic_episode(3, i, task) for i in range(k, n, n_tasks)], k)
+    built = run_build(make_plan(home, ts, num_shards=2))
+    assert built.name == r.content_hash
+    files = sorted(p.name for p in r.path.glob("shard-*"))
+    assert files == sorted(p.name for p in built.glob("shard-*")) and len(files) == 2
+    for f in files:
+        assert (r.path / f).read_bytes() == (built / f).read_bytes()
+    a, b = (json.loads((d / "manifest.json").read_text()) for d in (r.path, built))
+    assert a["per_task"] == b["per_task"] and a["shards"] == b["shards"]
+
+
+def test_synth_is_deterministic_and_keeps_an_existing_copy(tmp_path):
+    a = write_synthetic_dataset(tmp_path / "a", 30 * (T + 1), episode_length=T, seed=1)
+    b = write_synthetic_dataset(tmp_path / "b", 30 * (T + 1), episode_length=T, seed=1)
+    c = write_synthetic_dataset(tmp_path / "a", 30 * (T + 1), episode_length=T, seed=1)
+    d = write_synthetic_dataset(tmp_path / "a", 30 * (T + 1), episode_length=T, seed=2)
+    assert a.content_hash == b.content_hash == c.content_hash != d.content_hash
+    assert c.path == a.path and a.episodes == math.ceil(30 * (T + 1) / (T + 1)) == 30
+    for p in a.path.glob("shard-*"):
+        assert (b.path / p.name).read_bytes() == p.read_bytes()
+    assert not any((tmp_path / "a" / "datasets" / ".staging").iterdir())
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"rows": 5}, r"less than one episode \(21 rows\)"),
+    ({"rows": 100, "name": "a/b"}, "must be non-empty, without '/'"),
+    ({"rows": 100, "num_tasks": 0}, "--tasks must be >= 1"),
+    ({"rows": 10 ** 12}, "GB are free under"),
+])
+def test_synth_bad_input_writes_nothing(tmp_path, kwargs, match):
+    with pytest.raises(SynthError, match=match):
+        write_synthetic_dataset(tmp_path, episode_length=T, **kwargs)
+    assert Store(tmp_path).list_datasets() == []
+    assert not list((tmp_path / "datasets").glob(".staging/*"))
+
+
+def test_synth_command_error_is_one_line(tmp_path, capsys):
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --rows 3 is less than one episode") and "\n" not in err
