@@ -27,7 +27,7 @@ window's rows after its replay_context rows (the same T = batch_length as the
 online path), the first one marked is_first, the carry zeros (deviation W-D5).
 
 Source: dreamerv3_spec 5.1-5.11, 6.1-6.2, 7.1-7.4; reference_design §6;
-deviations D1-D3, D26, D27, W-D5 (docs/deviations.md).
+deviations D1-D3, D26, D27, W-D5, W-D6 (docs/deviations.md).
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def init_policy(cfg: DreamerV3Config, n: int) -> Carry:
 
 
 def draw_act_noise(key: jax.Array, cfg: DreamerV3Config, n: int) -> tuple[jax.Array, jax.Array]:
-    """(posterior uniforms f32[n, S], policy noise f32[n, A] / f32[n]) from split(key)."""
+    """(posterior uniforms f32[n, S], policy noise f32[n, A] / f32[n]) from split(key) (W-D6)."""
     k_post, k_act = jax.random.split(key)
     return draw_latent_noise(k_post, cfg, (n,)), draw_policy_noise(k_act, cfg, (n,))
 

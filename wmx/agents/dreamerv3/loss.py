@@ -15,7 +15,7 @@ dyn, rep [B, T], actor, critic [B·T, H] and replay_critic [B, T−1], each
 element scaled before its mean (2411f7d; masked and weighted-out elements
 count in the denominator).
 
-Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5.
+Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws).
 """
 from __future__ import annotations
 
