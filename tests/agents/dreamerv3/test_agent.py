@@ -28,6 +28,12 @@ def cfg():
     return agent.make_config("tiny", {}, task=TASK)
 
 
+@pytest.fixture(scope="module")
+def state(cfg):
+    """agent.init as the contract test calls it (jit's cache can serve both)."""
+    return jax.jit(agent.init, static_argnums=1)(jax.random.PRNGKey(0), cfg)
+
+
 def test_make_config_task_model_size_and_taskset():
     walker = get_task("walker-walk")
     c = agent.make_config("paper", {}, task=walker)
@@ -58,14 +64,17 @@ def test_param_counts_walker_walk():
     assert (big["rssm"], small["rssm"]) == (5_783_040, 364_416)
 
 
-def test_policy_clips_the_env_action_and_keeps_the_raw_sample(cfg):
-    state = agent.init(jax.random.key(0), cfg)
+def test_policy_clips_the_env_action_and_keeps_the_raw_sample(cfg, state):
     n = 64
     obs = jax.random.normal(jax.random.key(1), (n, cfg.obs_dim))
-    step = jax.jit(lambda c, f, k, e: agent.policy(state.params, cfg, c, obs, f, k, eval_mode=e),
-                   static_argnums=3)
-    carry, action, entries = step(agent.init_policy(cfg, n), jnp.ones((n,), bool),
-                                  jax.random.key(2), False)
+
+    @jax.jit
+    def both(carry, first, key):   # one program for both modes
+        return (agent.policy(state.params, cfg, carry, obs, first, key, eval_mode=False),
+                agent.policy(state.params, cfg, carry, obs, first, key, eval_mode=True))
+
+    (carry, action, entries), (_, action_eval, _) = both(
+        agent.init_policy(cfg, n), jnp.ones((n,), bool), jax.random.key(2))
     raw = np.asarray(entries["action"])
     assert np.abs(raw).max() > 1.0                      # std ~0.89: some samples leave [-1, 1]
     np.testing.assert_array_equal(action, np.clip(raw, -1, 1))
@@ -74,8 +83,6 @@ def test_policy_clips_the_env_action_and_keeps_the_raw_sample(cfg):
     np.testing.assert_array_equal(np.sort(entries["stoch"], -1)[..., -1], 1.0)
     np.testing.assert_array_equal(np.asarray(entries["stoch"]).sum(-1), 1.0)
     # eval mode samples too (spec 7.3): the same key gives the same action
-    _, action_eval, _ = step(agent.init_policy(cfg, n), jnp.ones((n,), bool),
-                             jax.random.key(2), True)
     np.testing.assert_array_equal(action, action_eval)
 
 
@@ -161,46 +168,85 @@ def test_discrete_actions_trace(cfg):
     assert outs.deter.shape == (B, T, dcfg.deter)
 
 
-def test_replay_train_online_loop(cfg):
-    """Ticks of add + replay_train, jitted once: the schedule's update count runs, each
-    update pops the online queue first and writes its posteriors back."""
-    n_envs, T = 2, TASK.T
+def _online_ticks(cfg, state, ticks, n_envs=2):
+    """Run ticks 0..ticks-1 of replay_add + replay_train (jitted once) on synthetic rows
+    with known policy entries. Returns (state, replay, metrics, updates per tick,
+    the entries' deter f32[n_envs, ticks, D])."""
+    T = TASK.T
     sched = agent.schedule(cfg, T, n_envs)
     replay = agent.init_replay(cfg, n_envs, T, 4 * T * n_envs)
-    state = agent.init(jax.random.key(0), cfg)
     metrics = {k: jnp.zeros((), jnp.float32) for k in agent.METRIC_KEYS}
+
+    def entries(tick):
+        return _entries(jax.random.fold_in(jax.random.key(9), tick), n_envs, cfg)
 
     @jax.jit
     def tick_fn(state, replay, metrics, tick):
-        row = Row(obs=jnp.sin(tick + jnp.arange(n_envs * cfg.obs_dim, dtype=jnp.float32)
+        f = jnp.asarray(tick, jnp.float32)
+        row = Row(obs=jnp.sin(f + jnp.arange(n_envs * cfg.obs_dim, dtype=jnp.float32)
                               ).reshape(n_envs, -1),
-                  action=jnp.zeros((n_envs, cfg.action_dim)), reward=jnp.cos(
-                      tick + jnp.arange(n_envs, dtype=jnp.float32)),
+                  action=jnp.zeros((n_envs, cfg.action_dim)),
+                  reward=jnp.cos(f + jnp.arange(n_envs, dtype=jnp.float32)),
                   is_first=jnp.full((n_envs,), tick % (T + 1) == 0),
                   is_last=jnp.full((n_envs,), tick % (T + 1) == T),
                   is_terminal=jnp.zeros((n_envs,), bool))
-        e = _entries(jax.random.fold_in(jax.random.key(9), tick), n_envs, cfg)
-        replay = agent.replay_add(replay, tick, row, e, cfg)
+        replay = agent.replay_add(replay, tick, row, entries(tick), cfg)
         return agent.replay_train(state, replay, tick, jax.random.key(5), cfg, metrics)
 
-    first = first_update_tick(sched.inner)
-    total = 0
-    for tick in range(first + 3):
-        before = replay
+    counts = []
+    for tick in range(ticks):
         state, replay, metrics = tick_fn(state, replay, metrics, jnp.int32(tick))
-        n = sched.n_updates(tick)
-        total += n
-        assert int(state.updates) == total
-        if n == 0:
-            np.testing.assert_array_equal(replay.deter, before.deter.at[:, tick].set(
-                replay.deter[:, tick]))
-    assert total >= 3
-    assert int(state.opt_state[3].count) == total
-    assert int(replay.popped) > 0                                   # the online queue was used
+        counts.append(sched.n_updates(tick))
+    fresh = np.stack([np.asarray(entries(t)["deter"]) for t in range(ticks)], 1)
+    return state, replay, metrics, counts, fresh
+
+
+def test_replay_train_loop_with_a_stub_step(cfg, state, monkeypatch):
+    """The online loop's glue, cheaply (the step replaced by a stub that writes the
+    update index into the latents): the schedule's update count per tick, the online
+    queue popped first, each window's rows 1..L-1 written back, never row 0."""
+    L = cfg.seq_length
+
+    def stub_step(state, seq, noise, c):
+        B, T = seq.reward.shape
+        j = state.updates.astype(jnp.float32)
+        deter = jnp.broadcast_to(100.0 + j, (B, T, c.deter))
+        stoch = jnp.broadcast_to(jax.nn.one_hot(jnp.zeros((), jnp.int32), c.classes),
+                                 (B, T, c.stoch, c.classes))
+        metrics = {k: j for k in agent.METRIC_KEYS}
+        outs = type("Outs", (), {})()
+        outs.deter, outs.stoch = deter, stoch
+        # context carry and trained rows: the stored latents of row 0 and rows 1..L-1
+        assert seq.deter0.shape == (B, c.deter) and T == L - 1
+        return state._replace(updates=state.updates + 1), metrics, outs
+
+    monkeypatch.setattr(agent, "train_step", stub_step)
+    ticks = first_update_tick(agent.schedule(cfg, TASK.T, 2).inner) + 4
+    state, replay, metrics, counts, fresh = _online_ticks(cfg, state, ticks)
+    total = sum(counts)
+    assert counts[:ticks - 4] == [0] * (ticks - 4) and total >= 4
+    assert int(state.updates) == total
+    assert float(metrics["opt_loss"]) == total - 1            # the last update's metrics
+    assert int(replay.popped) == 2                             # both envs' first online item
+    deter = np.asarray(replay.deter)[:, :ticks, 0]
+    written = deter >= 100.0
+    np.testing.assert_array_equal(deter[~written], fresh[..., 0][~written])
+    assert not written[:, 0].any()                             # row 0: context only
+    assert written[:, 1:L].all()                               # the popped items' rows
+    # the first update popped the online items (start 1): rows 1..L-1 got update 0's
+    # latents unless a later window covered them
+    assert set(np.unique(deter[written])) <= {100.0 + j for j in range(total)}
+
+
+@pytest.mark.slow
+def test_replay_train_online_loop(cfg, state):
+    """The same loop with the real training step (compiles the full update)."""
+    ticks = first_update_tick(agent.schedule(cfg, TASK.T, 2).inner) + 3
+    state, replay, metrics, counts, fresh = _online_ticks(cfg, state, ticks)
+    assert sum(counts) >= 3 and int(state.updates) == sum(counts)
+    assert int(state.opt_state[3].count) == sum(counts)
+    assert int(replay.popped) > 0
     assert all(np.isfinite(float(v)) for v in metrics.values())
     assert float(metrics["opt_grad_norm"]) > 0
-    # the posteriors replaced the policy's latents on trained rows (never on row 0)
-    fresh = np.stack([np.asarray(_entries(jax.random.fold_in(jax.random.key(9), t), n_envs,
-                                          cfg)["deter"]) for t in range(first + 3)], 1)
-    changed = ~np.isclose(np.asarray(replay.deter)[:, :first + 3], fresh).all(-1)
+    changed = ~np.isclose(np.asarray(replay.deter)[:, :ticks], fresh).all(-1)
     assert changed.any() and not changed[:, 0].any()
