@@ -216,8 +216,8 @@ def test_parameters_after(case):
         == int(metrics["opt_grad_steps"])
     assert int(state.updates) == int(st["agent/updater/updates/value"])
     norm_tol = PARAM_TOL if run == "hot" else dict(rtol=0, atol=0.5)   # init: D22
-    close(name, "state_after", state.retnorm.lo, st["agent/retnorm/low/value"], norm_tol)
-    close(name, "state_after", state.retnorm.hi, st["agent/retnorm/high/value"], norm_tol)
+    close(name, "retnorm", state.retnorm.lo, st["agent/retnorm/low/value"], norm_tol)
+    close(name, "retnorm", state.retnorm.hi, st["agent/retnorm/high/value"], norm_tol)
 
 
 def test_optimizer_state(case):
