@@ -6,6 +6,8 @@ replay_train loop run for real (sampling, updates, latent write-back).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -214,8 +216,7 @@ def test_replay_train_loop_with_a_stub_step(cfg, state, monkeypatch):
         stoch = jnp.broadcast_to(jax.nn.one_hot(jnp.zeros((), jnp.int32), c.classes),
                                  (B, T, c.stoch, c.classes))
         metrics = {k: j for k in agent.METRIC_KEYS}
-        outs = type("Outs", (), {})()
-        outs.deter, outs.stoch = deter, stoch
+        outs = SimpleNamespace(deter=deter, stoch=stoch)
         # context carry and trained rows: the stored latents of row 0 and rows 1..L-1
         assert seq.deter0.shape == (B, c.deter) and T == L - 1
         return state._replace(updates=state.updates + 1), metrics, outs
