@@ -36,6 +36,11 @@ AGENTS: dict[str, AgentEntry] = {
                "num_q": int, "seed_steps": int, "num_samples": int, "num_elites": int,
                "num_pi_trajs": int, "iterations": int, "task_dim": int},
         model_size=int),
+    "dreamerv3": AgentEntry(
+        "dreamerv3", "wmx.agents.dreamerv3.agent",
+        flags={"units": int, "deter": int, "hidden": int, "classes": int,
+               "imag_horizon": int, "train_ratio": float},
+        model_size=str, modes=("online",)),
 }
 
 

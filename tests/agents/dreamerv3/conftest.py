@@ -95,3 +95,20 @@ def _highest_precision():
     """Parity needs full float32 matmuls (deviation W-D3)."""
     with jax.default_matmul_precision("highest"):
         yield
+
+
+@pytest.fixture(scope="session")
+def train_step_jit():
+    """`train.train_step_full` jitted once per session (cfg static): every parity case
+    of the training step reuses this one compiled program. Calls run under
+    "highest" matmul precision also from module-scoped fixtures (which set up
+    before the autouse precision fixture; the precision is part of jit's cache
+    key, so mixing contexts would compile twice)."""
+    from wmx.agents.dreamerv3.train import train_step_full
+    step = jax.jit(train_step_full, static_argnums=3)
+
+    def run(*args):
+        with jax.default_matmul_precision("highest"):
+            return step(*args)
+
+    return run

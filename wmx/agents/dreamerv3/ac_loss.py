@@ -1,0 +1,211 @@
+"""Actor-critic losses of DreamerV3: imagination from every posterior state, the
+REINFORCE actor loss, the critic loss with the slow-critic regulariser, and the
+replay critic loss (dreamerv3_spec 3.1-3.20, Algorithms F, G, H; 2411f7d
+agent.py imag_loss / repl_loss).
+
+Layout: N = B·T imagination starts, flattened batch-major (index b·T + t) so
+that ``ret[:, 0].reshape(B, T)`` lines up with the replay rows (3.1, 3.19).
+Trajectories have H + 1 states: index 0 is the posterior start, 1..H the
+imagined prior states (3.2). Every imagined quantity is stop-gradiented
+(ac_grads none, 3.4): the actor and the imagination critic train only their
+own parameters; the replay critic reads the posterior features unstopped and
+also trains the encoder and the RSSM (3.19).
+
+2411f7d choices (reference_design 6.2): the start state's reward and
+continuation come from the data (reward_t, hard 1 − is_terminal_t, no 0.997);
+targets and advantages bootstrap from the online critic (slowtar False); the
+retnorm EMAs are updated with this batch's returns before they are read (3.8);
+the offset is not subtracted from the advantage (3.10).
+
+Source: dreamerv3_spec 3.1-3.20, Algorithms F-H; deviations D4, D22.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from wmx.agents.dreamerv3 import outputs, policy_dist
+from wmx.agents.dreamerv3.actor_critic import actor_dist, actor_sample, critic_logits
+from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.heads import continue_logit, feat, reward_logits
+from wmx.agents.dreamerv3.returns import imagination_return, replay_return
+from wmx.agents.dreamerv3.rssm import Feat, imagine_with_policy
+from wmx.nn.return_normalizer import ReturnNormalizer, ReturnNormState
+
+sg = jax.lax.stop_gradient
+Params = dict
+
+
+class Imagination(NamedTuple):
+    """Imagined trajectories from N start states, all stop-gradiented.
+
+    feat: f32[N, H+1, D + S·C] features (index 0 the posterior start);
+    action: f32[N, H+1, A] (one-hots f32[N, H+1, K] for discrete actions)
+    sampled at each state, the last one never used (3.2).
+    """
+
+    feat: jnp.ndarray
+    action: jnp.ndarray
+
+
+class ImagOut(NamedTuple):
+    """`imagination_loss` outputs; [N, H+1] unless said.
+
+    actor, critic: f32[N, H] unscaled per-element losses.
+    reward, cont: the r̂ and ĉ used (index 0 from the data); value, slowvalue:
+    the online and slow critics' expectations; weight: cumulative continuation.
+    ret, ret_normed, adv: f32[N, H]; entropy, logp: f32[N, H] of the policy.
+    retnorm: the updated normaliser state; offset, scale: f32[] read after it.
+    """
+
+    actor: jnp.ndarray
+    critic: jnp.ndarray
+    reward: jnp.ndarray
+    cont: jnp.ndarray
+    value: jnp.ndarray
+    slowvalue: jnp.ndarray
+    weight: jnp.ndarray
+    ret: jnp.ndarray
+    ret_normed: jnp.ndarray
+    adv: jnp.ndarray
+    entropy: jnp.ndarray
+    logp: jnp.ndarray
+    retnorm: ReturnNormState
+    offset: jnp.ndarray
+    scale: jnp.ndarray
+
+
+def retnorm(cfg: DreamerV3Config) -> ReturnNormalizer:
+    """The return normaliser of a config (perc 5/95, rate 0.01, limit 1; spec 3.8)."""
+    return ReturnNormalizer(cfg.retnorm_rate, cfg.retnorm_lo, cfg.retnorm_hi, cfg.retnorm_limit)
+
+
+# ---- policy distribution helpers ---------------------------------------------------
+def policy_log_prob(cfg: DreamerV3Config, dist, action: jnp.ndarray) -> jnp.ndarray:
+    """log π(action) f32[...], summed over action dims (Normal, no tanh Jacobian) or
+    of the one-hot under the mixed categorical (spec 3.11, 3.13-3.14)."""
+    if cfg.discrete_actions:
+        return policy_dist.onehot_log_prob(dist, action)
+    return policy_dist.normal_log_prob(dist, action)
+
+
+def policy_entropy(cfg: DreamerV3Config, dist) -> jnp.ndarray:
+    """Entropy f32[...] of the policy (unsquashed Normal summed over dims, or the
+    mixed categorical; spec 3.12)."""
+    if cfg.discrete_actions:
+        return policy_dist.onehot_entropy(dist)
+    return policy_dist.normal_entropy(dist)
+
+
+def entropy_bounds(cfg: DreamerV3Config) -> tuple[float, float]:
+    """(minent, maxent) of the policy's distribution family (the 'rand' metric)."""
+    if cfg.discrete_actions:
+        return policy_dist.onehot_entropy_bounds(cfg.action_dim)
+    return policy_dist.normal_entropy_bounds(cfg.action_dim, cfg.minstd, cfg.maxstd)
+
+
+# ---- imagination -------------------------------------------------------------------
+def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.ndarray,
+            prior_noise: jnp.ndarray, policy_noise: jnp.ndarray) -> Imagination:
+    """H policy-driven imagination steps from every posterior state (3.1-3.3).
+
+    Args:
+      post: posterior `Feat` with leaves [B, T, ...] (only deter and stoch are read).
+      start_noise: the policy noise at the N = B·T starts, f32[N, A] (continuous)
+        or f32[N] / int32[N] (discrete); the fixtures' ``start_eps``.
+      prior_noise: int32[N, H, S] indices or f32[N, H, S] uniforms (``imag_prior_idx``).
+      policy_noise: f32[N, H, A] (continuous) or [N, H] (discrete) (``imag_eps``).
+    Returns:
+      Imagination (stop-gradiented features and actions, [N, H+1, ...]).
+    Source: dreamerv3_spec 3.1-3.4, Algorithm C (2411f7d: start latent and action sg'd).
+    """
+    c = cfg.resolved()
+    params = sg({"rssm": params["rssm"], "actor": params["actor"]})   # no gradient (3.4)
+    n = post.deter.shape[0] * post.deter.shape[1]
+    deter = sg(post.deter.reshape(n, -1))
+    stoch = sg(post.stoch.reshape(n, *post.stoch.shape[2:]))
+    x0 = feat(deter, stoch)
+    a0 = sg(actor_sample(params["actor"], c, x0, start_noise))
+    policy = lambda d, s, e: actor_sample(params["actor"], c, feat(d, s), e)  # noqa: E731
+    traj, acts = imagine_with_policy(params["rssm"], c, deter, stoch, a0, policy,
+                                     prior_noise, policy_noise)
+    allfeat = jnp.concatenate([x0[:, None], feat(traj.deter, traj.stoch)], 1)
+    return Imagination(sg(allfeat), jnp.concatenate([a0[:, None], acts], 1))
+
+
+def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
+                     imag: Imagination, reward0: jnp.ndarray, cont0: jnp.ndarray,
+                     norm_state: ReturnNormState) -> ImagOut:
+    """Actor and critic losses on imagined trajectories (Algorithm F).
+
+    Args:
+      params: the full params tree (rew, con, actor, critic are read).
+      slow_critic: the slow critic's params (critic layout).
+      imag: from `imagine`.
+      reward0: f32[N] the data reward of each start row; cont0: f32[N] its hard
+        1 − is_terminal (2411f7d start values, reference_design 6.2).
+      norm_state: the return normaliser before this step.
+    Returns:
+      ImagOut (losses f32[N, H] unscaled; the normaliser state after its update).
+    Source: dreamerv3_spec 3.5-3.12, 3.17, Algorithms F and H.
+    """
+    c = cfg.resolved()
+    spec = outputs.twohot(c)
+    x = imag.feat
+    heads = sg({"rew": params["rew"], "con": params["con"]})   # only in sg'd quantities
+    rew_hat = outputs.twohot_mean(reward_logits(heads["rew"], c, x[:, 1:]), spec)
+    con_hat = outputs.binary_prob(continue_logit(heads["con"], c, x[:, 1:]))
+    reward = sg(jnp.concatenate([reward0[:, None], rew_hat], 1))
+    cont = sg(jnp.concatenate([cont0[:, None], con_hat], 1))
+    logits = critic_logits(params["critic"], c, x)
+    value = outputs.twohot_mean(logits, spec)
+    slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, x), spec))
+    disc = c.imag_discount
+    weight = sg(jnp.cumprod(disc * cont, 1) / disc)
+    ret = sg(imagination_return(reward, cont, value, disc=disc, lam=c.lam))
+    norm = retnorm(c)
+    new_norm = norm.update(norm_state, ret)
+    offset, scale = new_norm.lo, norm.scale(new_norm)
+    adv = sg((ret - value[:, :-1]) / scale)
+    dist = actor_dist(params["actor"], c, x)
+    logp = policy_log_prob(c, dist, sg(imag.action))[:, :-1]
+    ent = policy_entropy(c, dist)[:, :-1]
+    actor = weight[:, :-1] * -(logp * adv + c.actent * ent)
+    target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)
+    critic = weight[:, :-1] * (outputs.twohot_loss(logits, target, spec)
+                               + c.slowreg * outputs.twohot_loss(logits, slowvalue, spec)
+                               )[:, :-1]
+    return ImagOut(actor, critic, reward, cont, sg(value), slowvalue, weight, ret,
+                   (ret - offset) / scale, adv, sg(ent), sg(logp), new_norm, offset, scale)
+
+
+def replay_critic_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
+                       post: Feat, reward: jnp.ndarray, is_last: jnp.ndarray,
+                       is_terminal: jnp.ndarray, boot: jnp.ndarray
+                       ) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The replay critic loss ("repval", Algorithm G), not stop-gradiented.
+
+    Args:
+      post: posterior `Feat` [B, T, ...] of the world-model pass (the gradient
+        reaches the encoder and the RSSM through it).
+      reward: f32[B, T]; is_last, is_terminal: bool[B, T] (annotated).
+      boot: f32[B, T] the imagination return R_0 started at each row.
+    Returns:
+      (loss f32[B, T−1] unscaled, masked by 1 − is_last_t; replay returns
+      f32[B, T−1]).
+    Source: dreamerv3_spec 3.19, Algorithms G and H (γ = 1 − 1/333 fixed, λ 0.95).
+    """
+    c = cfg.resolved()
+    spec = outputs.twohot(c)
+    x = feat(post.deter, post.stoch)
+    ret = sg(replay_return(reward, is_last, is_terminal, sg(boot), disc=c.gamma,
+                           lam=c.repval_lam))
+    logits = critic_logits(params["critic"], c, x)
+    slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, x), spec))
+    target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)
+    mask = (~is_last).astype(jnp.float32)[:, :-1]
+    loss = mask * (outputs.twohot_loss(logits, target, spec)
+                   + c.slowreg * outputs.twohot_loss(logits, slowvalue, spec))[:, :-1]
+    return loss, ret
