@@ -117,15 +117,29 @@ def _dataset(cfg, n_eps=4, rows=TASK.T + 1):
             "task": jnp.zeros((n_eps,), jnp.int32)}
 
 
-def test_one_update_on_its_batch_spec(agent, cfg, state):
+def test_one_update_on_its_batch_spec_traces(agent, cfg, state):
+    """The update on a batch of the agent's own spec, traced (not compiled: every
+    agent's update runs, compiled, in its parity tests and in the trainers' tests)."""
     spec = agent.batch_spec(cfg)
     assert isinstance(spec, api.BatchSpec) and spec.kind in ("slices", "windows")
+    batch = sample(_dataset(cfg), jax.random.PRNGKey(3), spec)
+    new, metrics, outs = jax.eval_shape(lambda s, b, k: agent.update(s, b, k, cfg),
+                                        state, batch, jax.random.PRNGKey(4))
+    assert {k: (v.shape, v.dtype) for k, v in metrics.items()} == {
+        k: ((), jnp.float32) for k in agent.METRIC_KEYS}
+    assert jax.tree.structure(new) == jax.tree.structure(state)
+    assert all(a.shape == b.shape and a.dtype == b.dtype
+               for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state)))
+
+
+@pytest.mark.slow
+def test_one_update_on_its_batch_spec_runs(agent, cfg, state):
+    spec = agent.batch_spec(cfg)
     batch = sample(_dataset(cfg), jax.random.PRNGKey(3), spec)
     new, metrics, outs = jax.jit(agent.update, static_argnums=3)(state, batch,
                                                                   jax.random.PRNGKey(4), cfg)
     assert set(metrics) == set(agent.METRIC_KEYS)
     assert all(np.isfinite(float(v)) for v in metrics.values())
-    assert jax.tree.structure(new) == jax.tree.structure(state)
     # the update writes the state (parameters, or only optimizer / normaliser state
     # where an agent's first step is a warmup no-op, as DreamerV3's lr ramp from 0)
     assert any(not np.array_equal(np.asarray(x), np.asarray(y))
@@ -143,15 +157,22 @@ def test_state_checkpoint_round_trip(agent, cfg, state, tmp_path):
 def test_online_schedule_replay_and_train_in_jit(agent, cfg, state):
     T, n_envs = TASK.T, 2
     sched = agent.schedule(cfg, T, n_envs)
-    for tick in range(0, 6 * (T + 1)):
-        assert int(sched.action_mode(jnp.int32(tick))) == sched.action_mode(tick)
-        assert sched.action_mode(tick) in (api.HELD, api.RANDOM, api.POLICY)
-        assert int(sched.n_updates(jnp.int32(tick))) == sched.n_updates(tick) >= 0
+    ticks = list(range(0, 6 * (T + 1)))
+    modes = [sched.action_mode(t) for t in ticks]
+    counts = [sched.n_updates(t) for t in ticks]
+    assert set(modes) <= {api.HELD, api.RANDOM, api.POLICY} and min(counts) >= 0
+    on_device = jax.jit(jax.vmap(lambda t: (sched.action_mode(t), sched.n_updates(t))))
+    dm, dn = on_device(jnp.asarray(ticks, jnp.int32))
+    assert np.asarray(dm).tolist() == modes and np.asarray(dn).tolist() == counts
     replay = agent.init_replay(cfg, n_envs, T, 6 * T * n_envs)
     metrics = {k: jnp.zeros((), jnp.float32) for k in agent.METRIC_KEYS}
-    _, _, entries = agent.policy(agent.policy_params(state), cfg, agent.init_policy(cfg, n_envs),
-                                 jnp.zeros((n_envs, cfg.obs_dim)), jnp.ones((n_envs,), bool),
-                                 jax.random.PRNGKey(0), eval_mode=False)
+    entries = jax.tree.map(
+        lambda s: jnp.zeros(s.shape, s.dtype),
+        jax.eval_shape(lambda st: agent.policy(agent.policy_params(st), cfg,
+                                               agent.init_policy(cfg, n_envs),
+                                               jnp.zeros((n_envs, cfg.obs_dim)),
+                                               jnp.ones((n_envs,), bool), jax.random.PRNGKey(0),
+                                               eval_mode=False)[2], state))
 
     def tick_fn(state, replay, tick):
         row = Row(obs=jnp.full((n_envs, cfg.obs_dim), 0.5), action=jnp.zeros((n_envs,
