@@ -19,7 +19,9 @@ summed losses of each chunk (``sums<c>/<key>``), and a JSON line (``RESULT
 
 ``cli``: `train_offline` (wmx.train_offline.cli.main) with each group of
 arguments in turn (one process: the programs compile once), evaluating on
-the tests' stand-in envs (no MJX compile); exits with the first non-zero status.
+the tests' stand-in envs (no MJX compile); exits with the first non-zero
+status. With --coordinator etc. this is one process of a multi-process run
+(N devices each).
 """
 from __future__ import annotations
 
@@ -95,8 +97,8 @@ def _cli(groups: list[list[str]]) -> int:
 
 
 if __name__ == "__main__":
-    assert jax.device_count() == N, jax.devices()
     if MODE == "chunk":
+        assert jax.device_count() == N, jax.devices()
         run_dir, home, init, out = map(Path, sys.argv[3:7])
         _chunk(run_dir, home, init, out, "--stream" in sys.argv[7:])
     else:

@@ -263,7 +263,8 @@ def _dp_compare(store, full_run, tmp_path, stream: bool):
     idx = [np.arange(0, 2, dtype=np.int32), np.arange(2, 4, dtype=np.int32)]
     ds = loop.open_run_dataset(rc, home)
     if stream:
-        feed = loop._Feed(rc, ds, None)
+        import dataclasses
+        feed = loop._Feed(dataclasses.replace(rc, stream=True), ds, None)
         data = [feed.next_batches(2) for _ in idx]
         saved.update({f"batch{c}/{k}": v for c, b in enumerate(data) for k, v in b.items()})
         fn = program.make_stream_chunk_fn(agent, cfg)
@@ -358,14 +359,68 @@ def test_four_devices_end_to_end_and_resume_on_another_count(store, full_run):
     close(_train_rows(four_to_one), _train_rows(full_run))
 
 
+@pytest.mark.slow
+def test_two_processes_of_two_devices(store, full_run):
+    """`--coordinator/--num-processes/--process-id` on one machine: 2 processes x 2 emulated
+    CPU devices (jax.distributed, gloo collectives), one run directory. Process 0 writes the
+    run (metrics, checkpoints, summary), process 1 its own metrics under processes/1/; both
+    equal the 1-device run's within tolerance, and the checkpoint process 0 wrote resumes
+    here on one device."""
+    import socket
+    home, tst, _ = store
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen(
+        [sys.executable, str(DP_CHECK), "cli", "2", "--", "--dataset", f"tst@{tst.name[:8]}",
+         "--home", str(home), "--skip-validation", *ARGS, "--name", "mp",
+         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in (0, 1)]
+    outs = [p.communicate(timeout=2400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    mp = home / "runs" / "mp"
+    cfg = json.loads((mp / "config.json").read_text())
+    assert cfg["devices"] == 4
+    rc = OfflineRunConfig.from_json(cfg)
+    ref = _train_rows(full_run)
+    for rows in (_train_rows(mp), _train_rows(mp / "processes" / "1")):
+        assert [(r["seed"], r["updates"]) for r in rows] == [(r["seed"], r["updates"])
+                                                            for r in ref]
+        for r, q in zip(rows, ref):
+            for k in rc.agent_module.METRIC_KEYS:
+                assert float(r[k]) == pytest.approx(float(q[k]), rel=DP_RTOL, abs=DP_ATOL), k
+    assert [p.name for p in list_checkpoints(mp)] == [f"{4:012d}", f"{6:012d}"]
+    assert (mp / "processes" / "1" / "checkpoints").is_symlink()
+    resumed = home / "runs" / "mp-resumed"
+    resumed.mkdir()
+    for f in ("config.json", "metrics.csv"):
+        shutil.copy(mp / f, resumed / f)
+    (resumed / "checkpoints").mkdir()
+    shutil.copytree(mp / "checkpoints" / f"{4:012d}", resumed / "checkpoints" / f"{4:012d}")
+    assert cli.main(["--resume", str(resumed), "--no-progress"]) == 0
+    for r, q in zip(_train_rows(resumed), ref):
+        assert float(r["total_loss"]) == pytest.approx(float(q["total_loss"]), rel=DP_RTOL,
+                                                       abs=DP_ATOL)
+
+
 def test_bad_device_count_is_an_error(store, capsys):
-    """More devices than exist, or a batch that does not split evenly: a one-line error naming
-    the flags, nothing written."""
+    """More devices than exist, a batch that does not split evenly, an incomplete set of host
+    flags or several processes without --name: a one-line error naming the flags, nothing
+    written."""
     home, tst, _ = store
     before = _listing(home)
     assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS,
                      "--devices", str(jax.device_count() + 1)]) == 2
     assert "--devices" in capsys.readouterr().err
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS,
+                     "--coordinator", "localhost:9876"]) == 2
+    assert "--num-processes and --process-id go together" in capsys.readouterr().err
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS, "--coordinator",
+                     "localhost:9876", "--num-processes", "2", "--process-id", "0"]) == 2
+    assert "the same --name" in capsys.readouterr().err
     assert _listing(home) == before
     from wmx.datasets.readers import open_dataset
     ds = open_dataset(tst)

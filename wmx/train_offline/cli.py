@@ -101,12 +101,46 @@ def start_devices(args: argparse.Namespace) -> int:
         if any(v is None for v in hosts):
             raise ValueError("--coordinator, --num-processes and --process-id go together "
                              "(one process per host, each with its --process-id)")
+        if not (args.name or args.resume):
+            raise ValueError("--num-processes: give every process the same --name (the run "
+                             "directory, on a file system they share)")
         jax.distributed.initialize(coordinator_address=args.coordinator,
                                    num_processes=args.num_processes, process_id=args.process_id)
     n = jax.device_count() if args.devices is None else args.devices
     if not 1 <= n <= jax.device_count():
         raise ValueError(f"--devices {n}: {jax.device_count()} device(s) available")
     return n
+
+
+def create_or_join_run_dir(runs_dir: Path, name: str, meta: dict) -> Path:
+    """`create_run_dir`; past one process, process 0 creates it and the others wait for it."""
+    import jax
+    if jax.process_count() == 1:
+        return create_run_dir(runs_dir, name, meta)
+    from jax.experimental import multihost_utils
+    if (runs_dir / name).exists():       # every process sees it: none waits for process 0
+        return create_run_dir(runs_dir, name, meta)          # raises FileExistsError
+    if jax.process_index() == 0:
+        create_run_dir(runs_dir, name, meta)
+    multihost_utils.sync_global_devices(f"train_offline run directory {name}")
+    return runs_dir / name
+
+
+def process_run_dir(run_dir: Path) -> Path:
+    """Where this process trains: ``run_dir``, or past one process for process i > 0
+    ``run_dir/processes/<i>/`` (its own metrics.csv and summary.json, a copy of
+    config.json, ``checkpoints`` a link to the run's, which process 0 writes)."""
+    import shutil
+
+    import jax
+    if jax.process_count() == 1 or jax.process_index() == 0:
+        return run_dir
+    own = run_dir / "processes" / str(jax.process_index())
+    own.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run_dir / "config.json", own / "config.json")
+    if not (own / "checkpoints").is_symlink():
+        (own / "checkpoints").symlink_to(Path("..") / ".." / "checkpoints")
+    return own
 
 
 def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
@@ -205,11 +239,12 @@ def _main(args: argparse.Namespace) -> int:
         meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
                 "training_hash": rc.training_hash(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        run_dir = create_run_dir(store.runs_dir, name, meta)
+        run_dir = create_or_join_run_dir(store.runs_dir, name, meta)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
 
     from wmx.train_offline.loop import run
+    run_dir = process_run_dir(run_dir)
     summary = run(rc, run_dir, home=home, progress=not args.no_progress)
     print(json.dumps({k: summary[k] for k in ("updates", "final_eval", "final_score")},
                      indent=1))
