@@ -11,6 +11,11 @@ when complete, so a crash never leaves a half-written checkpoint; the newest
 is saved: parameters, optimiser and RunningScale state, replay, collector
 and planner carries, keys (deviation T12: the reference saves parameters
 only).
+
+Past one process (`jax.distributed.initialize`, train_offline on several
+hosts): process 0 alone writes checkpoints, from host copies of the items
+(the state is replicated, so its copy is the state), into the run directory
+on a shared file system; every process restores for itself.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -50,17 +56,32 @@ def _nonempty_leaves(tree: Any) -> dict[str, Any]:
     return {f"{i:05d}": x for i, x in enumerate(leaves) if math.prod(x.shape) > 0}
 
 
+def _checkpointer(process: int | None = None) -> ocp.StandardCheckpointer:
+    """orbax's checkpointer; past one process, one acting alone (``process``, default this
+    one), without barriers across the others."""
+    if jax.process_count() == 1:
+        return ocp.StandardCheckpointer()
+    p = jax.process_index() if process is None else process
+    return ocp.StandardCheckpointer(multiprocessing_options=ocp.options.MultiprocessingOptions(
+        primary_host=p, active_processes={p}))
+
+
 def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[str, Any],
                     keep: int = 2) -> Path:
     """Save ``items`` ({name: pytree of arrays}) and ``host`` (JSON-able) atomically.
 
     ``step`` orders checkpoints (the host loop uses the absolute tick).
     Returns the checkpoint folder. Raises FileExistsError if a checkpoint of
-    that step exists.
+    that step exists. Past one process only process 0 writes (host copies of
+    replicated or single-device items); the others return the folder it writes.
     """
     root = _ckpt_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"{step:012d}"
+    if jax.process_count() > 1:
+        if jax.process_index() != 0:
+            return final
+        items = jax.tree.map(np.asarray, items)
+    root.mkdir(parents=True, exist_ok=True)
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
     tmp = root / f".tmp-{step:012d}-{os.getpid()}"
@@ -68,7 +89,7 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        with ocp.StandardCheckpointer() as ckptr:     # closed: no background work left
+        with _checkpointer(0) as ckptr:     # closed: no background work left
             for name, tree in items.items():
                 ckptr.save((tmp / "items" / name).resolve(), _nonempty_leaves(tree))
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
@@ -92,7 +113,7 @@ def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any]
     """
     path = Path(path)
     out = {}
-    with ocp.StandardCheckpointer() as ckptr:
+    with _checkpointer() as ckptr:
         for name, tree in like.items():
             folder = path / "items" / name
             if not folder.is_dir():

@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
 from episode_fixtures import synthetic_episode, taskset_of, write_set  # noqa: E402
 
 from wmx.datasets.readers import load_in_memory, open_dataset, stream_slices  # noqa: E402
-from wmx.datasets.samplers import sample_slices, sample_windows  # noqa: E402
+from wmx.agents.api import BatchSpec  # noqa: E402
+from wmx.datasets.samplers import batch_axes, sample, sample_slices, sample_windows  # noqa: E402
 from wmx.pipelines.sources import make_plan, run_build  # noqa: E402
 from wmx.schemas.taskset import TaskInfo  # noqa: E402
 
@@ -57,6 +58,16 @@ def test_sample_windows_annotation():
     crossing = (obs % 100)[:, 1:] == 0  # a new episode starts mid-window
     np.testing.assert_array_equal(first[:, 1:], crossing)
     np.testing.assert_array_equal(last[:, :-1], crossing)  # row 9 is last, next is first
+
+
+@pytest.mark.parametrize("spec", [BatchSpec("slices", 4, 5), BatchSpec("windows", 6, 5, True)])
+def test_batch_axes_name_the_batch_axis_of_every_key(spec):
+    """What a data-parallel trainer shards: the axis of size B of each array of a batch."""
+    shapes = jax.eval_shape(lambda d: sample(d, jax.random.PRNGKey(0), spec), _toy(rows=10))
+    axes = batch_axes(spec)
+    assert set(axes) == set(shapes)
+    for k, a in axes.items():
+        assert shapes[k].shape[a] == spec.batch and spec.batch not in shapes[k].shape[:a], k
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,18 @@ configuration is used throughout, so the update chunk compiles once for the
 module. In the default run the evaluation envs are stand-ins with the
 tasks' dims (an MJX compile per task costs minutes of CPU); the `slow` test
 evaluates on the real Playground tasks through the unpatched CLI, and the
-streaming feed's exact resume (one more compile) is slow too.
+streaming feed's exact resume (one more compile) is slow too. The data-parallel
+tests (--devices) run data_parallel_check.py in a subprocess with emulated CPU
+devices; the default one compiles only the 4-device chunk there and compares
+it with this module's 1-device chunk.
 """
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,6 +85,10 @@ def _stand_in_envs(request, monkeypatch):
 def _metrics(run_dir, drop=("wall_s",)):
     with (run_dir / "metrics.csv").open() as f:
         return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
+
+
+def _train_rows(run_dir):
+    return [r for r in _metrics(run_dir) if r["kind"] == "train"]
 
 
 def _tree(run_dir, rc):
@@ -221,6 +230,203 @@ def test_streaming_split_run_equals_uninterrupted(store):
     assert [s["dataset"] for s in h["streams"]] == [tst.name] * 2
     assert cli.main(["--resume", str(ssplit), "--no-progress"]) == 0
     assert _metrics(ssplit) == _metrics(sfull)
+
+
+# ---- data parallel (--devices): emulated CPU devices in a subprocess ----------------------
+DP_CHECK = Path(__file__).with_name("data_parallel_check.py")
+REPO = Path(__file__).resolve().parents[2]
+# float32 reordering of the gradient reduction over the devices (measured after 4 updates:
+# summed losses differ by <= 1.9e-6, state leaves by <= 1.2e-7; docs/datasets.md section 7)
+DP_RTOL, DP_ATOL = 1e-5, 1e-5
+
+
+def _dp_check(*args, timeout=1200):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    r = subprocess.run([sys.executable, str(DP_CHECK), *map(str, args)], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT "):]) if lines else None
+
+
+def _dp_compare(store, full_run, tmp_path, stream: bool):
+    """4 emulated devices (subprocess) vs this process's one device: two chunks of 2 updates
+    from the same initial states at global batch 16; losses and parameters compared."""
+    home, _, _ = store
+    rc = OfflineRunConfig.from_json(json.loads((full_run / "config.json").read_text()))
+    agent, cfg = rc.agent_module, rc.agent_config
+    spec = agent.batch_spec(cfg)
+    init = program.init_carries(agent, cfg, rc.seeds)
+    saved = {f"leaf{i:04d}": np.asarray(x)
+             for i, x in enumerate(jax.tree.leaves(program.checkpoint_items(init)))}
+    idx = [np.arange(0, 2, dtype=np.int32), np.arange(2, 4, dtype=np.int32)]
+    ds = loop.open_run_dataset(rc, home)
+    if stream:
+        import dataclasses
+        feed = loop._Feed(dataclasses.replace(rc, stream=True), ds, None)
+        data = [feed.next_batches(2) for _ in idx]
+        saved.update({f"batch{c}/{k}": v for c, b in enumerate(data) for k, v in b.items()})
+        fn = program.make_stream_chunk_fn(agent, cfg)
+    else:
+        from wmx.datasets.readers import load_numpy
+        data = [program.device_dataset(load_numpy(ds), spec)] * 2
+        fn = program.make_chunk_fn(agent, cfg)      # the module's runs compiled it already
+    np.savez(tmp_path / "init.npz", **saved)
+    facts = _dp_check("chunk", 4, full_run, home, tmp_path / "init.npz", tmp_path / "out.npz",
+                      *(["--stream"] if stream else []))
+    four = np.load(tmp_path / "out.npz")
+
+    carries = jax.device_put(init, jax.devices()[0])           # as loop.run places them
+    for c in (0, 1):
+        carries, sums = fn(carries, data[c], agent.task_context(cfg, rc.task_set), idx[c])
+        for k, v in sums.items():
+            np.testing.assert_allclose(four[f"sums{c}/{k}"], np.asarray(v), rtol=DP_RTOL,
+                                       atol=DP_ATOL, err_msg=f"chunk {c} {k}")
+    one = jax.tree.leaves(program.checkpoint_items(carries))
+    assert len(one) == sum(k.startswith("leaf") for k in four.files)
+    for i, x in enumerate(one):
+        np.testing.assert_allclose(four[f"leaf{i:04d}"], np.asarray(x), rtol=DP_RTOL,
+                                   atol=DP_ATOL, err_msg=f"leaf {i}")
+    np.testing.assert_array_equal(four[f"leaf{len(one) - 1:04d}"], [4, 4])   # n_updates
+    # the 4-device program really shards: obs [S, H+1, B/4, O] per device, gradients reduced
+    assert facts["devices"] == facts["mesh"] == 4 and facts["carries_replicated"]
+    assert facts["per_device_obs"] and not facts["global_obs"] and facts["all_reduces"] > 0
+    return facts
+
+
+def test_four_devices_compute_the_updates_of_one(store, full_run, tmp_path):
+    """--devices 4 on emulated CPU devices: the batch of each update sharded over a 4-device
+    mesh, parameters replicated; after 4 updates the summed losses and every parameter and
+    optimiser leaf equal the 1-device program's within float32 reordering tolerance."""
+    _dp_compare(store, full_run, tmp_path, stream=False)
+
+
+@pytest.mark.slow
+def test_four_devices_streaming_feed(store, full_run, tmp_path):
+    """The streaming feed's host batches placed sharded (`shard_batches`) on 4 devices vs one
+    device (the streaming chunk compiles on both sides: slow)."""
+    facts = _dp_compare(store, full_run, tmp_path, stream=True)
+    assert facts["batch_sharding"] == str(jax.sharding.PartitionSpec(None, None, None, "data"))
+
+
+@pytest.mark.slow
+def test_four_devices_end_to_end_and_resume_on_another_count(store, full_run):
+    """`train_offline --devices 4` through the CLI (subprocess, stand-in envs): config.json
+    records 4 devices and the same training hash; the train rows equal the 1-device run's
+    within tolerance. Resumes across device counts continue: the 1-device run's checkpoint
+    at 4 updates finished on 4 devices, and the 4-device run's checkpoint finished here
+    on one device."""
+    home, tst, _ = store
+    base = ["--dataset", f"tst@{tst.name[:8]}", "--home", str(home), "--skip-validation",
+            *ARGS]
+    one_to_four = home / "runs" / "one-to-four"
+    one_to_four.mkdir()
+    shutil.copy(full_run / "config.json", one_to_four / "config.json")
+    shutil.copy(full_run / "metrics.csv", one_to_four / "metrics.csv")
+    (one_to_four / "checkpoints").mkdir()
+    shutil.copytree(full_run / "checkpoints" / f"{4:012d}",
+                    one_to_four / "checkpoints" / f"{4:012d}")
+    _dp_check("cli", 4, "--", *base, "--name", "dp4", "--devices", "4",
+              "--", "--resume", one_to_four, "--no-progress")
+    dp4 = home / "runs" / "dp4"
+    cfg, cfg1 = (json.loads((d / "config.json").read_text()) for d in (dp4, full_run))
+    assert cfg["devices"] == 4 and cfg1["devices"] == 1
+    assert cfg["training_hash"] == cfg1["training_hash"]
+
+    def close(rows, ref):
+        assert [(r["seed"], r["updates"]) for r in rows] == [(r["seed"], r["updates"])
+                                                            for r in ref]
+        for r, q in zip(rows, ref):
+            for k in rc.agent_module.METRIC_KEYS:
+                assert float(r[k]) == pytest.approx(float(q[k]), rel=DP_RTOL, abs=DP_ATOL), k
+
+    rc = OfflineRunConfig.from_json(cfg)
+    close(_train_rows(dp4), _train_rows(full_run))
+    close(_train_rows(one_to_four), _train_rows(full_run))
+    evals = [r for r in _metrics(dp4) if r["kind"] == "eval" and r["task"] != "mean"]
+    assert {(r["updates"], r["task"]) for r in evals} == {(u, t) for u in ("4", "6")
+                                                          for t in TASKS}
+    assert json.loads((dp4 / "summary.json").read_text())["finished"]
+
+    four_to_one = home / "runs" / "four-to-one"
+    four_to_one.mkdir()
+    for f in ("config.json", "metrics.csv"):
+        shutil.copy(dp4 / f, four_to_one / f)
+    (four_to_one / "checkpoints").mkdir()
+    shutil.copytree(dp4 / "checkpoints" / f"{4:012d}", four_to_one / "checkpoints" / f"{4:012d}")
+    assert cli.main(["--resume", str(four_to_one), "--no-progress"]) == 0
+    close(_train_rows(four_to_one), _train_rows(full_run))
+
+
+@pytest.mark.slow
+def test_two_processes_of_two_devices(store, full_run):
+    """`--coordinator/--num-processes/--process-id` on one machine: 2 processes x 2 emulated
+    CPU devices (jax.distributed, gloo collectives), one run directory. Process 0 writes the
+    run (metrics, checkpoints, summary), process 1 its own metrics under processes/1/; both
+    equal the 1-device run's within tolerance, and the checkpoint process 0 wrote resumes
+    here on one device."""
+    import socket
+    home, tst, _ = store
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen(
+        [sys.executable, str(DP_CHECK), "cli", "2", "--", "--dataset", f"tst@{tst.name[:8]}",
+         "--home", str(home), "--skip-validation", *ARGS, "--name", "mp",
+         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in (0, 1)]
+    outs = [p.communicate(timeout=2400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    mp = home / "runs" / "mp"
+    cfg = json.loads((mp / "config.json").read_text())
+    assert cfg["devices"] == 4
+    rc = OfflineRunConfig.from_json(cfg)
+    ref = _train_rows(full_run)
+    for rows in (_train_rows(mp), _train_rows(mp / "processes" / "1")):
+        assert [(r["seed"], r["updates"]) for r in rows] == [(r["seed"], r["updates"])
+                                                            for r in ref]
+        for r, q in zip(rows, ref):
+            for k in rc.agent_module.METRIC_KEYS:
+                assert float(r[k]) == pytest.approx(float(q[k]), rel=DP_RTOL, abs=DP_ATOL), k
+    assert [p.name for p in list_checkpoints(mp)] == [f"{4:012d}", f"{6:012d}"]
+    assert (mp / "processes" / "1" / "checkpoints").is_symlink()
+    resumed = home / "runs" / "mp-resumed"
+    resumed.mkdir()
+    for f in ("config.json", "metrics.csv"):
+        shutil.copy(mp / f, resumed / f)
+    (resumed / "checkpoints").mkdir()
+    shutil.copytree(mp / "checkpoints" / f"{4:012d}", resumed / "checkpoints" / f"{4:012d}")
+    assert cli.main(["--resume", str(resumed), "--no-progress"]) == 0
+    for r, q in zip(_train_rows(resumed), ref):
+        assert float(r["total_loss"]) == pytest.approx(float(q["total_loss"]), rel=DP_RTOL,
+                                                       abs=DP_ATOL)
+
+
+def test_bad_device_count_is_an_error(store, capsys):
+    """More devices than exist, a batch that does not split evenly, an incomplete set of host
+    flags or several processes without --name: a one-line error naming the flags, nothing
+    written."""
+    home, tst, _ = store
+    before = _listing(home)
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS,
+                     "--devices", str(jax.device_count() + 1)]) == 2
+    assert "--devices" in capsys.readouterr().err
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS,
+                     "--coordinator", "localhost:9876"]) == 2
+    assert "--num-processes and --process-id go together" in capsys.readouterr().err
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *ARGS, "--coordinator",
+                     "localhost:9876", "--num-processes", "2", "--process-id", "0"]) == 2
+    assert "the same --name" in capsys.readouterr().err
+    assert _listing(home) == before
+    from wmx.datasets.readers import open_dataset
+    ds = open_dataset(tst)
+    with pytest.raises(ValueError, match="--batch-size 16 is not divisible by --devices 3"):
+        OfflineRunConfig(dataset=f"tst@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+                         preset="tiny", batch_size=16, devices=3)
 
 
 # ---- bad input: a clear error, nothing written -------------------------------------------

@@ -30,6 +30,16 @@ def spec_keys(spec: BatchSpec) -> tuple[str, ...]:
     return SLICE_KEYS if spec.kind == "slices" else WINDOW_KEYS
 
 
+def batch_axes(spec: BatchSpec) -> dict[str, int]:
+    """The batch axis of each array of a batch of ``spec`` (what a data-parallel
+    program shards): slices are time-major, obs/action/reward [H+1|H, B, ...]
+    (axis 1) and task [B] (axis 0); windows are batch-major [B, L, ...] (axis 0)."""
+    check_spec(spec)
+    if spec.kind == "slices":
+        return {"obs": 1, "action": 1, "reward": 1, "task": 0}
+    return {k: 0 for k in WINDOW_KEYS}
+
+
 def check_spec(spec: BatchSpec) -> None:
     """Raise ValueError for a spec no sampler draws (unknown kind, crossing slices)."""
     if spec.kind not in ("slices", "windows"):

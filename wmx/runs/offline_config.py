@@ -27,12 +27,16 @@ class OfflineRunConfig:
     TaskSet); ``episode_length``: override of T for the evaluation envs only
     (short smoke runs); ``stream``: force the streaming Grain feed;
     ``stream_chunk``: updates per device call when streaming (bounds the host
-    batch memory).
+    batch memory). ``devices``: the devices the run was created on (data
+    parallel past one: the batch is sharded over them, `wmx.train_offline.program`);
+    not part of `training_hash` (the updates equal one device's up to float32
+    reordering, docs/datasets.md), so a run may continue on another count.
 
     Raises ValueError (naming the flag) for an unknown agent or preset, a
     non-positive count, a log/eval/checkpoint period that is not a multiple
-    of ``log_every``, an empty/duplicated seed list, or a task in ``tasks``
-    that is not in the TaskSet (listing its tasks).
+    of ``log_every``, an empty/duplicated seed list, a task in ``tasks``
+    that is not in the TaskSet (listing its tasks), or a batch that does not
+    split evenly over ``devices``.
     """
 
     dataset: str
@@ -51,6 +55,7 @@ class OfflineRunConfig:
     episode_length: int | None = None
     stream: bool = False
     stream_chunk: int = 50
+    devices: int = 1
 
     def __post_init__(self) -> None:
         agent = get_agent(self.agent, "offline")   # raises with the known agents
@@ -65,7 +70,7 @@ class OfflineRunConfig:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds has duplicates: {list(self.seeds)}")
         for name in ("updates", "batch_size", "log_every", "eval_every", "checkpoint_every",
-                     "eval_episodes", "stream_chunk"):
+                     "eval_episodes", "stream_chunk", "devices"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0, got "
                                  f"{getattr(self, name)}")
@@ -85,7 +90,10 @@ class OfflineRunConfig:
                                  f"its tasks are {list(ts.names)}")
             if len(set(self.tasks)) != len(self.tasks):
                 raise ValueError(f"--tasks has duplicates: {list(self.tasks)}")
-        self.agent_config   # raises for bad overrides
+        batch = self.agent_module.batch_spec(self.agent_config).batch  # raises: bad overrides
+        if batch % self.devices:
+            raise ValueError(f"--batch-size {batch} is not divisible by --devices "
+                             f"{self.devices}: each device takes an equal share of the batch")
 
     # ---- derived ---------------------------------------------------------
     @property
@@ -138,7 +146,7 @@ class OfflineRunConfig:
     def training_hash(self) -> str:
         """sha256 (hex, 16) of what determines the trained state: dataset, TaskSet,
         agent config, seeds, feed. A checkpoint is accepted only by a run with the
-        same training hash (evaluation settings may differ)."""
+        same training hash (evaluation settings and the device count may differ)."""
         d = self.to_json()
         keep = {k: d[k] for k in ("dataset", "taskset", "agent", "seeds", "stream",
                                   "stream_chunk", "resolved_agent_config")}

@@ -12,10 +12,16 @@ name@hash, TaskSet, code version), metrics.csv, checkpoints/ and
 summary.json. Every ``--eval-every`` updates each task of the TaskSet (or
 ``--tasks``) is evaluated on its real Playground env: ``--eval-episodes``
 eval_mode episodes per task and seed from fresh initial states.
+
+``--devices N`` (default: every device) shards each update's batch over N
+devices, parameters replicated; ``--coordinator``, ``--num-processes`` and
+``--process-id`` join several hosts first (docs/datasets.md, "Data-parallel
+offline training").
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -70,8 +76,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="check the dataset and config, print the parameter counts, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--devices", type=int, default=None,
+                   help="devices to shard each update's batch over, parameters replicated "
+                        "(default: all; 1 = the single-device program); the batch must divide "
+                        "evenly, and the updates equal one device's up to float32 rounding")
+    p.add_argument("--coordinator", metavar="ADDRESS", default=None,
+                   help="several hosts: host:port of process 0 (jax.distributed.initialize; "
+                        "with --num-processes and --process-id; untested beyond one host)")
+    p.add_argument("--num-processes", type=int, default=None, help="several hosts: processes")
+    p.add_argument("--process-id", type=int, default=None,
+                   help="several hosts: this process's index, 0 .. --num-processes - 1")
     add_cache_argument(p)
     return p
+
+
+def start_devices(args: argparse.Namespace) -> int:
+    """Join the hosts of ``--coordinator`` (`jax.distributed.initialize`, before any JAX
+    computation) and return the run's device count: ``--devices``, default all devices
+    (of every process). Raises ValueError for a partial set of host flags or a count
+    outside 1 .. the devices there are."""
+    import jax
+    hosts = (args.coordinator, args.num_processes, args.process_id)
+    if any(v is not None for v in hosts):
+        if any(v is None for v in hosts):
+            raise ValueError("--coordinator, --num-processes and --process-id go together "
+                             "(one process per host, each with its --process-id)")
+        if not (args.name or args.resume):
+            raise ValueError("--num-processes: give every process the same --name (the run "
+                             "directory, on a file system they share)")
+        jax.distributed.initialize(coordinator_address=args.coordinator,
+                                   num_processes=args.num_processes, process_id=args.process_id)
+    n = jax.device_count() if args.devices is None else args.devices
+    if not 1 <= n <= jax.device_count():
+        raise ValueError(f"--devices {n}: {jax.device_count()} device(s) available")
+    return n
+
+
+def create_or_join_run_dir(runs_dir: Path, name: str, meta: dict) -> Path:
+    """`create_run_dir`; past one process, process 0 creates it and the others wait for it."""
+    import jax
+    if jax.process_count() == 1:
+        return create_run_dir(runs_dir, name, meta)
+    from jax.experimental import multihost_utils
+    if (runs_dir / name).exists():       # every process sees it: none waits for process 0
+        return create_run_dir(runs_dir, name, meta)          # raises FileExistsError
+    if jax.process_index() == 0:
+        create_run_dir(runs_dir, name, meta)
+    multihost_utils.sync_global_devices(f"train_offline run directory {name}")
+    return runs_dir / name
+
+
+def process_run_dir(run_dir: Path) -> Path:
+    """Where this process trains: ``run_dir``, or past one process for process i > 0
+    ``run_dir/processes/<i>/`` (its own metrics.csv and summary.json, a copy of
+    config.json, ``checkpoints`` a link to the run's, which process 0 writes)."""
+    import shutil
+
+    import jax
+    if jax.process_count() == 1 or jax.process_index() == 0:
+        return run_dir
+    own = run_dir / "processes" / str(jax.process_index())
+    own.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run_dir / "config.json", own / "config.json")
+    if not (own / "checkpoints").is_symlink():
+        (own / "checkpoints").symlink_to(Path("..") / ".." / "checkpoints")
+    return own
 
 
 def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
@@ -111,14 +180,16 @@ def config_from_args(args: argparse.Namespace, ds):
         checkpoint_every=args.checkpoint_every or args.eval_every,
         eval_episodes=args.eval_episodes,
         tasks=None if args.tasks is None else tuple(args.tasks),
-        episode_length=args.episode_length, stream=stream)
+        episode_length=args.episode_length, stream=stream,
+        devices=getattr(args, "devices", None) or 1)
 
 
 def _print_counts(rc) -> None:
     ts = rc.task_set
     print_counts(f"{rc.agent} multi-task on {rc.dataset_name}@{rc.dataset_hash[:12]}: "
                  f"{len(ts)} tasks, obs_dim {ts.max_obs_dim}, action_dim {ts.max_action_dim} "
-                 f"(padded), preset {rc.preset}, batch {rc.batch_size}, feed "
+                 f"(padded), preset {rc.preset}, batch {rc.batch_size} on {rc.devices} "
+                 f"device(s), feed "
                  f"{'stream' if rc.stream else 'in-memory'}",
                  rc.agent_module.param_counts(rc.agent_config))
 
@@ -132,6 +203,7 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.runs.offline_config import OfflineRunConfig
 
     home = wmx_home(args.home)
+    args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
         rc = OfflineRunConfig.from_json(cfg)
@@ -149,6 +221,10 @@ def _main(args: argparse.Namespace) -> int:
         ds = open_dataset(args.dataset, home=home)
         rc = config_from_args(args, ds)          # flag errors first: validation reads it all
         ds = resolve_and_validate(args.dataset, home, args.skip_validation)
+    if rc.devices != args.devices:     # a resumed run may continue on another device count
+        logging.getLogger("wmx.train_offline").info(
+            "run created on %d device(s) continues on %d", rc.devices, args.devices)
+        rc = dataclasses.replace(rc, devices=args.devices)
     if args.dry_run:
         _print_counts(rc)
         print(f"{rc.updates:,d} updates x batch {rc.batch_size}; evaluating "
@@ -163,11 +239,12 @@ def _main(args: argparse.Namespace) -> int:
         meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
                 "training_hash": rc.training_hash(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        run_dir = create_run_dir(store.runs_dir, name, meta)
+        run_dir = create_or_join_run_dir(store.runs_dir, name, meta)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
 
     from wmx.train_offline.loop import run
+    run_dir = process_run_dir(run_dir)
     summary = run(rc, run_dir, home=home, progress=not args.no_progress)
     print(json.dumps({k: summary[k] for k in ("updates", "final_eval", "final_score")},
                      indent=1))

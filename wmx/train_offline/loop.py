@@ -83,14 +83,15 @@ def open_run_dataset(rc: OfflineRunConfig, home=None):
 
 
 class _Feed:
-    """The dataset feed of a run: device arrays, or per-seed Grain streams."""
+    """The dataset feed of a run: device arrays, or per-seed Grain streams (placed on the
+    run's devices: replicated, batches sharded over the mesh; `program.data_mesh`)."""
 
-    def __init__(self, rc: OfflineRunConfig, ds, stream_states: list[dict] | None):
+    def __init__(self, rc: OfflineRunConfig, ds, stream_states: list[dict] | None, mesh=None):
         spec = rc.agent_module.batch_spec(rc.agent_config)
-        self.stream = rc.stream
+        self.stream, self.spec, self.mesh = rc.stream, spec, mesh
         if not self.stream:
             from wmx.datasets.readers import load_numpy
-            self.data = program.device_dataset(load_numpy(ds), spec)
+            self.data = program.device_dataset(load_numpy(ds), spec, mesh)
             self.streams = None
             return
         from wmx.datasets.readers import stream
@@ -107,7 +108,8 @@ class _Feed:
         for st in self.streams:
             bs = [next(st) for _ in range(n)]
             per_seed.append({k: np.stack([b[k] for b in bs]) for k in bs[0]})
-        return {k: np.stack([p[k] for p in per_seed]) for k in per_seed[0]}
+        return program.shard_batches({k: np.stack([p[k] for p in per_seed])
+                                      for k in per_seed[0]}, self.spec, self.mesh)
 
     def states(self) -> list[dict] | None:
         return None if self.streams is None else [s.get_state() for s in self.streams]
@@ -138,6 +140,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     metric_keys = tuple(agent.METRIC_KEYS)
     ts = rc.task_set
     ds = open_run_dataset(rc, home)
+    mesh = program.data_mesh(rc.devices)     # None: one device, the single-device program
 
     host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
     ckpts = list_checkpoints(run_dir)
@@ -156,19 +159,23 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         log.info("resuming %s from %s (update %d)", run_dir, ckpts[-1].name, host.updates)
     else:
         carries = program.init_carries(agent, cfg, rc.seeds)
-    # Committed to one device either way: a restored checkpoint is committed, a fresh
-    # init is not, and jit would compile the chunk and eval programs again for it.
-    carries = jax.device_put(carries, jax.devices()[0])
+    # Committed to one device either way (replicated over the mesh past one device): a
+    # restored checkpoint is committed, a fresh init is not, and jit would compile the
+    # chunk and eval programs again for it.
+    carries = program.replicate(carries, mesh)
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
 
-    feed = _Feed(rc, ds, host.streams)
+    feed = _Feed(rc, ds, host.streams, mesh)
     metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
                          keep_until=host.updates)
     tasks_ctx = agent.task_context(cfg, ts)
-    chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(agent,
-                                                                                         cfg)
+    if mesh is not None:
+        tasks_ctx = program.replicate(tasks_ctx, mesh)
+        log.info("data parallel: batch %d sharded over %d devices", rc.batch_size, mesh.size)
+    chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(
+        agent, cfg, mesh)
 
     bar = None
     if progress:

@@ -12,6 +12,16 @@ stacked per chunk. All randomness of update i comes from
 into chunks, or resumed by a new process, replays exactly what the
 uninterrupted run does.
 
+Past one device (DESIGN.md §5; `--devices N`): a 1-D mesh "data" of N
+devices (`data_mesh`). Parameters, optimiser states, keys and the in-memory
+dataset are replicated; each update's batch is sharded on its batch axis
+(`wmx.datasets.samplers.batch_axes` of the spec) with a sharding constraint
+inside the jitted chunk, so each device runs the update on B/N items and the
+compiler reduces the gradients over the mesh. Seeds stay vmapped (the seed
+axis is not sharded). The global batch and the key streams do not depend on
+N, so N devices compute the updates of one device up to float32 reordering of
+that reduction. One device (mesh None) is the single-device program, unchanged.
+
 Evaluation (tdmpc2_spec 4.20, deviation T16): per task, the shared rollout
 of `wmx.acting.make_evaluate_fn` on the task's env with the padded widths;
 one jitted program per task (the env differs), cached.
@@ -24,13 +34,17 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from wmx.acting import make_evaluate_fn
-from wmx.datasets.samplers import sample, spec_keys
+from wmx.datasets.samplers import batch_axes, sample, spec_keys
 from wmx.envs.base import Env
 
 # fold_in tags separating the key streams
 _INIT, _SAMPLE, _NOISE = 0x1A1, 0x5A, 0x40
+DATA_AXIS = "data"
+"""The mesh axis the batch is sharded over."""
 
 
 class OfflineCarry(NamedTuple):
@@ -46,7 +60,10 @@ class OfflineCarry(NamedTuple):
 
 
 def checkpoint_items(carries: OfflineCarry) -> dict[str, Any]:
-    """The checkpoint items of the carries: "agent", "keys", "loop"."""
+    """The checkpoint items of the carries: "agent", "keys", "loop" (replicated arrays
+    as their single-device copy, `local`: a checkpoint does not depend on the device
+    count)."""
+    carries = local(carries)
     return {"agent": carries.agent, "keys": carries.key,
             "loop": {"n_updates": carries.n_updates}}
 
@@ -72,11 +89,100 @@ def init_carries(agent: ModuleType, cfg: Any, seeds: tuple[int, ...]) -> Offline
     return _init_fn(agent, cfg)(keys)
 
 
-def device_dataset(arrays: dict[str, Any], spec) -> dict[str, jax.Array]:
+# ---- devices ------------------------------------------------------------------------------
+def data_mesh(n_devices: int) -> Mesh | None:
+    """The 1-D mesh (axis "data") of the first ``n_devices`` of ``jax.devices()`` (with
+    `jax.distributed.initialize`, the devices of every process), or None for one device
+    (the single-device program).
+
+    Raises ValueError when fewer devices exist, or when several processes run and the
+    mesh would leave out some of their devices.
+    """
+    devices = jax.devices()
+    if not 1 <= n_devices <= len(devices):
+        raise ValueError(f"--devices {n_devices}: {len(devices)} device(s) available "
+                         f"({devices[0].platform})")
+    if jax.process_count() > 1 and n_devices != len(devices):
+        raise ValueError(f"--devices {n_devices}: with {jax.process_count()} processes the "
+                         f"run uses all {len(devices)} devices (omit --devices)")
+    if n_devices == 1:
+        return None
+    return Mesh(np.asarray(devices[:n_devices]), (DATA_AXIS,))
+
+
+def check_batch(spec, n_devices: int) -> None:
+    """Raise ValueError unless the global batch of ``spec`` splits evenly over the devices."""
+    if spec.batch % n_devices:
+        raise ValueError(f"--batch-size {spec.batch} is not divisible by --devices {n_devices}:"
+                         " each device takes an equal share of the batch")
+
+
+def batch_shardings(spec, mesh: Mesh, lead: int = 0) -> dict[str, NamedSharding]:
+    """Per batch key, the sharding of its batch axis over the mesh axis "data" (after
+    ``lead`` leading axes: 2 for the streaming feed's [S, U, ...] stacks)."""
+    return {k: NamedSharding(mesh, PartitionSpec(*(None,) * (lead + a), DATA_AXIS))
+            for k, a in batch_axes(spec).items()}
+
+
+def _put(tree: Any, sharding) -> Any:
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def one(x, s):   # every process holds the whole value; each places its devices' parts
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, s, lambda index: x[index])
+    if isinstance(sharding, dict):
+        return {k: one(v, sharding[k]) for k, v in tree.items()}
+    return jax.tree.map(lambda x: one(x, sharding), tree)
+
+
+def replicate(tree: Any, mesh: Mesh | None) -> Any:
+    """``tree`` on the run's devices: committed to the first device (mesh None), else a
+    copy on every device of the mesh (parameters, keys, task tables, the dataset)."""
+    if mesh is None:
+        return jax.device_put(tree, jax.devices()[0])
+    return _put(tree, NamedSharding(mesh, PartitionSpec()))
+
+
+def local(tree: Any) -> Any:
+    """Arrays replicated over several devices as their copy on this process's first
+    device of the mesh; anything else (single-device arrays, shapes) as it is."""
+    def one(x):
+        if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+            return x.addressable_data(0)
+        return x
+    return jax.tree.map(one, tree)
+
+
+def shard_batches(batches: dict[str, np.ndarray], spec, mesh: Mesh | None) -> dict[str, Any]:
+    """The streaming feed's host batches [S, U, ...] placed with the batch axis sharded over
+    the mesh (`batch_shardings` with lead 2); unchanged (host arrays) without a mesh."""
+    if mesh is None:
+        return batches
+    return _put(batches, batch_shardings(spec, mesh, lead=2))
+
+
+def _constrain(batch: dict, spec, mesh: Mesh | None) -> dict:
+    if mesh is None:
+        return batch
+    return jax.lax.with_sharding_constraint(batch, batch_shardings(spec, mesh))
+
+
+def _jit(fn, mesh: Mesh | None):
+    if mesh is None:
+        return jax.jit(fn, donate_argnums=0)
+    return jax.jit(fn, donate_argnums=0, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
+def device_dataset(arrays: dict[str, Any], spec, mesh: Mesh | None = None) -> dict[str, jax.Array]:
     """The arrays a batch of ``spec`` reads, on device (from
     `wmx.datasets.readers.load_numpy`): obs f32[N, T+1, O_max], action f32[N, T+1,
-    A_max], reward f32[N, T+1], task i32[N], and for windows the flags bool[N, T+1]."""
-    return jax.device_put({k: arrays[k] for k in spec_keys(spec)})
+    A_max], reward f32[N, T+1], task i32[N], and for windows the flags bool[N, T+1];
+    replicated over the mesh when there is one."""
+    data = {k: arrays[k] for k in spec_keys(spec)}
+    if mesh is None:
+        return jax.device_put(data)
+    return replicate(data, mesh)
 
 
 def _one_update(agent: ModuleType, cfg: Any, tasks: Any, carry: OfflineCarry, i, batch: dict):
@@ -85,7 +191,7 @@ def _one_update(agent: ModuleType, cfg: Any, tasks: Any, carry: OfflineCarry, i,
     return OfflineCarry(state, carry.key, carry.n_updates + 1), m
 
 
-def make_chunk_fn(agent: ModuleType, cfg: Any):
+def make_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
     """Jitted in-memory chunk ``(carries, data, tasks, idx i32[U]) -> (carries, sums)``.
 
     data: `device_dataset` arrays, shared by the seeds (unbatched argument);
@@ -94,45 +200,56 @@ def make_chunk_fn(agent: ModuleType, cfg: Any):
     `wmx.datasets.samplers.sample` from ``fold_in(fold_in(key, i), _SAMPLE)``
     and draws the update's noise from ``fold_in(fold_in(key, i), _NOISE)``.
     sums: per seed, the sum over the chunk of each of the agent's METRIC_KEYS
-    (f32[S]). Carries are donated. Cached per (agent, config).
+    (f32[S]). Carries are donated. With a ``mesh`` (`data_mesh`) the sampled batch
+    is sharded over it and the carries come back replicated (place the carries, data
+    and tasks with `replicate`). Cached per (agent, config, mesh).
+
+    Raises ValueError when the batch does not split evenly over the mesh.
     """
-    return _chunk_fn(agent, cfg)
+    return _chunk_fn(agent, cfg, mesh)
 
 
 @functools.lru_cache(maxsize=8)
-def _chunk_fn(agent: ModuleType, cfg: Any):
+def _chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
     spec = agent.batch_spec(cfg)
+    if mesh is not None:
+        check_batch(spec, mesh.size)
 
     def one_seed(carry, data, tasks, idx):
         def body(c, i):
             k = jax.random.fold_in(jax.random.fold_in(c.key, i), _SAMPLE)
-            return _one_update(agent, cfg, tasks, c, i, sample(data, k, spec))
+            batch = _constrain(sample(data, k, spec), spec, mesh)
+            return _one_update(agent, cfg, tasks, c, i, batch)
         carry, ms = jax.lax.scan(body, carry, idx)
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), donate_argnums=0)
+    return _jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), mesh)
 
 
-def make_stream_chunk_fn(agent: ModuleType, cfg: Any):
+def make_stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
     """Jitted streaming chunk ``(carries, batches, tasks, idx i32[U]) -> (carries, sums)``.
 
     batches: per seed, U stacked host batches of the streaming reader for the
     agent's `batch_spec` (leading axes [S, U]; each seed reads its own seeded
-    stream). Otherwise as `make_chunk_fn`.
+    stream; with a mesh, placed by `shard_batches`). Otherwise as `make_chunk_fn`.
     """
-    return _stream_chunk_fn(agent, cfg)
+    return _stream_chunk_fn(agent, cfg, mesh)
 
 
 @functools.lru_cache(maxsize=8)
-def _stream_chunk_fn(agent: ModuleType, cfg: Any):
+def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
+    spec = agent.batch_spec(cfg)
+    if mesh is not None:
+        check_batch(spec, mesh.size)
+
     def one_seed(carry, batches, tasks, idx):
         def body(c, x):
             i, batch = x
-            return _one_update(agent, cfg, tasks, c, i, batch)
+            return _one_update(agent, cfg, tasks, c, i, _constrain(batch, spec, mesh))
         carry, ms = jax.lax.scan(body, carry, (idx, batches))
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), donate_argnums=0)
+    return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh)
 
 
 def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: int):
@@ -143,11 +260,13 @@ def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: 
     eval_mode episodes vmapped from fresh initial states (reset key from the
     seed key folded with the evaluation index and the task id), acting on the
     zero-padded obs (the env takes the first ``env.action_dim`` dims).
-    Raises ValueError when the env's dims exceed the padded widths.
+    Replicated arguments (a run on several devices) are evaluated from their copy on
+    one device (`local`). Raises ValueError when the env's dims exceed the padded widths.
     """
     fn = make_evaluate_fn(agent, cfg, episodes, env, int(task_id))
 
     def evaluate(states, keys, tasks, index):
+        states, keys, tasks = local((states, keys, tasks))
         return fn(jax.vmap(agent.policy_params)(states), keys, tasks, index)
 
     return evaluate
