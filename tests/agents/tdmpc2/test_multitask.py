@@ -4,6 +4,15 @@ Compiled programs: one multi-task update, one single-task update, the
 multi-task and single-task planners and a tiny policy-loss gradient. CPU
 float32 matmuls are exact f32 already, so no matmul-precision context (it
 would be a second jit cache entry, i.e. another compile).
+
+The tests that train (`mt_run` and what uses it) are `slow`: in the default
+run the recorded reference covers the same mechanisms more strictly
+(test_update_mt_parity.py and test_planner_mt_parity.py: both renorm
+look-ups and the Adam step on the renormed table, per-task discounts, masks
+and the n-valid entropy, no policy gradient to the embedding, masked planner
+dims exactly 0). What only this module checks, the multi-task code with a
+neutral embedding and no padding equalling the single-task code, runs with
+`pytest -m slow`.
 """
 import jax
 import jax.numpy as jnp
@@ -116,6 +125,7 @@ def test_renorm_rows_binds_only_above_one_and_only_for_looked_up_rows():
 
 
 # ---- the update -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_renorm_written_back_at_both_lookups(mt_run):
     st, b, n, new, m, aux = mt_run
     t0 = np.asarray(st.params["task_emb"])
@@ -145,6 +155,7 @@ def test_renorm_written_back_at_both_lookups(mt_run):
     assert np.linalg.norm(final[3]) > 1.9            # absent rows are never renormed
 
 
+@pytest.mark.slow
 def test_per_task_discount_in_td_target(mt_run):
     _, b, _, _, _, aux = mt_run
     gam = np.float32([0.99, 0.95, 0.995])[BATCH_TASKS]
@@ -159,6 +170,7 @@ def test_per_task_discount_in_td_target(mt_run):
 
 @pytest.mark.parametrize("which,eps_name", [("td_pi", "td_target_pi_eps"),
                                             ("pi", "pi_loss_pi_eps")])
+@pytest.mark.slow
 def test_policy_masks_and_entropy_scaled_by_valid_dims(mt_run, which, eps_name):
     _, _, noise, _, _, aux = mt_run
     out = aux[which]
@@ -174,6 +186,7 @@ def test_policy_masks_and_entropy_scaled_by_valid_dims(mt_run, which, eps_name):
     np.testing.assert_allclose(out.log_pi, want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_policy_loss_gives_no_gradient_to_the_embedding(mt_run):
     st, b, noise, new, _, aux = mt_run
     e = new.params["task_emb"][b.task]
@@ -225,6 +238,7 @@ def _state(params, cfg):
                       pi_grad_sq=jnp.zeros((), jnp.float32), step=jnp.zeros((), jnp.int32))
 
 
+@pytest.mark.slow
 def test_single_task_no_padding_equals_single_task_update(mt_run):
     st, _, noise, _, _, _ = mt_run
     mtp, stp = _neutral_mt_and_st(st.params)
@@ -247,6 +261,7 @@ def plan_params(mt_run):
     return _neutral_mt_and_st(mt_run[3].params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eval_mode", [True, False])
 def test_planner_action_masked_dims_exactly_zero(plan_params, eval_mode):
     mtp, _ = plan_params
@@ -261,6 +276,7 @@ def test_planner_action_masked_dims_exactly_zero(plan_params, eval_mode):
         assert -1 <= a[0] <= 1
 
 
+@pytest.mark.slow
 def test_single_task_no_padding_equals_single_task_plan(plan_params):
     mtp, stp = plan_params
     noise = pl.draw_plan_noise(jax.random.key(4), CFG, eval_mode=False)
@@ -282,6 +298,7 @@ def test_discount_powers_f32_are_float32_products():
     assert p == [np.float32(1), g, g * g, (g * g) * g]
 
 
+@pytest.mark.slow
 def test_bad_multitask_inputs(mt_run):
     st, b, n, _, _, _ = mt_run
     with pytest.raises(ValueError, match="Batch.task"):
