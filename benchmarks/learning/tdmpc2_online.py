@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from wmx.datasets.store import Store
-from wmx.evaluate.reference_curves import published_return
+from wmx.evaluate.plots import learning_curves
+from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
 from wmx.paths import wmx_home
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
@@ -42,32 +43,17 @@ def eval_curve(run_dir: Path) -> dict[int, list[float]]:
     return dict(sorted(out.items()))
 
 
-def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float | None) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    xs = np.array(list(curve))
-    ys = np.array([np.mean(v) for v in curve.values()])
-    lo = np.array([np.min(v) for v in curve.values()])
-    hi = np.array([np.max(v) for v in curve.values()])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(xs, ys, "o-", label="wmx TD-MPC2 (mean of seeds)")
-    ax.fill_between(xs, lo, hi, alpha=0.2, label="seed range")
-    ref_x = np.linspace(0, max(xs.max(), 1), 50)
-    ref = [published_return(task, x) for x in ref_x]
-    if any(r is not None for r in ref):
-        ax.plot(ref_x, [np.nan if r is None else r for r in ref], "--",
-                label="TD-MPC2 paper (published curve)")
-    if threshold is not None:
-        ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"threshold {threshold:g}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("eval return")
-    ax.set_title(task)
-    ax.set_ylim(0, 1000)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float | None,
+         agent: str = "tdmpc2") -> None:
+    """The run's eval curve (seed mean, seed range) with the agent's published points as
+    markers (their seed range as error bars; never a line between points) and the
+    threshold (`wmx.evaluate.plots.learning_curves`)."""
+    xs = list(curve)
+    px, py, rng = points_up_to(task, max(xs + [0]), agent)
+    panel = {"task": task, "x": xs, "returns": list(curve.values()),
+             "published": (px, py, rng, f"{AGENT_LABELS[agent]} paper (published points)"),
+             "hlines": [] if threshold is None else [(f"threshold {threshold:g}", threshold)]}
+    learning_curves([panel], path, "env steps")
 
 
 def main() -> None:

@@ -165,7 +165,8 @@ def test_online_schedule_replay_and_train_in_jit(agent, cfg, state):
     dm, dn = on_device(jnp.asarray(ticks, jnp.int32))
     assert np.asarray(dm).tolist() == modes and np.asarray(dn).tolist() == counts
     replay = agent.init_replay(cfg, n_envs, T, 6 * T * n_envs)
-    metrics = {k: jnp.zeros((), jnp.float32) for k in agent.METRIC_KEYS}
+    metrics = agent.init_metrics(cfg)
+    assert set(agent.read_metrics(jax.device_get(metrics))) == set(agent.METRIC_KEYS)
     entries = jax.tree.map(
         lambda s: jnp.zeros(s.shape, s.dtype),
         jax.eval_shape(lambda st: agent.policy(agent.policy_params(st), cfg,
@@ -187,4 +188,4 @@ def test_online_schedule_replay_and_train_in_jit(agent, cfg, state):
     s, r, m = jax.eval_shape(tick_fn, state, replay, jnp.int32(T))
     assert jax.tree.structure(r) == jax.tree.structure(replay)
     assert jax.tree.structure(s) == jax.tree.structure(state)
-    assert {k: v.shape for k, v in m.items()} == {k: () for k in agent.METRIC_KEYS}
+    assert {k: v.shape for k, v in m.items()} == {k: () for k in metrics}

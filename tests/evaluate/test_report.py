@@ -8,7 +8,8 @@ import pytest
 from store_fixtures import task_info, write_dataset, write_source_run, write_source_set
 from wmx.evaluate import plots
 from wmx.evaluate import report as rep
-from wmx.evaluate.reference_curves import published_return
+from wmx.evaluate.reference_curves import (curve, points_up_to, published_point,
+                                            published_return)
 from wmx.evaluate.runs import RunInfo
 from wmx.runs.offline_config import OfflineRunConfig
 
@@ -63,16 +64,45 @@ def test_per_task_scores_sources_and_published(offline):
     # source: run src-0 exists -> its last eval row; published at those env steps
     assert (cart["source_return"], cart["source_score"]) == (900.0, 90.0)
     assert cart["source_basis"] == "run" and cart["source_env_steps"] == 200_000
-    assert cart["published_return"] == pytest.approx(published_return("cartpole-balance",
-                                                                      200_000))
+    # 200,000 env steps is a published TD-MPC2 point: its mean, no interpolation
+    xs, ys, _ = curve("cartpole-balance")
+    assert cart["published_return"] == pytest.approx(float(ys[list(xs).index(200_000)]))
+    assert cart["published_env_steps"] == 200_000 and cart["published_note"] is None
     assert cart["published_score"] == pytest.approx(cart["published_return"] / 10)
     # source: run src-1 is gone -> the episode set's last 10 returns, at its env steps
+    # (480), within 1,000 of the published point at 0: that point, not an interpolation
     ch = rows["cheetah-run"]
     assert ch["source_basis"] == "episode_set"
     assert ch["source_return"] == pytest.approx(np.mean(sets[1].episode_returns[-10:]))
-    assert ch["published_env_steps"] == sets[1].episode_count * T * 2
-    assert ch["published_return"] == pytest.approx(
-        published_return("cheetah-run", ch["published_env_steps"]))
+    assert sets[1].episode_count * T * 2 == 480
+    cx, cy, _ = curve("cheetah-run")
+    assert (ch["published_env_steps"], ch["published_return"]) == (0, pytest.approx(float(cy[0])))
+    # far from any point: none shown, the nearest named
+    far = rep._published("cheetah-run", 42_000, "tdmpc2")
+    assert far["published_return"] is None and far["published_env_steps"] is None
+    assert far["published_note"] == "no published point near 42,000 env steps " \
+                                    "(nearest: 0 and 100,000)"
+
+
+def test_published_points_are_never_interpolated():
+    # TD-MPC2: points every 100,000; within max(1,000, 2%) of one -> that point
+    p = published_point("walker-walk", 100_500)
+    xs, ys, seeds = curve("walker-walk")
+    assert (p.env_steps, p.value) == (100_000, pytest.approx(float(ys[1])))
+    assert p.seed_min == pytest.approx(np.nanmin(seeds[:, 1]))
+    assert published_return("walker-walk", 150_000) is None
+    assert (published_point("walker-walk", 150_000).below,
+            published_point("walker-walk", 150_000).above) == (100_000, 200_000)
+    # DreamerV3: its own curve (training-episode returns every 10,000 from 10,000),
+    # cup-catch under its dm_control name
+    d = published_point("cup-catch", 50_000, "dreamerv3")
+    dx, dy, _ = curve("cup-catch", "dreamerv3")
+    assert d.env_steps == 50_000 and d.value == pytest.approx(float(dy[list(dx).index(50_000)]))
+    assert published_point("cartpole-balance", 5_000, "dreamerv3").value is None
+    assert published_point("probe-action", 0) is None
+    px, py, rng = points_up_to("reacher-easy", 35_000, "dreamerv3")
+    assert px == [10_000, 20_000, 30_000] and len(py) == len(rng) == 3
+    assert all(lo <= y <= hi for (lo, hi), y in zip(rng, py))
 
 
 def test_aggregates_and_lineage_in_the_report(offline):

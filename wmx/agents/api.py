@@ -71,12 +71,16 @@ class Agent(Protocol):
       PRESETS: preset names `make_config` accepts (e.g. "paper", "cpu", "tiny").
       METRIC_KEYS: the scalar metrics `update` returns, in metrics.csv order.
       MULTITASK: whether the agent trains on a TaskSet (offline, padded widths).
+      METRICS_SINCE_LOG: online metrics are means over the updates since the
+        previous log (the online loop resets the carried metrics to `init_metrics`
+        after each logged chunk), or, when False, the last update's values.
     """
 
     NAME: str
     PRESETS: tuple[str, ...]
     METRIC_KEYS: tuple[str, ...]
     MULTITASK: bool
+    METRICS_SINCE_LOG: bool
 
     # ---- configuration (host) ---------------------------------------------------
     def make_config(self, preset: str, overrides: Mapping[str, Any], *, task: Any = None,
@@ -151,8 +155,16 @@ class Agent(Protocol):
         """Add the row emitted at ``tick`` (`wmx.envs.collector.Row`, leading axis
         n_envs) with the policy's entries."""
 
+    def init_metrics(self, cfg: Any) -> dict:
+        """The online metrics carry before any update: a dict of f32[] zeros."""
+
+    def read_metrics(self, metrics: dict) -> dict[str, float]:
+        """Host: the logged value of each METRIC_KEYS entry from a (one seed's)
+        metrics carry (numpy scalars); "" for a value not defined yet."""
+
     def replay_train(self, state: Any, replay: Any, tick: Any, key: jax.Array, cfg: Any,
                      metrics: dict) -> tuple[Any, Any, dict]:
         """Run `schedule(...).n_updates(tick)` updates after ``tick``: sample from
-        the replay, update, write back what the update returns. ``metrics`` is
-        the last update's metrics, returned unchanged when no update runs."""
+        the replay, update, write back what the update returns, and fold each
+        update's metrics into the ``metrics`` carry (`init_metrics`'s structure;
+        returned unchanged when no update runs)."""

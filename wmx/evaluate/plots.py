@@ -38,7 +38,7 @@ def _ylim(ax, values) -> None:
 
 def score_bars(per_task: Sequence[Mapping[str, Any]], path: Path, title: str = "") -> Path:
     """Grouped bars per task: wmx score (mean, error bar = min..max of the seed means),
-    the source agents' final score and the published TD-MPC2 score (missing bars
+    the source agents' final score and the published score (missing bars
     are left out). per_task rows need ``task``, ``score``, ``score_min``,
     ``score_max``, ``source_score``, ``published_score``. Writes ``path``."""
     tasks = [r["task"] for r in per_task]
@@ -56,7 +56,7 @@ def score_bars(per_task: Sequence[Mapping[str, Any]], path: Path, title: str = "
         ax.bar(x, src, w, color=_SOURCE, label="source agents (final)")
     pub = np.array([_nan(r.get("published_score")) for r in per_task])
     if np.isfinite(pub).any():
-        ax.bar(x + w, pub, w, color=_PUBLISHED, label="TD-MPC2 published")
+        ax.bar(x + w, pub, w, color=_PUBLISHED, label="published (paper)")
     ax.set_xticks(x, tasks, rotation=30 if len(tasks) > 3 else 0, ha="right"
                   if len(tasks) > 3 else "center")
     ax.set_ylabel("normalised score (return / 10)")
@@ -73,10 +73,11 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
     the seeds' min..max band, and reference lines.
 
     Each panel: ``task``; ``x`` (sorted x values) and ``returns`` (list per x
-    of per-seed returns); optional ``published`` = (xs, ys) drawn dashed (the
-    published TD-MPC2 curve at those x); optional ``hlines`` = [(label,
-    value), ...] drawn dotted (source final return, published at the source
-    env steps). Writes ``path``.
+    of per-seed returns); optional ``published`` = (xs, ys, seed ranges or None,
+    label): the published points as markers with the published seeds' range as
+    error bars (never a line through points that do not exist); optional
+    ``hlines`` = [(label, value), ...] drawn dotted (source final return,
+    published at the source env steps). Writes ``path``.
     """
     n = max(1, len(panels))
     cols = min(n, 4)
@@ -93,7 +94,13 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
                             color=_WMX, alpha=0.2)
         pub = p.get("published")
         if pub is not None and len(pub[0]):
-            ax.plot(pub[0], pub[1], "--", color=_PUBLISHED, label="TD-MPC2 published")
+            px, py, rng, label = pub
+            yerr = None
+            if rng is not None:
+                yerr = np.array([[y - lo for (lo, _), y in zip(rng, py)],
+                                 [hi - y for (_, hi), y in zip(rng, py)]])
+            ax.errorbar(px, py, yerr=yerr, fmt="s", ms=4, capsize=2, color=_PUBLISHED,
+                        label=label)
         for j, (label, value) in enumerate(p.get("hlines") or []):
             if value is not None:
                 ax.axhline(value, ls=":", color=(_SOURCE, _PUBLISHED)[j % 2], label=label)

@@ -7,10 +7,12 @@ sibling and renamed into place, so a report directory is always complete.
 
 Per task: the mean return over seeds and episodes (and its std over all
 episodes), the normalised score (return / 10), the seeds' range, the source
-agents' final return (offline runs, `wmx.evaluate.lineage`) and the published
-TD-MPC2 return at the matching env steps (`reference_curves.published_return`;
+agents' final return (offline runs, `wmx.evaluate.lineage`) and the run's
+agent's published return (its own paper's curve) at a published point within
+tolerance of the matching env steps (`reference_curves.published_point`;
 online runs: the run's own env steps; offline runs: the mean env steps of the
-task's sources). Aggregates over tasks: `wmx.evaluate.aggregates`.
+task's sources), never interpolated: without such a point the row says where
+the nearest points are. Aggregates over tasks: `wmx.evaluate.aggregates`.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from wmx.datasets.store import Store, commit_dir, make_staging_dir
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import lineage as lin
 from wmx.evaluate import plots
-from wmx.evaluate.reference_curves import published_return, reference_source
+from wmx.evaluate.reference_curves import (AGENT_LABELS, points_up_to, published_point,
+                                            reference_source)
 from wmx.evaluate.runs import RunInfo
 
 log = logging.getLogger("wmx.evaluate")
@@ -41,7 +44,7 @@ FILES = ("report.md", "report.json", "per_task.csv", "aggregates.csv", "scores.p
 PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "score",
                     "score_min", "score_max", "source_return", "source_score",
                     "source_env_steps", "source_basis", "n_sources", "published_return",
-                    "published_score", "published_env_steps")
+                    "published_score", "published_env_steps", "published_note")
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
 __all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
@@ -105,8 +108,27 @@ def _exported_sets(info: RunInfo) -> list[dict[str, Any]]:
 
 
 # ---- per task and aggregates ---------------------------------------------------------------
-def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int | None
-              ) -> dict[str, Any]:
+def _published(task: str, env_steps: int | None, agent: str) -> dict[str, Any]:
+    """published_return / _score / _env_steps (the point's) / _note of one task."""
+    out = {"published_return": None, "published_score": None, "published_env_steps": None,
+           "published_note": None}
+    if env_steps is None:
+        return out
+    p = published_point(task, env_steps, agent) if agent in AGENT_LABELS else None
+    if p is None:
+        out["published_note"] = f"no published {AGENT_LABELS.get(agent, agent)} curve"
+    elif p.value is None:
+        near = " and ".join(f"{x:,d}" for x in (p.below, p.above) if x is not None)
+        out["published_note"] = (f"no published point near {env_steps:,d} env steps "
+                                 f"(nearest: {near})")
+    else:
+        out.update(published_return=p.value, published_score=agg.normalised_score(p.value),
+                   published_env_steps=p.env_steps)
+    return out
+
+
+def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int | None,
+              agent: str = "tdmpc2") -> dict[str, Any]:
     r = np.asarray(rets, np.float64)
     seed_means = r.mean(axis=1)
     row: dict[str, Any] = {
@@ -128,9 +150,7 @@ def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int |
                    source_basis=bases[0] if len(bases) == 1 else "mixed",
                    n_sources=len(known))
         env_steps = row["source_env_steps"]
-    pub = None if env_steps is None else published_return(task, env_steps)
-    row.update(published_return=_f(pub), published_score=agg.normalised_score(_f(pub)),
-               published_env_steps=env_steps)
+    row.update(_published(task, env_steps, agent))
     return row
 
 
@@ -157,7 +177,7 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
     """
     lineage = run_lineage(info, home)
     env_steps = info.env_steps if info.kind == "online" else None
-    per_task = [_task_row(t, np.asarray(r), lineage["sources"], env_steps)
+    per_task = [_task_row(t, np.asarray(r), lineage["sources"], env_steps, info.rc.agent)
                 for t, r in returns.items()]
     return {
         "schema": REPORT_SCHEMA,
@@ -175,7 +195,8 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
         "aggregates": _aggregates(per_task),
         "returns": {t: {str(s): [float(x) for x in np.asarray(r)[i]]
                         for i, s in enumerate(info.seeds)} for t, r in returns.items()},
-        "references": {"published": reference_source(),
+        "references": {"published": (reference_source(info.rc.agent)
+                                     if info.rc.agent in AGENT_LABELS else None),
                        "score": "return / 10 (DMC, on [0, 100]; tdmpc2_spec 4.20)",
                        "aggregates": f"percentile bootstrap over tasks, "
                                      f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed "
@@ -250,14 +271,14 @@ def _curve_panels(report: dict) -> tuple[list[dict], str]:
             by_x.setdefault(int(float(r[xcol])), []).append(float(r["return"]))
         xs = sorted(by_x)
         panel: dict[str, Any] = {"task": task, "x": xs, "returns": [by_x[x] for x in xs]}
-        if online and xs:
-            grid = sorted(set(xs) | {x for x in range(0, max(xs) + 1, 100_000)})
-            pts = [(x, published_return(task, x)) for x in grid]
-            pts = [(x, y) for x, y in pts if y is not None]
-            panel["published"] = ([p[0] for p in pts], [p[1] for p in pts])
+        agent = run.get("agent", "tdmpc2")
+        label = AGENT_LABELS.get(agent, agent)
+        if online and xs and agent in AGENT_LABELS:
+            px, py, prange = points_up_to(task, max(xs), agent)
+            panel["published"] = (px, py, prange, f"{label} published points")
         if not online:
             panel["hlines"] = [("source agents (final)", t["source_return"]),
-                               ("TD-MPC2 published at source steps", t["published_return"])]
+                               (f"{label} published at source steps", t["published_return"])]
         panels.append(panel)
     return panels, xlabel
 
@@ -274,16 +295,18 @@ def _markdown(report: dict) -> str:
              f"{report['created']}.", "",
              "## Per task", "",
              "Return: mean over seeds and episodes (std over all episodes). Score = return / "
-             "10. Seed range: the lowest and highest seed-mean score. Published: TD-MPC2's "
-             "released mean return at the matching env steps (" +
-             ("the run's own" if run["kind"] == "online" else "the sources'") + ").", "",
+             "10. Seed range: the lowest and highest seed-mean score. Published: " +
+             AGENT_LABELS.get(run["agent"], run["agent"]) + "'s released mean return at "
+             "a published point within 2% (at least 1,000 env steps) of the matching env "
+             "steps (" + ("the run's own" if run["kind"] == "online" else "the sources'") +
+             "); never interpolated between points.", "",
              "| task | return | score | seed range | source final (score) | basis "
              "| published (score) | at env steps |",
              "|---|---|---|---|---|---|---|---|"]
     for r in report["per_task"]:
         src = "-" if r["source_return"] is None else \
             f"{r['source_return']:.1f} ({r['source_score']:.1f})"
-        pub = "-" if r["published_return"] is None else \
+        pub = (r.get("published_note") or "-") if r["published_return"] is None else \
             f"{r['published_return']:.1f} ({r['published_score']:.1f})"
         steps = "-" if r["published_env_steps"] is None else f"{r['published_env_steps']:,d}"
         lines.append(f"| {r['task']} | {r['return_mean']:.1f} ± {r['return_std']:.1f} | "

@@ -71,9 +71,15 @@ class OnlineRunConfig:
     @property
     def agent_config(self) -> Any:
         """The agent's resolved config for this task: preset, then overrides
-        (`Agent.make_config(preset, agent_overrides, task=task_spec)`)."""
-        return self.agent_module.make_config(self.preset, self.agent_overrides,
-                                             task=self.task_spec)
+        (`Agent.make_config(preset, agent_overrides, task=task_spec)`); a config
+        that has an ``n_envs`` field gets the run's."""
+        agent = self.agent_module
+        over = dict(self.agent_overrides)
+        probe = agent.make_config(self.preset, over, task=self.task_spec)
+        if hasattr(probe, "n_envs") and probe.n_envs != self.n_envs:
+            over["n_envs"] = self.n_envs       # one number of envs, the run's
+            return agent.make_config(self.preset, over, task=self.task_spec)
+        return probe
 
     @property
     def rounds(self) -> int:

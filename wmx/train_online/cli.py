@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
     p.add_argument("--env-steps", type=int, default=20_000,
                    help="simulator steps of the run (rounded up to whole episodes)")
-    p.add_argument("--n-envs", type=int, default=1, help="lockstep envs per seed (T7)")
+    p.add_argument("--envs", "--n-envs", dest="n_envs", type=int, default=None,
+                   help="lockstep envs per seed (default: the agent's: tdmpc2 1, T7; "
+                        "dreamerv3 the preset's, 16 as the paper)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="batch of one update (default: the preset's)")
     p.add_argument("--eval-every", type=int, default=5_000, help="env steps between evaluations")
@@ -69,9 +71,16 @@ def config_from_args(args: argparse.Namespace):
     overrides = agent_overrides(args)
     if args.batch_size is not None:
         overrides = {"batch_size": args.batch_size, **overrides}
+    n_envs = args.n_envs
+    if n_envs is None:        # the agent's default: its preset's n_envs, else 1
+        from wmx.agents.registry import get_agent
+        from wmx.envs.registry import get_task
+        cfg = get_agent(args.agent, "online").make_config(args.preset, overrides,
+                                                          task=get_task(args.task))
+        n_envs = int(getattr(cfg, "n_envs", 1))
     return OnlineRunConfig(
         task=args.task, agent=args.agent, seeds=tuple(args.seeds), env_steps=args.env_steps,
-        n_envs=args.n_envs, preset=args.preset, agent_overrides=overrides,
+        n_envs=n_envs, preset=args.preset, agent_overrides=overrides,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         chunk_episodes=args.chunk_episodes, checkpoint_every_chunks=args.checkpoint_every,
         episode_length=args.episode_length)

@@ -59,7 +59,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ticks_per_round = T + 1
     total_ticks = rc.rounds * ticks_per_round
 
-    metric_keys = tuple(rc.agent_module.METRIC_KEYS)
+    agent = rc.agent_module
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
@@ -122,8 +122,11 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                    "return": float(np.mean(rets)) if len(rets) else "",
                    "return_std": float(np.std(rets)) if len(rets) else "",
                    "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)}
-            row.update({k: float(m[k][i]) for k in metric_keys})
+            row.update(agent.read_metrics({k: v[i] for k, v in m.items()}))
             rows.append(row)
+        if agent.METRICS_SINCE_LOG:      # the next row averages the next chunk's updates
+            carries = carries._replace(metrics=jax.device_put(
+                jax.tree.map(np.zeros_like, m), jax.devices()[0]))
 
         final = host.next_tick >= total_ticks
         point = eval_point(env_steps >= host.next_eval_env_steps, final, deadline)

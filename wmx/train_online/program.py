@@ -41,8 +41,9 @@ class OnlineCarry(NamedTuple):
     agent: the agent's training state (`Agent.init`); replay: its replay
     (`Agent.init_replay`); collector: row collector state of the n_envs envs;
     policy: the policy carry of the n_envs envs (`Agent.init_policy`); key:
-    u32[2] raw PRNG key of the seed; metrics: the last update's metrics
-    (f32 scalars, the agent's METRIC_KEYS); n_updates: i32[] updates applied.
+    u32[2] raw PRNG key of the seed; metrics: the agent's metrics carry
+    (`Agent.init_metrics`: the last update's values, or sums since the last
+    log); n_updates: i32[] updates applied.
     """
 
     agent: Any
@@ -77,7 +78,7 @@ def init_carry(key: jax.Array, agent: ModuleType, cfg: Any, n_envs: int, env: En
         collector=collector_lib.init_collector(env, k_env, n_envs),
         policy=agent.init_policy(cfg, n_envs),
         key=key,
-        metrics={k: jnp.zeros((), jnp.float32) for k in agent.METRIC_KEYS},
+        metrics=agent.init_metrics(cfg),
         n_updates=jnp.zeros((), jnp.int32),
     )
 

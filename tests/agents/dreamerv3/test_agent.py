@@ -177,7 +177,7 @@ def _online_ticks(cfg, state, ticks, n_envs=2):
     T = TASK.T
     sched = agent.schedule(cfg, T, n_envs)
     replay = agent.init_replay(cfg, n_envs, T, 4 * T * n_envs)
-    metrics = {k: jnp.zeros((), jnp.float32) for k in agent.METRIC_KEYS}
+    metrics = agent.init_metrics(cfg)
 
     def entries(tick):
         return _entries(jax.random.fold_in(jax.random.key(9), tick), n_envs, cfg)
@@ -227,7 +227,11 @@ def test_replay_train_loop_with_a_stub_step(cfg, state, monkeypatch):
     total = sum(counts)
     assert counts[:ticks - 4] == [0] * (ticks - 4) and total >= 4
     assert int(state.updates) == total
-    assert float(metrics["opt_loss"]) == total - 1            # the last update's metrics
+    # the metrics carry sums every update's values (update j reports j) and counts them
+    assert float(metrics["opt_loss"]) == sum(range(total))
+    assert float(metrics["updates"]) == total
+    assert agent.read_metrics(jax.device_get(metrics))["opt_loss"] == (total - 1) / 2
+    assert agent.read_metrics(jax.device_get(agent.init_metrics(cfg)))["opt_loss"] == ""
     assert int(replay.popped) == 2                             # both envs' first online item
     deter = np.asarray(replay.deter)[:, :ticks, 0]
     written = deter >= 100.0

@@ -62,6 +62,9 @@ METRIC_KEYS = ("vector_loss", "reward_loss", "cont_loss", "dyn_loss", "rep_loss"
 imagination's return, advantage, value, weight, entropy and latent-entropy means
 (the reference's names; `train_metrics` has the full set)."""
 MULTITASK = False
+METRICS_SINCE_LOG = True
+"""metrics.csv shows means over the updates since the previous row (the
+reference logs embodied.Agg means over its log period; reference_design §6.5)."""
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
 
@@ -267,6 +270,18 @@ def replay_add(replay: Replay, tick, row, entries: dict, cfg: DreamerV3Config) -
                                        row.is_terminal, entries["deter"], entries["stoch"]))
 
 
+def init_metrics(cfg: DreamerV3Config) -> dict:
+    """Sums of METRIC_KEYS over the updates since the last log, and their count."""
+    return {**{k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS},
+            "updates": jnp.zeros((), jnp.float32)}
+
+
+def read_metrics(metrics: dict) -> dict:
+    """Means since the last log ("" for every key when no update ran)."""
+    n = float(metrics["updates"])
+    return {k: (float(metrics[k]) / n if n else "") for k in METRIC_KEYS}
+
+
 def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: DreamerV3Config,
                  metrics: dict) -> tuple[TrainState, Replay, dict]:
     """The schedule's updates after ``tick`` (Algorithm J, synchronous: D1).
@@ -276,7 +291,8 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: D
     (stored latents, 29eb964 previous action), `train.train_step` with
     `draw_train_noise(k_noise, ...)`, write the posteriors back
     (`replay.write_back`; with replay_context 0 the zero-state start, nothing
-    written back).
+    written back). Each update's METRIC_KEYS values are added to the metrics
+    carry's sums (`init_metrics`), its "updates" count incremented.
     """
     c = cfg.resolved()
     n = schedule(c, 0, replay.reward.shape[0]).n_updates(tick)
@@ -293,6 +309,7 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: D
         st, m, outs = train_step(st, seq, draw_train_noise(k_noise, c, B, T), c)
         if c.replay_context:
             rp = replay_lib.write_back(rp, positions, outs.deter, outs.stoch)
-        return st, rp, {k: jnp.asarray(m[k], jnp.float32) for k in METRIC_KEYS}
+        acc = {k: carry[2][k] + jnp.asarray(m[k], jnp.float32) for k in METRIC_KEYS}
+        return st, rp, {**acc, "updates": carry[2]["updates"] + 1.0}
 
     return jax.lax.fori_loop(0, n, body, (state, replay, metrics))

@@ -36,6 +36,8 @@ PRESETS = tuple(_PRESETS)
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")
 MULTITASK = True
+METRICS_SINCE_LOG = False
+"""metrics.csv shows the last update's values (as the reference's logger)."""
 
 _WIDTHS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
 
@@ -186,6 +188,15 @@ def replay_add(replay: Replay, tick, row, entries: dict, cfg: TDMPC2Config) -> R
     episode, k = sched_lib.tick_position(tick, _T(replay))
     return replay.replace(buffer=buffer_lib.write_rows(replay.buffer, episode, k, row.obs,
                                                        row.action, row.reward))
+
+
+def init_metrics(cfg: TDMPC2Config) -> dict:
+    """{METRIC_KEYS: f32[] 0}: the last update's metrics, before any update."""
+    return {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+
+
+def read_metrics(metrics: dict) -> dict[str, float]:
+    return {k: float(metrics[k]) for k in METRIC_KEYS}
 
 
 def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: TDMPC2Config,
