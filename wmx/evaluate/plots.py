@@ -76,8 +76,10 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
     of per-seed returns); optional ``published`` = (xs, ys, seed ranges or None,
     label): the published points as markers with the published seeds' range as
     error bars (never a line through points that do not exist); optional
-    ``hlines`` = [(label, value), ...] drawn dotted (source final return,
-    published at the source env steps). Writes ``path``.
+    ``train`` = (xs, per-x lists of per-seed training-episode returns), drawn
+    thin (the stochastic policy's returns, DreamerV3's primary metric);
+    optional ``hlines`` = [(label, value), ...] drawn dotted (source final
+    return, published at the source env steps, a threshold). Writes ``path``.
     """
     n = max(1, len(panels))
     cols = min(n, 4)
@@ -92,6 +94,10 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
             ax.plot(xs, mean, "o-", color=_WMX, ms=3, label="wmx (seed mean)")
             ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals],
                             color=_WMX, alpha=0.2)
+        tr = p.get("train")
+        if tr is not None and len(tr[0]):
+            ax.plot(np.asarray(tr[0], float), [np.mean(v) for v in tr[1]], "-", lw=0.8,
+                    color=_WMX, alpha=0.6, label="wmx training episodes (seed mean)")
         pub = p.get("published")
         if pub is not None and len(pub[0]):
             px, py, rng, label = pub

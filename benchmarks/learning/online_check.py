@@ -1,0 +1,134 @@
+"""The online learning check of any agent: does it learn a real Playground task on this CPU?
+
+Runs ``train_online`` (the agent's ``cpu`` preset by default) and records the
+mean eval return and the training-episode return of every logged point, beside
+the agent's published points (wmx/evaluate/reference/: TD-MPC2's eval curve,
+DreamerV3's training-episode returns). Writes ``<out>/<agent>_online_<task>.json``
+and a plot; ``docs/validation.md`` records the results. The entry points are
+``tdmpc2_online.py`` and ``dreamerv3_online.py`` (each sets its agent's defaults);
+``--budget-min`` stops after the first chunk past the budget (evaluated there),
+``--resume RUN_DIR`` continues.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wmx.datasets.store import Store
+from wmx.evaluate.plots import learning_curves
+from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
+from wmx.paths import wmx_home
+from wmx.train_online import cli as online_cli
+from wmx.train_online.loop import run
+from wmx.runs.online_config import OnlineRunConfig
+
+
+def eval_curve(run_dir: Path, kind: str = "eval") -> dict[int, list[float]]:
+    """{env_steps: [mean return per seed]} of the ``kind`` rows ("eval": eval episodes;
+    "train": the training episodes completed in each chunk) of a run's metrics.csv."""
+    out: dict[int, list[float]] = {}
+    with (run_dir / "metrics.csv").open() as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == kind and r["return"] not in ("", None):
+                out.setdefault(int(r["env_steps"]), []).append(float(r["return"]))
+    return dict(sorted(out.items()))
+
+
+def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float | None,
+         agent: str = "tdmpc2", train: dict[int, list[float]] | None = None) -> None:
+    """The run's eval curve (seed mean, seed range), its training-episode returns when
+    given, the agent's published points as markers (their seed range as error bars;
+    never a line between points) and the threshold (`wmx.evaluate.plots.learning_curves`)."""
+    xs = list(curve)
+    top = max(xs + list(train or {}) + [0])
+    px, py, rng = points_up_to(task, top, agent)
+    panel = {"task": task, "x": xs, "returns": list(curve.values()),
+             "published": (px, py, rng, f"{AGENT_LABELS[agent]} paper (published points)"),
+             "hlines": [] if threshold is None else [(f"threshold {threshold:g}", threshold)]}
+    if train:
+        panel["train"] = (list(train), list(train.values()))
+    learning_curves([panel], path, "env steps")
+
+
+def main(agent: str, defaults: dict, argv=None) -> dict:
+    """Parse the flags (``defaults`` replaces the argparse defaults), run, write the
+    result JSON and plot; returns the result dict."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="cartpole-balance")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--env-steps", type=int, default=20_000)
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--envs", type=int, default=None,
+                   help="lockstep envs per seed (default: the agent's preset's)")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
+                   help="agent config fields (train_online's --set)")
+    p.add_argument("--eval-every", type=int, default=2_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--threshold", type=float, default=None)
+    p.add_argument("--threshold-on", choices=("eval", "train"), default="eval",
+                   help="which return the threshold applies to")
+    p.add_argument("--budget-min", type=float, default=None,
+                   help="stop after this many minutes (whole chunks); record as far as reached")
+    p.add_argument("--home", default=None)
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue an earlier (budget-stopped) learning run")
+    p.add_argument("--out", default="benchmarks/results")
+    p.set_defaults(**defaults)
+    args = p.parse_args(argv)
+
+    if args.resume:
+        run_dir = Path(args.resume).resolve()
+        rc = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+        store = Store(run_dir.parent.parent)
+    else:
+        from wmx.runs.cli_common import parse_set
+        over = parse_set(args.set_)
+        rc = OnlineRunConfig(task=args.task, agent=agent, seeds=tuple(args.seeds),
+                             env_steps=args.env_steps, preset=args.preset,
+                             agent_overrides=over, eval_every=args.eval_every,
+                             eval_episodes=args.eval_episodes, n_envs=args.envs or 1)
+        if args.envs is None:
+            rc = dataclasses.replace(rc, n_envs=int(getattr(rc.agent_module.make_config(
+                args.preset, over, task=rc.task_spec), "n_envs", 1)))
+        store = Store(wmx_home(args.home)).ensure_layout()
+        run_dir = store.runs_dir / f"learning-{agent}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
+    task = rc.task
+    export = online_cli.make_export(store, rc, run_dir)
+    t0 = time.perf_counter()
+    deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
+    summary = run(rc, run_dir, export, progress=True, deadline=deadline)
+    wall = time.perf_counter() - t0
+    curve, train = eval_curve(run_dir), eval_curve(run_dir, "train")
+    final_x = max(curve) if curve else 0
+    final = float(np.mean(curve[final_x])) if curve else float("nan")
+    judged = curve if args.threshold_on == "eval" else train
+    best = max((float(np.mean(v)) for v in judged.values()), default=float("nan"))
+    res = {"agent": agent, "task": task, "seeds": list(rc.seeds), "preset": rc.preset,
+           "n_envs": rc.n_envs, "agent_overrides": rc.agent_overrides,
+           "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
+           "finished": summary["finished"], "wall_s": wall,
+           "eval_curve": {str(k): v for k, v in curve.items()},
+           "train_curve": {str(k): v for k, v in train.items()},
+           "final_mean_eval_return": final,
+           f"published_{agent}_at_same_env_steps": published_return(task, final_x, agent),
+           "threshold": args.threshold, "threshold_on": args.threshold_on,
+           "best_mean_return_judged": best,
+           "passed": None if args.threshold is None else bool(best >= args.threshold),
+           "run_dir": str(run_dir)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{agent}_online_{task}.json").write_text(json.dumps(res, indent=1))
+    plot(task, curve, out / f"{agent}_online_{task}.png", args.threshold, agent,
+         train=train)
+    print(json.dumps({k: res[k] for k in ("agent", "task", "env_steps_reached",
+                                          "final_mean_eval_return", "best_mean_return_judged",
+                                          "passed", "wall_s")}, indent=1))
+    return res
