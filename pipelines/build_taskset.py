@@ -27,19 +27,29 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
 
 def run(taskset, args, beam_args) -> int:
     from wmx.paths import wmx_home
-    from wmx.pipelines.sources import BuildInputError, make_plan, run_build
-    runner = next((a.split("=", 1)[1] for a in beam_args if a.startswith("--runner=")),
-                  "DirectRunner")
+    from wmx.pipelines.options import check_beam_args
+    from wmx.pipelines.sources import BuildInputError, build_failure, make_plan, run_build
     try:
+        runner = check_beam_args(beam_args, ["--home", "--tasks", "--taskset", "--sources",
+                                             "--num_shards"])
         plan = make_plan(wmx_home(args.home), taskset, args.sources, args.num_shards,
                          runner=runner)
     except (BuildInputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = sum(s.num_episodes for s in plan.sources)
-    print(f"building {plan.name}: {len(plan.sources)} episode sets, {n} episodes, "
-          f"{plan.num_shards} shards")
-    dest = run_build(plan, beam_args)
+    dups = sum(len(s.skip) for s in plan.sources)
+    print(f"building {plan.name}: {len(plan.sources)} episode sets, {n - dups} episodes, "
+          f"{plan.num_shards} shards" + (f" ({dups} duplicate episodes dropped, listed in "
+                                         "the manifest's builder.duplicates)" if dups else ""))
+    try:
+        dest = run_build(plan, beam_args)
+    except Exception as e:  # noqa: BLE001 - expected failures become one line, others re-raised
+        line = build_failure(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 1
     print(f"dataset {plan.name}@{Path(dest).name[:10]} at {dest}")
     return 0
 
@@ -50,7 +60,12 @@ def main(argv=None) -> int:
     add_common_args(ap)
     args, beam_args = ap.parse_known_args(argv)
     from wmx.schemas.taskset import TaskSet
-    return run(TaskSet.from_json(Path(args.taskset).read_text()), args, beam_args)
+    try:
+        taskset = TaskSet.from_json(Path(args.taskset).read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: --taskset {args.taskset}: {e}", file=sys.stderr)
+        return 2
+    return run(taskset, args, beam_args)
 
 
 if __name__ == "__main__":

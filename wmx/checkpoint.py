@@ -6,7 +6,9 @@ save "agent": the agents' training states, "loop": keys, counters,
 collector and policy carries, and, online, "replay"), and ``host.json``
 (the host loop's counters). Items restore independently, so `evaluate`
 reads the agent state without the replay. It is written into a temporary folder and renamed into place
-when complete, so a crash never leaves a half-written checkpoint; the newest
+when complete, so a crash never leaves a half-written checkpoint (the
+temporary, ``checkpoints/.tmp-<step>~<owner>``, is removed by the next run
+of the stage, `wmx.temporaries`); the newest
 ``keep`` checkpoints are kept. Everything a run needs to continue exactly
 is saved: parameters, optimiser and RunningScale state, replay, collector
 and planner carries, keys (deviation T12: the reference saves parameters
@@ -24,6 +26,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+from wmx import failpoints, temporaries
 
 
 def _ckpt_root(run_dir: Path) -> Path:
@@ -63,15 +67,13 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
     final = root / f"{step:012d}"
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
-    tmp = root / f".tmp-{step:012d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = temporaries.make_dir(root, f"{step:012d}")   # swept when its process is dead
     try:
         with ocp.StandardCheckpointer() as ckptr:     # closed: no background work left
             for name, tree in items.items():
                 ckptr.save((tmp / "items" / name).resolve(), _nonempty_leaves(tree))
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
+        failpoints.hit("checkpoint.written")
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

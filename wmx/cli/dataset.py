@@ -8,7 +8,7 @@ import sys
 def add_parser(sub) -> None:
     """Register `dataset` and its subcommands on an argparse subparsers object."""
     p = sub.add_parser("dataset", help="list, inspect and validate pooled datasets")
-    p.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx)")
+    add_home(p)
     ds = p.add_subparsers(dest="dataset_cmd", required=True)
     ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
     ls.add_argument("name", nargs="?", default=None)
@@ -16,7 +16,16 @@ def add_parser(sub) -> None:
     info.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
     val = ds.add_parser("validate", help="run every check; exit 0 only if all pass")
     val.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
+    for q in (ls, info, val):
+        add_home(q)
     p.set_defaults(func=run)
+
+
+def add_home(p: argparse.ArgumentParser) -> None:
+    """``--home`` on a (sub)command; typed at any level it reaches ``args.home`` (the
+    default None is set once, by `wmx.cli.main`)."""
+    p.add_argument("--home", default=argparse.SUPPRESS,
+                   help="wmx data root (default $WMX_HOME or ~/.wmx)")
 
 
 def _size(path) -> int:
@@ -39,6 +48,8 @@ def cmd_ls(args) -> int:
         try:
             m = DatasetManifest.load(e.path)
             tasks, eps = str(len(m.taskset)), str(m.episode_count)
+            if m.content_hash != e.content_hash:
+                eps += " (changed after the build: validate it)"
         except ValueError:
             tasks, eps = "?", "? (bad manifest)"
         rows.append((e.name, e.content_hash[:10], tasks, eps, _human(_size(e.path)),
@@ -87,9 +98,14 @@ def cmd_validate(args) -> int:
 
 
 def run(args) -> int:
-    """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2."""
+    """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2; an
+    unreadable store (permissions, I/O) one line, exit 1."""
     try:
         return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate}[args.dataset_cmd](args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        from wmx.failures import describe
+        print(f"error: {describe(e)}", file=sys.stderr)
+        return 1
