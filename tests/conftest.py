@@ -2,13 +2,14 @@
 
 `tiny_online_run`: the tiny online run of tests/tiny_runs.py, trained once
 per session (read-only: tests that continue or change a run work on a copy
-or a run of their own).
+or a run of their own). `tiny_offline_dataset`: the tiny offline run's
+dataset (tests/tiny_runs.py), built once per session (read-only).
 """
 from __future__ import annotations
 
 import pytest
 
-from tiny_runs import train_tiny
+from tiny_runs import build_offline_dataset, train_tiny
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +19,10 @@ def tiny_online_run(tmp_path_factory):
     store, run_dir, summary = train_tiny(home, "tiny")
     assert summary["finished"]
     return home, store, run_dir, summary
+
+
+@pytest.fixture(scope="session")
+def tiny_offline_dataset(tmp_path_factory):
+    """(home, dataset dir) of the tiny offline run's dataset "tst" (read-only)."""
+    home = tmp_path_factory.mktemp("tiny-offline")
+    return home, build_offline_dataset(home)

@@ -16,7 +16,10 @@ only).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import math
 import os
 import shutil
@@ -67,9 +70,10 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
     final = root / f"{step:012d}"
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
+    _check_space(root, items)
     tmp = temporaries.make_dir(root, f"{step:012d}")   # swept when its process is dead
     try:
-        with ocp.StandardCheckpointer() as ckptr:     # closed: no background work left
+        with _quiet_orbax(), ocp.StandardCheckpointer() as ckptr:   # closed: no work left
             for name, tree in items.items():
                 ckptr.save((tmp / "items" / name).resolve(), _nonempty_leaves(tree))
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
@@ -81,6 +85,32 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _check_space(root: Path, items: dict[str, Any], margin: float = 1.25) -> None:
+    """Raise OSError(ENOSPC) naming ``root`` when its filesystem has less free space than
+    the items' bytes (times ``margin``, plus 1 MB): a full disk is then one clear error
+    before orbax starts writing (and logging its own failures)."""
+    need = int(margin * sum(int(getattr(x, "nbytes", 0)) for x in jax.tree_util.tree_leaves(items))
+               ) + (1 << 20)
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device: a checkpoint needs about "
+                                    f"{need / 2**20:.1f} MB, {free / 2**20:.1f} MB are free",
+                      str(root))
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Orbax logs each failure of its background threads with a traceback (and many INFO
+    lines); the failure itself is raised to the caller, so its logger says nothing here."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -28,7 +28,8 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 def describe(err: BaseException, resume_hint: str = "") -> str | None:
-    """The one-line message for an expected runtime failure, None for anything else.
+    """The one-line message for an expected runtime failure, None for anything else
+    (FileNotFoundError / FileExistsError are the callers' input errors).
 
     resume_hint: what to rerun once fixed (e.g. "continue with --resume RUN_DIR").
     """
@@ -48,7 +49,7 @@ def describe(err: BaseException, resume_hint: str = "") -> str | None:
         return (f"cannot write {err.filename or 'a file'}: {err.strerror} (a read-only "
                 f"filesystem or missing permissions): use a writable data root (--home) or "
                 f"fix its permissions{tail}")
-    if isinstance(err, OSError):
+    if isinstance(err, OSError) and not isinstance(err, (FileNotFoundError, FileExistsError)):
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}{tail}"
     return None

@@ -100,12 +100,15 @@ def cmd_validate(args) -> int:
 def run(args) -> int:
     """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2; an
     unreadable store (permissions, I/O) one line, exit 1."""
+    from wmx.failures import describe
     try:
         return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate}[args.dataset_cmd](args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        from wmx.failures import describe
-        print(f"error: {describe(e)}", file=sys.stderr)
-        return 1
+    except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
+        line = describe(e)
+        if line is not None:
+            print(f"error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(e, (ValueError, FileNotFoundError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

@@ -168,16 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:
         path = _run(args) if args.run is not None else _runs(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"evaluate: error: {err}", file=sys.stderr)
-        return 2
     except Exception as err:  # noqa: BLE001 - only the expected failures, the rest re-raised
         from wmx.failures import describe
         line = describe(err, "run the same command again")
-        if line is None:
-            raise
-        print(f"evaluate: error: {line}", file=sys.stderr)
-        return 1
+        if line is not None:
+            print(f"evaluate: error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"evaluate: error: {err}", file=sys.stderr)
+            return 2
+        raise
     print(path)
     return 0
 

@@ -62,15 +62,15 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     args.given = given_flags(parser, argv)
     try:
         return body(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
     except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
         line = describe(err, getattr(args, "resume_hint", ""))
-        if line is None:
-            raise
-        print(f"{prog}: error: {line}", file=sys.stderr)
-        return 1
+        if line is not None:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return 2
+        raise
 
 
 def resume_config(resume: str, home_flag: str | None, home: Path,
@@ -110,14 +110,16 @@ def _same(a: Any, b: Any) -> bool:
 
 def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict[str, str],
                    free: Iterable[str] = (), extendable: Iterable[str] = (),
-                   overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                   overrides: dict[str, Any] | None = None,
+                   as_overrides: Iterable[str] = ()) -> dict[str, Any]:
     """Check the flags typed with ``--resume`` against the run's saved config.
 
     fields: flag dest -> key of the saved config it sets; free: dests that may
     be given freely (output and display flags); extendable: dests whose value
     may grow (the trainer then checks the extension is exact); overrides: the
-    agent-config overrides of the typed agent flags (`agent_overrides`), compared
-    key by key with the saved ``agent_overrides``. A flag equal to the saved
+    agent-config overrides of the typed agent flags (`agent_overrides`) and of the
+    dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
+    key with the saved ``agent_overrides``. A flag equal to the saved
     value is accepted. Returns {config key: new value} of the extended fields.
     Raises ValueError naming the flag, its value and the saved value for any
     other difference, and for a flag that has no meaning for a resumed run.
@@ -125,7 +127,7 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
     free = set(free) | {"resume", "home", "dry_run", "no_progress"}
     extendable = set(extendable)
     changes: dict[str, Any] = {}
-    agent_flags = set(AGENT_DESTS[2:]) | set(_registry_flags())
+    agent_flags = set(AGENT_DESTS[2:]) | set(_registry_flags()) | set(as_overrides)
     for dest in sorted(getattr(args, "given", set())):
         if dest in free or dest in agent_flags:
             continue

@@ -128,7 +128,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     if "batch_size" in args.given:
         over = {"batch_size": args.batch_size, **over}
     changes = resume_changes(args, cfg, RESUME_FIELDS, free=("no_export",),
-                             extendable=("env_steps",), overrides=over)
+                             extendable=("env_steps",), overrides=over,
+                             as_overrides=("batch_size",))
     if not changes:
         return rc
     new = dataclasses.replace(rc, **changes)
