@@ -556,6 +556,23 @@ def test_offline_defaults_fit_each_other_and_resume_may_extend(offline_run, caps
     assert (offrun / "config.json").read_text() == before          # a dry run changes nothing
 
 
+def test_extending_a_run_whose_replay_would_grow_is_refused(tmp_path, capsys):
+    """TD-MPC2's replay holds the whole run when it is shorter than buffer_size, so a
+    longer run has another replay: --env-steps cannot extend it exactly (the positive
+    case, with a replay that keeps its size, is test_resume_extend.py, slow)."""
+    from wmx.train_online import loop
+    run_dir = tmp_path / "runs" / "part"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    assert not loop.run(TINY_RC, run_dir, None, progress=False, stop_after_chunks=1)["finished"]
+    before = _listing(run_dir)
+    capsys.readouterr()
+    assert online_cli.main(["--resume", str(run_dir), "--env-steps", str(12 * TINY_T)]) == 2
+    (line,) = _one_line(capsys.readouterr().err)
+    assert "a longer run has a larger replay" in line and "start a new run" in line
+    assert _listing(run_dir) == before
+
+
 # ---- 5. expected failures while running: one line, exit 1 ----------------------------------
 def test_read_only_home_is_one_line(tmp_path, monkeypatch, capsys):
     import pathlib

@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--updates", type=int, default=100_000, help="gradient updates of the run; "
                    "with --resume it may extend a run that has not finished")
     p.add_argument("--log-every", type=int, default=None,
-                   help="updates per jitted chunk and per metrics row (default: the largest "
-                        "divisor of --eval-every and --checkpoint-every up to 1000)")
+                   help="updates per jitted chunk and per metrics row; %(default)s: the "
+                        "largest divisor of --eval-every and --checkpoint-every up to 1000")
     p.add_argument("--eval-every", type=int, default=50_000,
                    help="updates between evaluations (a multiple of --log-every)")
     p.add_argument("--checkpoint-every", type=int, default=None,

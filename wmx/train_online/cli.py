@@ -113,8 +113,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
 
     Every flag must equal the saved value, except ``--env-steps``, which may
     extend a run that has not finished when its checkpoints keep their shapes
-    (the agent's replay is sized for the run: TD-MPC2's holds the whole run
-    when it is shorter than buffer_size), so the resumed run replays exactly
+    (the agent's replay may be sized for the run; the checkpoint item shapes
+    of both lengths are compared), so the resumed run replays exactly
     what a run started with the larger value does. Raises ValueError naming
     the flag otherwise."""
     import dataclasses
@@ -157,10 +157,9 @@ def _check_extension(old, new, run_dir: Path) -> None:
         shapes = [jax.tree.map(lambda x: (x.shape, x.dtype), program.checkpoint_items(
             jax.eval_shape(lambda rc=rc: program.init_carries(rc, env)))) for rc in (old, new)]
         if shapes[0] != shapes[1]:
-            raise ValueError(f"{what}: a longer run has a larger replay ({new.agent}'s replay is "
-                             "sized for the whole run when it is shorter than its buffer "
-                             "size), so this run cannot continue exactly as the longer one "
-                             "would; start a new run")
+            raise ValueError(f"{what}: a longer run has a larger replay (the {new.agent} "
+                             "replay is sized for the run), so this run's checkpoint cannot "
+                             "continue exactly as the longer run would; start a new run")
 
 
 def _main(args: argparse.Namespace) -> int:
