@@ -573,6 +573,15 @@ def test_extending_a_run_whose_replay_would_grow_is_refused(tmp_path, capsys):
     assert _listing(run_dir) == before
 
 
+def test_counts_may_be_written_1e3(capsys):
+    assert online_cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "1e3",
+                            "--batch-size", "1_000", "--dry-run"]) == 0
+    assert "1,000 env steps per seed" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:                 # argparse's usage error
+        online_cli.main(["--task", "probe-action", "--batch-size", "0.5", "--dry-run"])
+    assert e.value.code == 2 and "'0.5' is not a whole number" in capsys.readouterr().err
+
+
 # ---- 5. expected failures while running: one line, exit 1 ----------------------------------
 def test_read_only_home_is_one_line(tmp_path, monkeypatch, capsys):
     import pathlib

@@ -12,6 +12,10 @@ goes through ``atomic_dir`` (a temporary sibling directory renamed into place),
 so a directory without a manifest, or one whose name starts with ".", is never
 listed. Names: ``name@<hex prefix>`` (any unique prefix of 8+ hex digits of the
 content hash), ``name@latest`` (newest manifest ``created`` time), or a path.
+A name is bound to the content: resolving a stored artifact checks that its
+manifest's content hash and name are the ones its directory is named after
+(ArtifactIntegrityError otherwise). Temporaries are owned by their process
+(`wmx.temporaries`); `Store.sweep_temporaries` removes dead processes' ones.
 """
 from __future__ import annotations
 

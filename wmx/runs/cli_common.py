@@ -25,6 +25,21 @@ from typing import Any, Callable, Iterable
 from wmx import temporaries
 
 
+def count(text: str) -> int:
+    """argparse type of a count flag: an integer, also written ``1e6`` or ``1_000_000``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
+
+
 def given_flags(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str]:
     """The ``dest`` of every option typed in ``argv`` (``--flag`` or ``--flag=value``,
     unique abbreviations resolved as argparse does)."""

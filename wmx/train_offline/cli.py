@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
+from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, count, create_run_dir,
                                  print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -44,15 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="pooled dataset: name@hash (8+ hex digits), name@latest "
                                      "or a dataset directory")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
-    p.add_argument("--batch-size", type=int, default=1024, help="slices per update (spec 4.19)")
-    p.add_argument("--updates", type=int, default=100_000, help="gradient updates of the run; "
+    p.add_argument("--batch-size", type=count, default=1024, help="slices per update (spec 4.19)")
+    p.add_argument("--updates", type=count, default=100_000, help="gradient updates of the run; "
                    "with --resume it may extend a run that has not finished")
-    p.add_argument("--log-every", type=int, default=None,
+    p.add_argument("--log-every", type=count, default=None,
                    help="updates per jitted chunk and per metrics row; %(default)s: the "
                         "largest divisor of --eval-every and --checkpoint-every up to 1000")
-    p.add_argument("--eval-every", type=int, default=50_000,
+    p.add_argument("--eval-every", type=count, default=50_000,
                    help="updates between evaluations (a multiple of --log-every)")
-    p.add_argument("--checkpoint-every", type=int, default=None,
+    p.add_argument("--checkpoint-every", type=count, default=None,
                    help="updates between checkpoints (default: --eval-every)")
     p.add_argument("--eval-episodes", type=int, default=10,
                    help="eval_mode episodes per task and seed (spec 4.20)")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, create_run_dir,
+from wmx.runs.cli_common import (add_agent_arguments, agent_overrides, count, create_run_dir,
                                  print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -37,13 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_arguments(p, "online")
     p.add_argument("--task", help="task in mt30 spelling, e.g. cartpole-balance, walker-walk")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
-    p.add_argument("--env-steps", type=int, default=20_000,
+    p.add_argument("--env-steps", type=count, default=20_000,
                    help="simulator steps of the run (rounded up to whole episodes); with "
                         "--resume it may extend an unfinished run whose replay keeps its size")
     p.add_argument("--n-envs", type=int, default=1, help="lockstep envs per seed (T7)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=count, default=None,
                    help="batch of one update (default: the preset's)")
-    p.add_argument("--eval-every", type=int, default=5_000, help="env steps between evaluations")
+    p.add_argument("--eval-every", type=count, default=5_000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval_mode episodes per seed")
     p.add_argument("--chunk-episodes", type=int, default=1,
                    help="rounds of episodes per jitted chunk (host work happens between chunks)")
