@@ -33,28 +33,41 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
 
 def run(taskset, args, beam_args) -> int:
     from wmx.paths import wmx_home
+    from wmx.pipelines.options import check_beam_args
     from wmx.pipelines.runners import RunnerError, parse_runner_args
-    from wmx.pipelines.sources import BuildInputError, make_plan, run_build_result
+    from wmx.pipelines.sources import (BuildInputError, build_failure, make_plan,
+                                       run_build_result)
     from wmx.pipelines.transforms import EpisodeCheckError
     try:
         ra = parse_runner_args(beam_args, args.dask_workers)
+        check_beam_args(ra.beam_args, ["--home", "--tasks", "--taskset", "--sources",
+                                       "--num_shards", "--dask_workers"])
         plan = make_plan(wmx_home(args.home), taskset, args.sources, args.num_shards,
                          runner=ra.name)
     except (BuildInputError, RunnerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = sum(s.num_episodes for s in plan.sources)
+    dups = sum(len(s.skip) for s in plan.sources)
     where = ""
     if ra.is_dask:
         where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
                  f" on a local Dask cluster of {ra.dask_workers} worker processes")
-    print(f"building {plan.name}: {len(plan.sources)} episode sets, {n} episodes, "
-          f"{plan.num_shards} shards, {ra.name}{where}", flush=True)
+    print(f"building {plan.name}: {len(plan.sources)} episode sets, {n - dups} episodes, "
+          f"{plan.num_shards} shards, {ra.name}{where}" +
+          (f" ({dups} duplicate episodes dropped, listed in the manifest's "
+           "builder.duplicates)" if dups else ""), flush=True)
     try:
         res = run_build_result(plan, beam_args, args.dask_workers)
     except (RunnerError, EpisodeCheckError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - expected failures become one line, others re-raised
+        line = build_failure(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 1
     print(f"dataset {plan.name}@{res.path.name[:10]} at {res.path} ({res.seconds:.1f} s, "
           f"shards written by {len(res.writers)} process(es))")
     return 0
@@ -66,7 +79,12 @@ def main(argv=None) -> int:
     add_common_args(ap)
     args, beam_args = ap.parse_known_args(argv)
     from wmx.schemas.taskset import TaskSet
-    return run(TaskSet.from_json(Path(args.taskset).read_text()), args, beam_args)
+    try:
+        taskset = TaskSet.from_json(Path(args.taskset).read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: --taskset {args.taskset}: {e}", file=sys.stderr)
+        return 2
+    return run(taskset, args, beam_args)
 
 
 if __name__ == "__main__":

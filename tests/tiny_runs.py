@@ -1,7 +1,11 @@
 """The tiny TD-MPC2 online run (probe-action, T=20, seeds 0 and 3, with
-episode-set export) that tests/train_online and tests/evaluate share through
-conftest.py's session fixture `tiny_online_run`, so its chunk and evaluation
-programs (cached per config and env) compile once per session."""
+episode-set export) that tests/train_online, tests/evaluate and
+tests/reliability share through conftest.py's session fixture
+`tiny_online_run`, so its chunk and evaluation programs (cached per config
+and env) compile once per session; `TINY_ONLINE_ARGV` is the same run as
+train_online flags. `TINY_OFFLINE_ARGS` and `build_offline_dataset`: the tiny
+offline run of tests/train_offline (a real Beam build of the stored
+Playground episodes, cartpole-balance + cheetah-run, T=20)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +20,31 @@ T = 20   # probe-action's episode length (agent steps)
 TINY_RC = OnlineRunConfig(task="probe-action", seeds=(0, 3), env_steps=6 * T, preset="tiny",
                           agent_overrides={"seed_steps": 2 * T}, eval_every=2 * T,
                           eval_episodes=2, chunk_episodes=1)
+
+
+TINY_ONLINE_ARGV = ["--task", "probe-action", "--seeds", "0", "3", "--env-steps", str(6 * T),
+                    "--preset", "tiny", "--seed-steps", str(2 * T), "--eval-every", str(2 * T),
+                    "--eval-episodes", "2", "--no-progress"]
+"""train_online flags of TINY_RC (same config, so the same compiled programs)."""
+
+TINY_OFFLINE_ARGS = ["--preset", "tiny", "--batch-size", "16", "--updates", "6", "--log-every",
+                     "2", "--eval-every", "4", "--checkpoint-every", "2", "--eval-episodes", "2",
+                     "--seeds", "0", "1", "--no-progress"]
+"""train_offline flags of the tiny offline run (tests/train_offline)."""
+
+
+def build_offline_dataset(home: Path, name: str = "tst") -> Path:
+    """Store the tiny offline run's episode sets (stored real cartpole-balance and
+    cheetah-run episodes, T=20) in ``home`` and build dataset ``name`` (2 shards)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "pipelines"))
+    from episode_fixtures import (playground_info, stored_playground_episodes, taskset_of,
+                                  write_set)
+    from wmx.pipelines.sources import make_plan, run_build
+    infos = [playground_info(t) for t in ("cartpole-balance", "cheetah-run")]
+    for i, info in enumerate(infos):
+        write_set(home, info, stored_playground_episodes(info.name), seed=i)
+    return run_build(make_plan(home, taskset_of(name, infos), num_shards=2))
 
 
 def train_tiny(home: Path, name: str) -> tuple[Store, Path, dict]:

@@ -6,7 +6,9 @@ save "agent": the agents' training states, "loop": keys, counters,
 collector and policy carries, and, online, "replay"), and ``host.json``
 (the host loop's counters). Items restore independently, so `evaluate`
 reads the agent state without the replay. It is written into a temporary folder and renamed into place
-when complete, so a crash never leaves a half-written checkpoint; the newest
+when complete, so a crash never leaves a half-written checkpoint (the
+temporary, ``checkpoints/.tmp-<step>~<owner>``, is removed by the next run
+of the stage, `wmx.temporaries`); the newest
 ``keep`` checkpoints are kept. Everything a run needs to continue exactly
 is saved: parameters, optimiser and RunningScale state, replay, collector
 and planner carries, keys (deviation T12: the reference saves parameters
@@ -19,7 +21,10 @@ on a shared file system; every process restores for itself.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import math
 import os
 import shutil
@@ -30,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from wmx import failpoints, temporaries
 
 
 def _ckpt_root(run_dir: Path) -> Path:
@@ -84,15 +91,14 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
     root.mkdir(parents=True, exist_ok=True)
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
-    tmp = root / f".tmp-{step:012d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    _check_space(root, items)
+    tmp = temporaries.make_dir(root, f"{step:012d}")   # swept when its process is dead
     try:
-        with _checkpointer(0) as ckptr:     # closed: no background work left
+        with _quiet_orbax(), _checkpointer(0) as ckptr:   # closed: no work left
             for name, tree in items.items():
                 ckptr.save((tmp / "items" / name).resolve(), _nonempty_leaves(tree))
         (tmp / "host.json").write_text(json.dumps(host, indent=1, sort_keys=True))
+        failpoints.hit("checkpoint.written")
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -100,6 +106,32 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _check_space(root: Path, items: dict[str, Any], margin: float = 1.25) -> None:
+    """Raise OSError(ENOSPC) naming ``root`` when its filesystem has less free space than
+    the items' bytes (times ``margin``, plus 1 MB): a full disk is then one clear error
+    before orbax starts writing (and logging its own failures)."""
+    need = int(margin * sum(int(getattr(x, "nbytes", 0)) for x in jax.tree_util.tree_leaves(items))
+               ) + (1 << 20)
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device: a checkpoint needs about "
+                                    f"{need / 2**20:.1f} MB, {free / 2**20:.1f} MB are free",
+                      str(root))
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Orbax logs each failure of its background threads with a traceback (and many INFO
+    lines); the failure itself is raised to the caller, so its logger says nothing here."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

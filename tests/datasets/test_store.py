@@ -114,7 +114,7 @@ def test_parse_ref():
 def test_atomic_dir_renames_on_success(tmp_path):
     final = tmp_path / "a" / "b"
     with atomic_dir(final) as tmp:
-        assert tmp.parent == final.parent and tmp.name.startswith(".tmp-b-")
+        assert tmp.parent == final.parent and tmp.name.startswith(".tmp-b~")
         (tmp / "x.txt").write_text("hi")
         assert not final.exists()
     assert (final / "x.txt").read_text() == "hi"

@@ -60,10 +60,10 @@ def taskset_of(name, infos) -> TaskSet:
 
 
 def playground_info(task_name: str, T: int = PLAYGROUND_T) -> TaskInfo:
-    """TaskInfo of a registry task with T overridden (short test episodes)."""
-    import dataclasses
+    """TaskInfo of a registry task with T overridden (short test episodes), as a run
+    with ``--episode-length T`` exports it: the discount is the registry's γ(T)."""
     from wmx.envs.registry import get_task
-    return dataclasses.replace(TaskInfo.from_spec(get_task(task_name)), episode_length=T)
+    return TaskInfo.from_spec(get_task(task_name).replace(T=T))
 
 
 def collect_playground_episodes(task_name: str, T: int = PLAYGROUND_T, seed: int = 0,

@@ -8,7 +8,7 @@ import sys
 def add_parser(sub) -> None:
     """Register `dataset` and its subcommands on an argparse subparsers object."""
     p = sub.add_parser("dataset", help="list, inspect and validate pooled datasets")
-    p.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx)")
+    add_home(p)
     ds = p.add_subparsers(dest="dataset_cmd", required=True)
     ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
     ls.add_argument("name", nargs="?", default=None)
@@ -26,7 +26,16 @@ def add_parser(sub) -> None:
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--num-shards", type=int, default=None,
                      help="default ceil(episodes / 512), as the Beam build")
+    for q in (ls, info, val, syn):
+        add_home(q)
     p.set_defaults(func=run)
+
+
+def add_home(p: argparse.ArgumentParser) -> None:
+    """``--home`` on a (sub)command; typed at any level it reaches ``args.home`` (the
+    default None is set once, by `wmx.cli.main`)."""
+    p.add_argument("--home", default=argparse.SUPPRESS,
+                   help="wmx data root (default $WMX_HOME or ~/.wmx)")
 
 
 def _size(path) -> int:
@@ -49,6 +58,8 @@ def cmd_ls(args) -> int:
         try:
             m = DatasetManifest.load(e.path)
             tasks, eps = str(len(m.taskset)), str(m.episode_count)
+            if m.content_hash != e.content_hash:
+                eps += " (changed after the build: validate it)"
         except ValueError:
             tasks, eps = "?", "? (bad manifest)"
         rows.append((e.name, e.content_hash[:10], tasks, eps, _human(_size(e.path)),
@@ -108,10 +119,18 @@ def cmd_synth(args) -> int:
 
 
 def run(args) -> int:
-    """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2."""
+    """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2; an
+    unreadable store (permissions, I/O) one line, exit 1."""
+    from wmx.failures import describe
     try:
         return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate,
                 "synth": cmd_synth}[args.dataset_cmd](args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
+        line = describe(e)
+        if line is not None:
+            print(f"error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(e, (ValueError, FileNotFoundError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

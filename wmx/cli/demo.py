@@ -56,6 +56,9 @@ def add_parser(sub) -> None:
                        description="\n\n".join(doc[:4]), epilog=doc[4],
                        formatter_class=_Formatter)
     add_arguments(p)
+    for a in p._actions:        # `wmx --home X demo` and `wmx demo --home X` both work
+        if a.dest == "home":
+            a.default = argparse.SUPPRESS
     p.set_defaults(func=run)
 
 

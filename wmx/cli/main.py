@@ -9,6 +9,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `wmx`; returns the exit status."""
     from wmx.cli import dataset, demo
     ap = argparse.ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
+    ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx); "
+                    "accepted before or after the subcommand")
     sub = ap.add_subparsers(dest="cmd", required=True)
     dataset.add_parser(sub)
     demo.add_parser(sub)

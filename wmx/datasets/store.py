@@ -12,6 +12,10 @@ goes through ``atomic_dir`` (a temporary sibling directory renamed into place),
 so a directory without a manifest, or one whose name starts with ".", is never
 listed. Names: ``name@<hex prefix>`` (any unique prefix of 8+ hex digits of the
 content hash), ``name@latest`` (newest manifest ``created`` time), or a path.
+A name is bound to the content: resolving a stored artifact checks that its
+manifest's content hash and name are the ones its directory is named after
+(ArtifactIntegrityError otherwise). Temporaries are owned by their process
+(`wmx.temporaries`); `Store.sweep_temporaries` removes dead processes' ones.
 """
 from __future__ import annotations
 
@@ -20,10 +24,10 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from wmx import temporaries
 from wmx.datasets.names import (ArtifactRef, NameResolutionError, looks_like_ref,
                                 parse_ref)
 from wmx.paths import wmx_home
@@ -32,7 +36,17 @@ from wmx.schemas.manifest import MANIFEST_FILENAME
 
 __all__ = ["Store", "StoreEntry", "atomic_dir", "make_staging_dir",
            "commit_dir", "resolve_dataset",
-           "resolve_episode_set", "NameResolutionError"]
+           "resolve_episode_set", "NameResolutionError", "HomeError",
+           "ArtifactIntegrityError"]
+
+
+class HomeError(ValueError):
+    """The data root is unusable: a file, or not writable where a stage must write."""
+
+
+class ArtifactIntegrityError(ValueError):
+    """A stored artifact's manifest disagrees with the name@hash it is stored under:
+    it was changed after it was written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +83,11 @@ def _fsync_tree(root: Path) -> None:
 
 def make_staging_dir(parent: str | os.PathLike, hint: str = "staging") -> Path:
     """Create and return an empty hidden temporary directory
-    ``<parent>/.tmp-<hint>-*`` (parents created). Listings ignore it; pair it
-    with ``commit_dir`` (or use ``atomic_dir`` when the final name is known)."""
-    parent = Path(parent)
-    parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".tmp-{hint}-", dir=parent))
+    ``<parent>/.tmp-<hint>~<host>~<pid>~<hex>`` (parents created; owned by this
+    process, `wmx.temporaries`). Listings ignore it, and a stage started after
+    this process died removes it (`Store.sweep_temporaries`); pair it with
+    ``commit_dir`` (or use ``atomic_dir`` when the final name is known)."""
+    return temporaries.make_dir(parent, hint)
 
 
 def commit_dir(staging: str | os.PathLike, final_path: str | os.PathLike) -> Path:
@@ -134,6 +148,9 @@ class Store:
 
     def __init__(self, home: str | os.PathLike | None = None):
         self.home = wmx_home(home)
+        if self.home.exists() and not self.home.is_dir():
+            raise HomeError(f"the data root {self.home} (--home / WMX_HOME) is a file, not a "
+                            "directory; give a directory (it is created if missing)")
 
     def __repr__(self) -> str:
         return f"Store({str(self.home)!r})"
@@ -151,10 +168,34 @@ class Store:
         return self.home / "runs"
 
     def ensure_layout(self) -> "Store":
-        """Create home/{episodes,datasets,runs}; returns self."""
-        for d in (self.episodes_dir, self.datasets_dir, self.runs_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        """Create home/{episodes,datasets,runs} and check that home is writable;
+        returns self. Raises HomeError naming the data root and the reason (read-only
+        filesystem, permissions, a file in the way, no space)."""
+        try:
+            for d in (self.episodes_dir, self.datasets_dir, self.runs_dir):
+                d.mkdir(parents=True, exist_ok=True)
+            probe = self.home / temporaries.owned_name("probe")
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise HomeError(f"cannot write to the data root {self.home} (--home / WMX_HOME): "
+                            f"{e.strerror or e}; give a writable directory") from None
         return self
+
+    def sweep_temporaries(self) -> list[Path]:
+        """Remove the temporaries that dead processes of this host left in the store
+        (`wmx.temporaries.sweep`): runs/.tmp-*, episodes/<task>/.tmp-*,
+        datasets/<name>/.tmp-* and datasets/.staging/*. Every stage calls it when
+        it starts. Returns what was removed."""
+        out = []
+        for root in (self.runs_dir, self.episodes_dir, self.datasets_dir):
+            out += temporaries.sweep(root)
+            if root is not self.runs_dir and root.is_dir():
+                for d in root.iterdir():
+                    if d.is_dir() and not d.name.startswith("."):
+                        out += temporaries.sweep(d)
+        out += temporaries.sweep(self.datasets_dir / ".staging", hidden_only=False)
+        return out
 
     # ---- paths -------------------------------------------------------------
     def episode_set_path(self, task: str, content_hash: str) -> Path:
@@ -208,28 +249,38 @@ class Store:
         return sorted(out, key=lambda e: (e.name, e.created, e.content_hash))
 
     # ---- resolution --------------------------------------------------------
-    def resolve_dataset(self, ref: str | os.PathLike) -> Path:
+    def resolve_dataset(self, ref: str | os.PathLike, check_content: bool = True) -> Path:
         """Directory of a pooled dataset given ``name@<hex>``, ``name@latest``
         or a path to a directory holding manifest.json.
 
-        Raises NameResolutionError (a ValueError) for an unknown name or
-        version (listing the stored candidates), an ambiguous prefix (listing
-        the matches) or a malformed name; FileNotFoundError for a path without
-        a manifest.
+        The name is bound to the content: a directory named after a content
+        hash (every stored artifact) must hold a manifest with that content
+        hash and name, else ArtifactIntegrityError (a ValueError) says it was
+        changed after it was written (a cheap check of manifest.json;
+        ``check_content=False`` skips it, for `wmx.datasets.validate`, which
+        recomputes the hash and reports it). Raises NameResolutionError (a
+        ValueError) for an unknown name or version (listing the stored
+        candidates), an ambiguous prefix (listing the matches) or a malformed
+        name; FileNotFoundError for a path without a manifest.
         """
-        return self._resolve(ref, self.datasets_dir, "pooled_dataset", "dataset")
+        return self._resolve(ref, self.datasets_dir, "pooled_dataset", "dataset",
+                             check_content)
 
-    def resolve_episode_set(self, ref: str | os.PathLike) -> Path:
+    def resolve_episode_set(self, ref: str | os.PathLike, check_content: bool = True) -> Path:
         """Directory of an episode set given ``<task>@<hex>``,
-        ``<task>@latest`` or a path; errors as in resolve_dataset."""
-        return self._resolve(ref, self.episodes_dir, "episode_set", "episode set")
+        ``<task>@latest`` or a path; checks and errors as in resolve_dataset."""
+        return self._resolve(ref, self.episodes_dir, "episode_set", "episode set",
+                             check_content)
 
-    def _resolve(self, ref, root: Path, kind: str, what: str) -> Path:
+    def _resolve(self, ref, root: Path, kind: str, what: str, check_content: bool = True
+                 ) -> Path:
+        bound = (self._check_bound if check_content
+                 else (lambda path, kind, what, text: path))
         text = os.fspath(ref)
         as_path = Path(text).expanduser()
         if isinstance(ref, os.PathLike) or not looks_like_ref(text) or as_path.exists():
             if as_path.is_dir() and (as_path / MANIFEST_FILENAME).is_file():
-                return as_path.resolve()
+                return bound(as_path.resolve(), kind, what, text)
             if as_path.exists():
                 raise FileNotFoundError(
                     f"{as_path} has no {MANIFEST_FILENAME}: not a complete {what}")
@@ -238,6 +289,9 @@ class Store:
                 f"{text!r} is neither a {what} directory nor a name like "
                 f"<name>@<8+ hex digits> or <name>@latest; stored {what}s: "
                 f"{_fmt(known)}", known)
+        return bound(self._find(text, root, kind, what), kind, what, text)
+
+    def _find(self, text: str, root: Path, kind: str, what: str) -> Path:
         parsed: ArtifactRef = parse_ref(text)
         entries = self._list(root, kind, parsed.name)
         if not entries:
@@ -260,6 +314,40 @@ class Store:
         raise NameResolutionError(
             f"{text!r} is ambiguous: it matches {len(matches)} {what}s "
             f"{_fmt(full)}; give more hex digits", full)
+
+    @staticmethod
+    def _check_bound(path: Path, kind: str, what: str, ref: str) -> Path:
+        """``path`` when its manifest's content hash (and name) are the ones its
+        directory is named after (checked when the directory name is a content hash,
+        i.e. inside a store); ArtifactIntegrityError otherwise. Cheap: reads
+        manifest.json only (`wmx.datasets.validate` recomputes the hash)."""
+        if not is_sha256_hex(path.name):
+            return path
+        try:
+            d = json.loads((path / MANIFEST_FILENAME).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            return path           # an unreadable manifest is the readers' error
+        if not isinstance(d, dict):
+            return path
+        if kind == "pooled_dataset":
+            name = d.get("name")
+        else:
+            name = d["task"].get("name") if isinstance(d.get("task"), dict) else None
+        h = d.get("content_hash")
+        fix = ("rebuild it (beam run pipelines/build_mt19.py, or build_taskset.py) and remove "
+               "the changed copy" if kind == "pooled_dataset" else
+               "export it again from its run (or build without it) and remove the changed copy")
+        if isinstance(h, str) and h != path.name:   # no hash at all: the readers' error
+            raise ArtifactIntegrityError(
+                f"{what} {ref!r} is stored under {path.parent.name}@{path.name[:16]}... but its "
+                f"manifest's content hash is {str(h)[:16]}...: it was changed after it was "
+                f"written, so the name no longer names its content; {fix} ({path})")
+        if name is not None and name != path.parent.name:
+            raise ArtifactIntegrityError(
+                f"{what} {ref!r} is stored under the name {path.parent.name!r} but its manifest "
+                f"names it {name!r}: it was moved or changed after it was written; {fix} "
+                f"({path})")
+        return path
 
 
 def _fmt(items: list[str]) -> str:

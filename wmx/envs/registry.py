@@ -58,6 +58,12 @@ class TaskSpec:
       obs_keys: key order used to flatten dict observations; () when the env's
         observation is already a flat array (all mt19 tasks).
       kind: "playground" or "probe".
+      reward_range: (low, high) of the reward of one simulator step; an agent
+        step sums action_repeat of them (`agent_step_reward_range`). DMC:
+        [0, 1] (every dm_control suite reward is a product of `tolerance`
+        terms in [0, 1]; the Playground ports keep it), probe-constant: 1,
+        probe-action: [-1, 1]. `wmx.datasets.validate` checks pooled rewards
+        against it.
     Derived properties: `discount` (tdmpc2_spec 2.20) and `seed_steps`
     (tdmpc2_spec 4.3), both from T.
     """
@@ -70,6 +76,7 @@ class TaskSpec:
     action_repeat: int
     obs_keys: tuple[str, ...] = ()
     kind: str = "playground"
+    reward_range: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self):
         if self.obs_dim < 1 or self.action_dim < 1:
@@ -80,6 +87,9 @@ class TaskSpec:
             raise ValueError(
                 f"task {self.name!r}: T and action_repeat must be >= 1, got "
                 f"T={self.T}, action_repeat={self.action_repeat}")
+        lo, hi = self.reward_range
+        if not lo <= hi:
+            raise ValueError(f"task {self.name!r}: reward_range {self.reward_range} is empty")
         if self.kind not in ("playground", "probe"):
             raise ValueError(
                 f"task {self.name!r}: kind must be 'playground' or 'probe', "
@@ -94,6 +104,12 @@ class TaskSpec:
     def seed_steps(self) -> int:
         """max(1000, 5·T) agent steps of random actions (tdmpc2_spec 4.3)."""
         return seed_steps_from_length(self.T)
+
+    def agent_step_reward_range(self, action_repeat: int | None = None) -> tuple[float, float]:
+        """(low, high) of the reward of one agent step: reward_range times the action
+        repeat (the task's, or ``action_repeat``)."""
+        ar = self.action_repeat if action_repeat is None else int(action_repeat)
+        return (self.reward_range[0] * ar, self.reward_range[1] * ar)
 
     def replace(self, **changes) -> "TaskSpec":
         """A copy with the given fields changed (e.g. T for short test runs)."""
@@ -136,9 +152,9 @@ MT19 = MT19_TASKS  # the name used in docs/architecture.md
 # implemented in wmx.envs.probes.
 PROBE_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec(name="probe-constant", playground_name=None, obs_dim=2,
-             action_dim=1, T=20, action_repeat=1, kind="probe"),
+             action_dim=1, T=20, action_repeat=1, kind="probe", reward_range=(1.0, 1.0)),
     TaskSpec(name="probe-action", playground_name=None, obs_dim=2,
-             action_dim=2, T=20, action_repeat=1, kind="probe"),
+             action_dim=2, T=20, action_repeat=1, kind="probe", reward_range=(-1.0, 1.0)),
 )
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in MT19_TASKS + PROBE_TASKS}

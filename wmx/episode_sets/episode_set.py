@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from wmx import failpoints
 from wmx.datasets.store import Store, commit_dir, make_staging_dir
 from wmx.version import code_version, env_versions
 from wmx.schemas.episode import (Episode, deserialize_episode, episode_return,
@@ -130,6 +131,7 @@ def write_records(store: Store, task: TaskInfo,
         if (final / "manifest.json").is_file():
             shutil.rmtree(staging, ignore_errors=True)
             return final
+        failpoints.hit("episode_set.staged")
         return commit_dir(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -78,12 +78,14 @@ class EpisodeSetWriter:
     creates) the staging directory. task: TaskInfo or a registry TaskSpec;
     producer: Producer or dict; versions: env versions (default
     env_versions()). Reopening a directory written for another task or
-    producer raises ValueError (a resumed run must be the same run and seed).
+    producer raises ValueError (a resumed run must be the same run and seed);
+    ``new_config``: the run was extended on resume, so its config hash changed
+    (the length is part of it): the new producer is recorded instead.
     """
 
     def __init__(self, staging_dir: str | os.PathLike, task: Any,
                  producer: Producer | Mapping[str, Any],
-                 versions: Mapping[str, str] | None = None):
+                 versions: Mapping[str, str] | None = None, *, new_config: bool = False):
         self.dir = Path(staging_dir)
         self.task = TaskInfo.from_spec(task)
         self.producer = _as_producer(producer)
@@ -91,7 +93,7 @@ class EpisodeSetWriter:
         state_path = self.dir / STATE_FILENAME
         if state_path.is_file():
             self._state = json.loads(state_path.read_text(encoding="ascii"))
-            self._check_reopen()
+            self._check_reopen(new_config)
         else:
             self._state = {"version": STATE_VERSION, "task": self.task.to_dict(),
                            "producer": _producer_dict(self.producer),
@@ -102,7 +104,7 @@ class EpisodeSetWriter:
         self._remove_strays()
 
     # ---- state ---------------------------------------------------------------
-    def _check_reopen(self) -> None:
+    def _check_reopen(self, new_config: bool = False) -> None:
         s = self._state
         if s.get("version") != STATE_VERSION:
             raise ValueError(f"{self.dir}: staging state version {s.get('version')}"
@@ -114,6 +116,10 @@ class EpisodeSetWriter:
         theirs = dict(s["producer"])
         # the code version may change between a run and its resumption
         mine.pop("code_version"), theirs.pop("code_version", None)
+        if new_config and theirs.get("config_hash") != mine["config_hash"]:
+            theirs["config_hash"] = mine["config_hash"]     # an extended run: its new hash
+            self._state = dict(s, producer=_producer_dict(self.producer))
+            _write_json_atomic(self.dir / STATE_FILENAME, self._state)
         if theirs != mine:
             raise ValueError(f"{self.dir} stages episodes of producer {theirs}, "
                              f"not {mine}; a resumed run must be the same run id, "

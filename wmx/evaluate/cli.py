@@ -14,7 +14,9 @@ per_task.csv, aggregates.csv, scores.png, learning_curves.png) goes to
 ``--out`` (default ``<RUN_DIR>/report/``). ``--runs``: a comparison of the
 runs' reports (a run without one is evaluated first). Standard output is one
 line, the path of the written report.md (compare.md for ``--runs``); progress
-goes to standard error. Bad input exits with status 2 and writes nothing.
+goes to standard error. Bad input exits with status 2 and writes nothing; an
+expected failure while running (no space left, out of memory) exits with
+status 1 and one line, leaving no partial report.
 """
 from __future__ import annotations
 
@@ -78,6 +80,11 @@ def run_home(home: str | Path | None, run_dir: Path) -> Path:
 
 
 def _check_out(out: Path, force: bool) -> None:
+    from wmx.evaluate.report import recover_dir
+    recover_dir(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a report directory; give a directory "
+                         "(new, or an existing report with --force)")
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
@@ -166,9 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:
         path = _run(args) if args.run is not None else _runs(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"evaluate: error: {err}", file=sys.stderr)
-        return 2
+    except Exception as err:  # noqa: BLE001 - only the expected failures, the rest re-raised
+        from wmx.failures import describe
+        line = describe(err, "run the same command again")
+        if line is not None:
+            print(f"evaluate: error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"evaluate: error: {err}", file=sys.stderr)
+            return 2
+        raise
     print(path)
     return 0
 

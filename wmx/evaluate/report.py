@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from wmx import failpoints, temporaries
 from wmx.datasets.store import Store, commit_dir, make_staging_dir
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import lineage as lin
@@ -48,7 +49,7 @@ PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "s
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
 __all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
-           "write_dir_atomically", "run_lineage"]
+           "write_dir_atomically", "recover_dir", "run_lineage"]
 
 
 def _f(x) -> float | None:
@@ -210,10 +211,18 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
 
     On any exception in ``fill`` the temporary directory is removed and
     ``out`` is untouched. An existing ``out`` raises FileExistsError unless
-    ``force``: then it is moved aside, replaced, and removed only once the
-    new directory is in place (restored if the rename fails).
+    ``force``: then it is moved aside (``.old-<name>~<owner>``), replaced, and
+    removed only once the new directory is in place (restored if the rename
+    fails). ``out`` must be a directory (ValueError for a file). First the
+    temporaries that dead processes left next to ``out`` are removed
+    (`wmx.temporaries`); a directory a killed process had moved aside, with
+    nothing renamed in its place, is put back first.
     """
     out = Path(out)
+    recover_dir(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file, not a report directory; give --out a directory "
+                         "(new or an existing report)")
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
                               "another directory")
@@ -221,9 +230,11 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
     old = None
     try:
         fill(tmp)
+        failpoints.hit("report.filled")
         if out.exists():
-            old = out.parent / f".old-{out.name}-{os.getpid()}"
+            old = out.parent / temporaries.owned_name(out.name, prefix=temporaries.OLD)
             os.rename(out, old)
+            failpoints.hit("report.swapped")
         try:
             commit_dir(tmp, out)
         except BaseException:
@@ -235,8 +246,21 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        temporaries.remove(old)
     return out
+
+
+def recover_dir(out: Path) -> None:
+    """Put back ``out`` when a dead process moved it aside and died before renaming its
+    replacement in; then sweep the dead processes' temporaries next to it."""
+    parent = out.parent
+    if not out.exists() and parent.is_dir():
+        aside = sorted(p for p in parent.iterdir()
+                       if p.name.startswith(f"{temporaries.OLD}{out.name}~")
+                       and temporaries.is_stale(p.name))
+        if aside:
+            os.rename(aside[-1], out)
+    temporaries.sweep(parent)
 
 
 def _fmt(x, nd: int = 1) -> str:

@@ -16,7 +16,9 @@ class SourceSet:
     """One source episode set: its directory, task, dims and manifest facts.
 
     returns: per-episode returns recorded in the set's manifest (None when the
-    manifest records none); content_hash/set_id: its identity for the lineage.
+    manifest records none); content_hash/set_id: its identity for the lineage;
+    skip: indices of its episodes not pooled because an earlier source (or an
+    earlier record of this set) holds the same episode (`make_plan`).
     """
     path: str
     task: str
@@ -27,13 +29,17 @@ class SourceSet:
     T: int
     num_episodes: int
     returns: tuple[float, ...] | None = None
+    skip: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class BuildPlan:
     """A pooled build. tasks: TaskSet order (task id = index); obs_dims /
     action_dims / Ts: per task, same order; taskset: the TaskSet as a JSON-able
-    dict (goes into the manifest and the content hash); num_shards >= 1."""
+    dict (goes into the manifest and the content hash); num_shards >= 1;
+    duplicates: the episodes found more than once in the sources, each
+    {"digest", "task", "kept", "dropped"} (source refs ``<task>/<set id>#<index>``),
+    pooled once and listed in the manifest's builder."""
     name: str
     tasks: tuple[str, ...]
     obs_dims: tuple[int, ...]
@@ -46,6 +52,7 @@ class BuildPlan:
     datasets_root: str
     code_version: str = "unknown"
     runner: str = "DirectRunner"
+    duplicates: tuple = ()
 
     @property
     def max_obs_dim(self) -> int:

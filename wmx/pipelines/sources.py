@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from wmx import temporaries
 from wmx.pipelines.plan import BuildPlan, SourceSet
 
 
@@ -54,9 +55,16 @@ def find_episode_sets(home) -> list[tuple[Path, object]]:
         if d.name.startswith(".") or d.parent.name.startswith("."):
             continue
         try:
-            out.append((d, EpisodeSetManifest.load(d)))
+            m = EpisodeSetManifest.load(d)
         except ValueError as e:
             raise BuildInputError(f"episode set {d}: {e}") from None
+        if m.content_hash != d.name or m.task.name != d.parent.name:
+            raise BuildInputError(
+                f"episode set {d} was changed after it was exported: its manifest names "
+                f"{m.task.name}@{m.content_hash[:16]}..., not the {d.parent.name}@{d.name[:16]}... "
+                "it is stored under; export it again from its run (or move it out of the store "
+                "and build without it)")
+        out.append((d, m))
     return out
 
 
@@ -138,14 +146,17 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
               num_shards: int | None = None, runner: str = "DirectRunner") -> BuildPlan:
     """BuildPlan for pooling `taskset`'s episode sets from store `home`.
 
-    num_shards default: ceil(episodes / 512), at least 1. The dataset is named
-    after the TaskSet (a `--tasks` subset is its own TaskSet with its own name).
-    The staging directory is `<home>/datasets/.staging/<name>-<uuid>` (not
-    created here). Raises BuildInputError (see select_sources) and ValueError
-    for num_shards < 1."""
+    An episode held by more than one source is pooled once (`find_duplicates`;
+    the plan and the manifest's builder list them). num_shards default:
+    ceil(episodes / 512), at least 1. The dataset is named after the TaskSet (a
+    `--tasks` subset is its own TaskSet with its own name). The staging
+    directory is `<home>/datasets/.staging/<name>~<host>~<pid>~<hex>` (owned by
+    this process, `wmx.temporaries`; not created here). Raises BuildInputError
+    (see select_sources, find_duplicates) and ValueError for num_shards < 1."""
     home = Path(home)
     chosen = select_sources(home, taskset, sources)
-    n_eps = sum(m.episode_count for _, m in chosen)
+    skips, duplicates = find_duplicates(chosen)
+    n_eps = sum(m.episode_count for _, m in chosen) - sum(len(v) for v in skips.values())
     if num_shards is None:
         num_shards = max(1, math.ceil(n_eps / 512))
     if num_shards < 1:
@@ -153,7 +164,8 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
     srcs = tuple(SourceSet(
         path=str(d), task=m.task.name, set_id=d.name, content_hash=m.content_hash,
         obs_dim=m.task.obs_dim, action_dim=m.task.action_dim, T=m.task.episode_length,
-        num_episodes=m.episode_count, returns=tuple(m.episode_returns)) for d, m in chosen)
+        num_episodes=m.episode_count, returns=tuple(m.episode_returns),
+        skip=tuple(skips.get(m.content_hash, ()))) for d, m in chosen)
     root = home / "datasets"
     return BuildPlan(
         name=taskset.name, tasks=taskset.names,
@@ -161,8 +173,69 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
         action_dims=tuple(t.action_dim for t in taskset.tasks),
         Ts=tuple(t.episode_length for t in taskset.tasks), taskset=taskset.to_dict(),
         sources=srcs, num_shards=int(num_shards),
-        staging_dir=str(root / ".staging" / f"{taskset.name}-{uuid.uuid4().hex}"),
-        datasets_root=str(root), code_version=code_version(), runner=runner)
+        staging_dir=str(root / ".staging" / temporaries.owned_name(taskset.name, prefix="")),
+        datasets_root=str(root), code_version=code_version(), runner=runner,
+        duplicates=duplicates)
+
+
+def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...]]:
+    """The episodes found more than once among the chosen sets (by episode digest, from
+    their manifests): ``({set content hash: [indices to skip]}, duplicates)``.
+
+    The first record in (task, content hash, index) order is kept; duplicates lists
+    each repeated episode once as {"digest", "task", "kept", "dropped"} with
+    ``<task>/<set id>#<index>`` references, and is logged. Raises BuildInputError
+    when one episode appears under two different tasks."""
+    seen: dict[str, tuple[str, str]] = {}
+    skips: dict[str, list[int]] = {}
+    dups: dict[str, dict] = {}
+    for d, m in sorted(chosen, key=lambda dm: (dm[1].task.name, dm[1].content_hash)):
+        for i, dg in enumerate(m.episode_digests):
+            ref = f"{m.task.name}/{d.name}#{i}"
+            if dg not in seen:
+                seen[dg] = (m.task.name, ref)
+                continue
+            task, kept = seen[dg]
+            if task != m.task.name:
+                raise BuildInputError(
+                    f"episode {dg[:16]}... is in episode sets of two tasks, {kept} and {ref}; "
+                    "one of them was exported under the wrong task: remove it from the store "
+                    "or leave it out with --sources")
+            skips.setdefault(m.content_hash, []).append(i)
+            dups.setdefault(dg, {"digest": dg, "task": task, "kept": kept, "dropped": []}
+                            )["dropped"].append(ref)
+    out = tuple(dups[k] for k in sorted(dups))
+    if out:
+        n = sum(len(x["dropped"]) for x in out)
+        logging.getLogger("wmx.pipelines").warning(
+            "%d duplicate episode(s) in the sources are pooled once: %s", n,
+            "; ".join(f"{x['kept']} also as {', '.join(x['dropped'])}" for x in out[:5])
+            + (" ..." if len(out) > 5 else ""))
+    return skips, out
+
+
+def build_failure(err: BaseException) -> str | None:
+    """One line for an expected build failure (a source that changed or broke during the
+    build, found inside Beam's wrapping; the disk; memory), None otherwise."""
+    from wmx.failures import describe
+    from wmx.pipelines.transforms import EpisodeCheckError
+    from wmx.schemas.manifest import ManifestError
+    e: BaseException | None = err
+    while e is not None:
+        if isinstance(e, (EpisodeCheckError, ManifestError)):
+            return (f"a source episode set failed its check during the build: {e}; export "
+                    "it again or leave it out with --sources (nothing was written)")
+        line = describe(e)
+        if line is not None:
+            return line + " (nothing was written)"
+        e = e.__cause__ or e.__context__
+    text = str(err)
+    for name in ("EpisodeCheckError", "ManifestError"):
+        if name in text:
+            msg = text.split(name + ":", 1)[-1].strip().splitlines()[0]
+            return (f"a source episode set failed its check during the build: {msg}; export "
+                    "it again or leave it out with --sources (nothing was written)")
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,10 +267,11 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
     a cluster, the store must be on a filesystem every worker sees.
     The manifest records the runner's class name. Returns a BuildResult.
 
-    Raises RunnerError (a ValueError) before anything is written for an
-    unknown runner, bad Dask options, or a cluster that cannot be used; on any
-    failure of the pipeline itself the staging directory is removed, so no
-    partial dataset is left, and the error re-raised."""
+    First the staging folders and temporaries that dead builds of this host
+    left are removed. Raises RunnerError (a ValueError) before anything is
+    written for an unknown runner, bad Dask options, or a cluster that cannot
+    be used; on any failure of the pipeline itself the staging directory is
+    removed, so no partial dataset is left, and the error re-raised."""
     import time
 
     from wmx.pipelines.runners import parse_runner_args, runner_session
@@ -206,6 +280,10 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
     # what the workers must see: the episode-set roots and the data root
     shared = sorted({str(Path(s.path).parent.parent) for s in plan.sources}
                     | {os.path.dirname(plan.datasets_root)})
+    root = Path(plan.datasets_root)   # what dead builds of this host left: gone
+    temporaries.sweep(root / ".staging", hidden_only=False)
+    temporaries.sweep(root)
+    temporaries.sweep(root / plan.name)
     t0 = time.perf_counter()
     try:
         with runner_session(ra, shared, default_partitions=len(plan.sources)) as args:

@@ -14,6 +14,8 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
+from wmx import failpoints
+from wmx.envs.registry import TASKS
 from wmx.schemas import episode as schema
 from wmx.pipelines.plan import BuildPlan, SourceSet, shard_index, shard_name
 
@@ -27,7 +29,8 @@ episode_return = schema.episode_return
 
 def check_episode(ep, src: SourceSet, index: int) -> None:
     """Check one episode against its set's manifest: shapes [T+1, dims], dtypes,
-    row invariants (wmx.schemas validate_episode_rows) and the recorded return.
+    row invariants (wmx.schemas validate_episode_rows), the reward range of a
+    task the registry knows, and the recorded return.
     Raises EpisodeCheckError naming the set, the episode and the failed check."""
     where = f"episode {index} of set {src.path} (task {src.task})"
     rows = src.T + 1
@@ -40,6 +43,16 @@ def check_episode(ep, src: SourceSet, index: int) -> None:
             raise EpisodeCheckError(f"{where}: {k} has shape {np.shape(ep[k])}, manifest says {shape}")
     problems = schema.validate_episode_rows(ep, T=src.T, obs_dim=src.obs_dim,
                                             action_dim=src.action_dim)
+    spec = TASKS.get(src.task)
+    if spec is not None and not problems:
+        lo, hi = spec.agent_step_reward_range()
+        tol = 1e-5 * max(1.0, abs(lo), abs(hi))
+        r = np.asarray(ep["reward"][1:], np.float64)
+        bad = np.flatnonzero((r < lo - tol) | (r > hi + tol))
+        if bad.size:
+            problems.append(f"reward {r[bad[0]]:.6g} on row {int(bad[0]) + 1} is outside "
+                            f"[{lo:g}, {hi:g}], the reward range of one agent step of "
+                            f"{src.task} (task registry)")
     if problems:
         raise EpisodeCheckError(f"{where}: " + "; ".join(problems))
     if src.returns is not None:
@@ -76,11 +89,13 @@ def read_source(src: SourceSet) -> Iterable[tuple[SourceSet, int, dict]]:
         if len(blobs) != f.num_records:
             raise EpisodeCheckError(f"episode set {src.path}: file {f.name} holds "
                                     f"{len(blobs)} records, manifest says {f.num_records}")
+        skip = set(src.skip)
         for b in blobs:
             if schema.record_digest(b) != man.episode_digests[i]:
                 raise EpisodeCheckError(f"episode {i} of set {src.path}: digest differs "
                                         "from the set's manifest")
-            yield src, i, schema.deserialize_episode(b)
+            if i not in skip:          # a duplicate of an episode pooled from another source
+                yield src, i, schema.deserialize_episode(b)
             i += 1
     if i != src.num_episodes:
         raise EpisodeCheckError(
@@ -150,6 +165,7 @@ class WriteShardFn(beam.DoFn):
         name = shard_name(index, self.plan.num_shards)
         final = os.path.join(self.plan.staging_dir, name)
         write_shard_file(final, (rec for _, rec, _ in items))
+        failpoints.hit("build.shard_written")
         yield {"index": index, "file": name, "digest": file_sha256(final),
                "bytes": os.path.getsize(final), "episodes": len(items),
                "digests": [d for d, _, _ in items],
@@ -161,7 +177,8 @@ class WriteShardFn(beam.DoFn):
 def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = None):
     """The pooled dataset's DatasetManifest (wmx.schemas.manifest) from all
     shards' stats: TaskSet, per-task counts and return statistics, shard
-    digests, sorted pooled-record digests, source set content hashes, builder."""
+    digests, sorted pooled-record digests, source set content hashes, builder
+    (with the plan's duplicates, when there were any)."""
     from wmx.schemas.hashing import dataset_content_hash
     from wmx.schemas.manifest import DatasetManifest, FileEntry, TaskStats, utc_now_iso
     from wmx.schemas.taskset import TaskSet
@@ -178,6 +195,8 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
                "source_sets": [{"task": s.task, "set_id": s.set_id,
                                 "content_hash": s.content_hash,
                                 "episodes": s.num_episodes} for s in plan.sources]}
+    if plan.duplicates:
+        builder["duplicates"] = [dict(d) for d in plan.duplicates]
     return DatasetManifest(
         name=plan.name, taskset=taskset, per_task=per_task,
         shards=tuple(FileEntry(name=s["file"], sha256=s["digest"], size_bytes=s["bytes"],
@@ -197,6 +216,7 @@ def finalize(shards: list[dict], plan: BuildPlan) -> str:
     import shutil
     man = build_manifest(plan, shards)
     man.write(plan.staging_dir)
+    failpoints.hit("build.finalize")
     dest = os.path.join(plan.datasets_root, plan.name, man.content_hash)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     if os.path.exists(dest):

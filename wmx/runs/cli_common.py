@@ -2,8 +2,14 @@
 
 Shared by ``train_online`` and ``train_offline``: a run directory
 ``<home>/runs/<name>/`` appears only complete, with its ``config.json``
-(written under a temporary name, then renamed), and bad input exits with
-status 2 and one line on stderr, having written nothing.
+(written under a temporary name, then renamed); bad input exits with
+status 2 and one line on stderr, having written nothing; an expected
+failure while running (no space left, a read-only data root, out of memory,
+a non-finite loss) exits with status 1 and one line (`wmx.failures`),
+and a run that fails before its first checkpoint is removed, so the same
+command can simply be run again. ``--resume`` refuses every flag that
+disagrees with the run's saved config, except the ones a trainer declares
+safe (extending ``--env-steps`` / ``--updates``), see `resume_changes`.
 """
 from __future__ import annotations
 
@@ -11,23 +17,75 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+from wmx import temporaries
+
+
+def count(text: str) -> int:
+    """argparse type of a count flag: an integer, also written ``1e6`` or ``1_000_000``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str]:
+    """The ``dest`` of every option typed in ``argv`` (``--flag`` or ``--flag=value``,
+    unique abbreviations resolved as argparse does)."""
+    opts = parser._option_string_actions
+    out = set()
+    for tok in argv:
+        if tok == "--":
+            break
+        if not tok.startswith("-") or tok == "-" or tok[1:2].isdigit() or tok[1:2] == ".":
+            continue
+        key = tok.split("=", 1)[0]
+        action = opts.get(key)
+        if action is None and key.startswith("--") and parser.allow_abbrev:
+            hits = {id(a): a for o, a in opts.items() if o.startswith(key)}
+            action = next(iter(hits.values())) if len(hits) == 1 else None
+        if action is not None:
+            out.add(action.dest)
+    return out
 
 
 def run_cli(prog: str, parser: argparse.ArgumentParser,
             body: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
-    """Parse ``argv`` and run ``body``; ValueError / FileExistsError /
-    FileNotFoundError become ``<prog>: error: <message>`` on stderr and exit
-    status 2 (argparse's own usage errors exit 2 as well)."""
+    """Parse ``argv`` and run ``body``.
+
+    ``args.given`` holds the dests of the flags typed (`given_flags`).
+    ValueError / FileExistsError / FileNotFoundError (bad input) become
+    ``<prog>: error: <message>`` on stderr and exit status 2 (argparse's own
+    usage errors exit 2 as well); the expected runtime failures of
+    `wmx.failures.describe` (disk, permissions, memory, non-finite
+    values) one line and exit status 1."""
+    from wmx.failures import describe
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.given = given_flags(parser, argv)
     try:
         return body(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+    except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
+        line = describe(err, getattr(args, "resume_hint", ""))
+        if line is not None:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return 2
+        raise
 
 
 def resume_config(resume: str, home_flag: str | None, home: Path,
@@ -42,9 +100,92 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
     if not cfg_path.is_file():
         raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
                                 f"directory written by {prog}")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise ValueError(f"--resume {run_dir}: config.json is not readable JSON ({e}); it "
+                         "was not written by this wmx") from None
     if home_flag is None and run_dir.parent.name == "runs":
         home = run_dir.parent.parent
-    return run_dir, json.loads(cfg_path.read_text()), home
+    return run_dir, cfg, home
+
+
+AGENT_DESTS = ("agent", "preset", "model_size", "set_")
+"""The agent flags of `add_agent_arguments` (plus every registered agent's own flags)."""
+
+
+def _flag(dest: str) -> str:
+    return "--set" if dest == "set_" else "--" + dest.replace("_", "-")
+
+
+def _same(a: Any, b: Any) -> bool:
+    norm = (lambda v: list(v) if isinstance(v, (list, tuple)) else v)
+    return norm(a) == norm(b)
+
+
+def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict[str, str],
+                   free: Iterable[str] = (), extendable: Iterable[str] = (),
+                   overrides: dict[str, Any] | None = None,
+                   as_overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """Check the flags typed with ``--resume`` against the run's saved config.
+
+    fields: flag dest -> key of the saved config it sets; free: dests that may
+    be given freely (output and display flags); extendable: dests whose value
+    may grow (the trainer then checks the extension is exact); overrides: the
+    agent-config overrides of the typed agent flags (`agent_overrides`) and of the
+    dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
+    key with the saved ``agent_overrides``. A flag equal to the saved
+    value is accepted. Returns {config key: new value} of the extended fields.
+    Raises ValueError naming the flag, its value and the saved value for any
+    other difference, and for a flag that has no meaning for a resumed run.
+    """
+    free = set(free) | {"resume", "home", "dry_run", "no_progress"}
+    extendable = set(extendable)
+    changes: dict[str, Any] = {}
+    agent_flags = set(AGENT_DESTS[2:]) | set(_registry_flags()) | set(as_overrides)
+    for dest in sorted(getattr(args, "given", set())):
+        if dest in free or dest in agent_flags:
+            continue
+        if dest not in fields:
+            raise ValueError(f"{_flag(dest)} does not apply to a resumed run (--resume continues "
+                             f"the run in its directory with its saved config); drop it")
+        key = fields[dest]
+        new, old = getattr(args, dest), saved.get(key)
+        if _same(new, old):
+            continue
+        if dest in extendable and isinstance(new, int) and isinstance(old, int) and new > old:
+            changes[key] = new
+            continue
+        more = (f"; {_flag(dest)} may only grow (extend the run)" if dest in extendable else "")
+        raise ValueError(f"--resume: {_flag(dest)} {_show(new)} conflicts with the run's saved "
+                         f"{key} {_show(old)}{more}. A resumed run keeps its config: drop the "
+                         "flag to continue it, or start a new run (--name)")
+    saved_over = saved.get("agent_overrides") or {}
+    for key, new in (overrides or {}).items():
+        if not _same(new, saved_over.get(key)):
+            raise ValueError(f"--resume: the agent setting {key}={_show(new)} conflicts with the "
+                             f"run's saved {key}={_show(saved_over.get(key, '(preset default)'))}"
+                             ". A resumed run keeps its config: drop the flag to continue it, or "
+                             "start a new run (--name)")
+    return changes
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return " ".join(map(str, v))
+    return str(v)
+
+
+def _registry_flags() -> list[str]:
+    from wmx.agents.registry import all_flags
+    return list(all_flags())
+
+
+def rewrite_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """Replace ``run_dir/config.json`` atomically (an extended run's new config)."""
+    tmp = run_dir / temporaries.owned_name("config.json")
+    tmp.write_text(json.dumps(config, indent=1, sort_keys=True))
+    os.replace(tmp, run_dir / "config.json")
 
 
 def create_run_dir(runs_dir: Path, name: str, config: dict[str, Any]) -> Path:
@@ -55,11 +196,36 @@ def create_run_dir(runs_dir: Path, name: str, config: dict[str, Any]) -> Path:
     if run_dir.exists():
         raise FileExistsError(f"run directory {run_dir} exists already; choose another "
                               "--name, or continue it with --resume " + str(run_dir))
-    tmp = runs_dir / f".tmp-{name}-{os.getpid()}"
-    tmp.mkdir(parents=True)
-    (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
-    os.replace(tmp, run_dir)
+    tmp = temporaries.make_dir(runs_dir, name)
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
+        os.replace(tmp, run_dir)
+    except BaseException:
+        temporaries.remove(tmp)
+        raise
     return run_dir
+
+
+def sweep_stale(store, run_dir: Path | None = None) -> None:
+    """Remove what dead processes of this host left behind (`wmx.temporaries`): the
+    store's temporaries and, given a run, those in the run and its checkpoints/."""
+    removed = store.sweep_temporaries()
+    if run_dir is not None:
+        removed += temporaries.sweep(run_dir) + temporaries.sweep(Path(run_dir) / "checkpoints")
+    if removed:
+        logging.getLogger("wmx.runs").info(
+            "removed %d temporaries left by processes that no longer run: %s", len(removed),
+            ", ".join(str(p) for p in removed[:5]) + (" ..." if len(removed) > 5 else ""))
+
+
+def remove_if_unstarted(run_dir: Path) -> bool:
+    """Remove ``run_dir`` when it holds no checkpoint (a run that failed before its first
+    one; nothing in it can be resumed); returns whether it was removed."""
+    ckpts = Path(run_dir) / "checkpoints"
+    if ckpts.is_dir() and any(p.name.isdigit() for p in ckpts.iterdir()):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 # ---- agent flags -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The host loop's counters (saved in every checkpoint's host.json) and its evaluation rule.
+"""The host loop's counters (saved in every checkpoint's host.json), its evaluation rule, atomic JSON.
 
 Both trainers keep one `HostState`; the fields a trainer does not use keep
 their defaults. `eval_point` is the one rule for when a chunk ends with an
@@ -9,9 +9,14 @@ them, so a run stopped and resumed evaluates exactly as the uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
+
+from wmx import temporaries
 
 
 @dataclass
@@ -77,3 +82,16 @@ def eval_point(scheduled: bool, final: bool, deadline: float | None,
     past = (not final) and deadline is not None and now > deadline
     due = scheduled or final
     return EvalPoint(evaluate=due or past, advance=due, past_deadline=past)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` through an owned temporary and a rename,
+    so a reader (or a killed writer's successor) never sees a partial file."""
+    path = Path(path)
+    tmp = path.with_name(temporaries.owned_name(path.name))
+    try:
+        tmp.write_text(json.dumps(obj, indent=1))
+        os.replace(tmp, path)
+    except BaseException:
+        temporaries.remove(tmp)
+        raise

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wmx.agents.registry import get_agent
+from wmx.runs.seeds import check_seeds
 from wmx.schemas.taskset import TaskSet
 
 
@@ -34,9 +35,9 @@ class OfflineRunConfig:
 
     Raises ValueError (naming the flag) for an unknown agent or preset, a
     non-positive count, a log/eval/checkpoint period that is not a multiple
-    of ``log_every``, an empty/duplicated seed list, a task in ``tasks``
-    that is not in the TaskSet (listing its tasks), or a batch that does not
-    split evenly over ``devices``.
+    of ``log_every``, an empty/duplicated seed list or a seed outside [0,
+    2**32), a task in ``tasks`` that is not in the TaskSet (listing its
+    tasks), or a batch that does not split evenly over ``devices``.
     """
 
     dataset: str
@@ -65,10 +66,7 @@ class OfflineRunConfig:
         if "@" not in self.dataset:
             raise ValueError(f"dataset {self.dataset!r} must be a resolved name@hash")
         ts = self.task_set   # raises for a malformed TaskSet
-        if not self.seeds:
-            raise ValueError("--seeds needs at least one seed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"--seeds has duplicates: {list(self.seeds)}")
+        check_seeds(self.seeds)
         for name in ("updates", "batch_size", "log_every", "eval_every", "checkpoint_every",
                      "eval_episodes", "stream_chunk", "devices"):
             if getattr(self, name) <= 0:

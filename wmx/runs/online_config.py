@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wmx.agents.registry import get_agent
+from wmx.runs.seeds import check_seeds
 from wmx.envs.registry import TaskSpec, get_task
 
 
@@ -22,7 +23,8 @@ class OnlineRunConfig:
     so the number of agent steps is rounded up to a multiple of T * n_envs.
 
     Raises ValueError (naming the flag) for an unknown agent or preset, a
-    non-positive size, or an empty/duplicated seed list; unknown tasks raise
+    non-positive size, or an empty/duplicated seed list or a seed outside
+    [0, 2**32) (`wmx.runs.seeds`); unknown tasks raise
     the registry's ValueError listing the known tasks.
     """
 
@@ -45,10 +47,7 @@ class OnlineRunConfig:
             raise ValueError(f"--preset {self.preset!r} is unknown for {self.agent}; choose one "
                              f"of {list(agent.PRESETS)}")
         get_task(self.task)   # raises with the known names
-        if not self.seeds:
-            raise ValueError("--seeds needs at least one seed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"--seeds has duplicates: {list(self.seeds)}")
+        check_seeds(self.seeds)
         if self.episode_length is not None and self.episode_length < 4:
             raise ValueError(f"--episode-length must be >= 4 agent steps, got {self.episode_length}")
         for name in ("env_steps", "n_envs", "eval_every", "eval_episodes", "chunk_episodes",

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from wmx.paths import wmx_home
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 create_run_dir, enable_compile_cache, print_counts,
+                                 count, create_run_dir, enable_compile_cache, print_counts,
                                  resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -51,13 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="pooled dataset: name@hash (8+ hex digits), name@latest "
                                      "or a dataset directory")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
-    p.add_argument("--updates", type=int, default=100_000, help="gradient updates of the run")
-    p.add_argument("--batch-size", type=int, default=1024, help="slices per update (spec 4.19)")
-    p.add_argument("--log-every", type=int, default=1_000,
-                   help="updates per jitted chunk and per metrics row")
-    p.add_argument("--eval-every", type=int, default=50_000,
+    p.add_argument("--batch-size", type=count, default=1024, help="slices per update (spec 4.19)")
+    p.add_argument("--updates", type=count, default=100_000, help="gradient updates of the run; "
+                   "with --resume it may extend a run that has not finished")
+    p.add_argument("--log-every", type=count, default=None,
+                   help="updates per jitted chunk and per metrics row; %(default)s: the "
+                        "largest divisor of --eval-every and --checkpoint-every up to 1000")
+    p.add_argument("--eval-every", type=count, default=50_000,
                    help="updates between evaluations (a multiple of --log-every)")
-    p.add_argument("--checkpoint-every", type=int, default=None,
+    p.add_argument("--checkpoint-every", type=count, default=None,
                    help="updates between checkpoints (default: --eval-every)")
     p.add_argument("--eval-episodes", type=int, default=10,
                    help="eval_mode episodes per task and seed (spec 4.20)")
@@ -72,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     p.add_argument("--name", default=None, help="run directory name under <home>/runs/")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                   help="continue the run in RUN_DIR exactly from its newest checkpoint")
+                   help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
+                        "its saved config: another flag is refused unless it equals the saved "
+                        "value (--updates may extend the run; --home, --no-progress, "
+                        "--skip-validation, --dry-run are free)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the dataset and config, print the parameter counts, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -161,6 +166,15 @@ def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
     return ds
 
 
+def default_log_every(eval_every: int, checkpoint_every: int, most: int = 1_000) -> int:
+    """The largest divisor of both periods up to ``most`` (chunks must end where
+    evaluations and checkpoints fall): 1000 for the defaults, 300 for
+    ``--eval-every 300``. Non-positive periods give 1 (the config refuses them)."""
+    import math
+    g = math.gcd(max(eval_every, 1), max(checkpoint_every, 1))
+    return next(d for d in range(min(g, most), 0, -1) if g % d == 0)
+
+
 def config_from_args(args: argparse.Namespace, ds):
     """OfflineRunConfig for the opened dataset ``ds`` and the flags."""
     from wmx.train_offline.loop import dataset_nbytes, memory_budget
@@ -172,12 +186,13 @@ def config_from_args(args: argparse.Namespace, ds):
             "dataset %s (%.1f GB) exceeds the in-memory budget: streaming", ds.name,
             dataset_nbytes(ds) / 1e9)
         stream = True
+    checkpoint_every = args.checkpoint_every or args.eval_every
+    log_every = args.log_every or default_log_every(args.eval_every, checkpoint_every)
     return OfflineRunConfig(
         dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(), agent=args.agent,
         seeds=tuple(args.seeds), updates=args.updates, batch_size=args.batch_size,
-        preset=args.preset, agent_overrides=overrides, log_every=args.log_every,
-        eval_every=args.eval_every,
-        checkpoint_every=args.checkpoint_every or args.eval_every,
+        preset=args.preset, agent_overrides=overrides, log_every=log_every,
+        eval_every=args.eval_every, checkpoint_every=checkpoint_every,
         eval_episodes=args.eval_episodes,
         tasks=None if args.tasks is None else tuple(args.tasks),
         episode_length=args.episode_length, stream=stream,
@@ -198,21 +213,63 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli("train_offline", build_parser(), _main, argv)
 
 
+RESUME_FIELDS = {"agent": "agent", "preset": "preset", "seeds": "seeds", "updates": "updates",
+                 "batch_size": "batch_size", "log_every": "log_every",
+                 "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
+                 "eval_episodes": "eval_episodes", "tasks": "tasks",
+                 "episode_length": "episode_length", "stream": "stream"}
+"""train_offline flag -> config.json key, compared on --resume (`resume_changes`)."""
+
+
+def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Path):
+    """The run config of ``--resume`` with the typed flags checked against it.
+
+    Every flag must equal the saved value, except ``--updates``, which may extend
+    a run that has not finished (nothing before the old end depends on the
+    run's length, so the resumed run replays a run started with the larger
+    value); ``--dataset`` must name the run's dataset. Raises ValueError naming
+    the flag otherwise."""
+    import dataclasses
+
+    from wmx.checkpoint import list_checkpoints
+    from wmx.runs.cli_common import resume_changes, rewrite_config
+    from wmx.runs.offline_config import OfflineRunConfig
+    rc = OfflineRunConfig.from_json(cfg)
+    if args.dataset:
+        from wmx.datasets.readers import open_dataset
+        ds = open_dataset(args.dataset, home=home)
+        if ds.content_hash != rc.dataset_hash:
+            raise ValueError(f"--dataset {args.dataset} is {ds.name}@{ds.content_hash[:12]}"
+                             f", but the run {run_dir} trains on {rc.dataset}")
+    if "agent" not in args.given:
+        args.agent = rc.agent
+    changes = resume_changes(args, cfg, RESUME_FIELDS,
+                             free=("dataset", "skip_validation", "devices", "coordinator",
+                                   "num_processes", "process_id", "no_compile_cache"),
+                             extendable=("updates",), overrides=agent_overrides(args))
+    if not changes:
+        return rc
+    ckpts = list_checkpoints(run_dir)
+    if (run_dir / "summary.json").exists() or (
+            ckpts and json.loads((ckpts[-1] / "host.json").read_text()).get("finished")):
+        raise ValueError(f"--updates {changes['updates']} (the run's {rc.updates}): the run has "
+                         "finished (final evaluation written), so it cannot be extended "
+                         "exactly; start a new run")
+    new = dataclasses.replace(rc, **changes)
+    if not args.dry_run:
+        rewrite_config(run_dir, {**cfg, **changes})
+    return new
+
+
 def _main(args: argparse.Namespace) -> int:
     from wmx.datasets.store import Store
-    from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.runs.cli_common import remove_if_unstarted, sweep_stale
 
     home = wmx_home(args.home)
     args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
-        rc = OfflineRunConfig.from_json(cfg)
-        if args.dataset:
-            from wmx.datasets.readers import open_dataset
-            ds = open_dataset(args.dataset, home=home)
-            if ds.content_hash != rc.dataset_hash:
-                raise ValueError(f"--dataset {args.dataset} is {ds.name}@{ds.content_hash[:12]}"
-                                 f", but the run {run_dir} trains on {rc.dataset}")
+        rc = resumed_config(args, run_dir, cfg, home)
     else:
         if not args.dataset:
             raise ValueError("--dataset is required (e.g. --dataset mt19@3fa2c1d0); list the "
@@ -232,9 +289,9 @@ def _main(args: argparse.Namespace) -> int:
         return 0
 
     enable_compile_cache(home, not args.no_compile_cache)
+    store = Store(home).ensure_layout()
     if not args.resume:
         from wmx.version import code_version
-        store = Store(home).ensure_layout()
         name = args.name or f"{rc.agent}-{rc.dataset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
         meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
                 "training_hash": rc.training_hash(),
@@ -242,10 +299,17 @@ def _main(args: argparse.Namespace) -> int:
         run_dir = create_or_join_run_dir(store.runs_dir, name, meta)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
+    sweep_stale(store, run_dir)
+    args.resume_hint = f"continue with: train_offline --resume {run_dir}"
 
     from wmx.train_offline.loop import run
     run_dir = process_run_dir(run_dir)
-    summary = run(rc, run_dir, home=home, progress=not args.no_progress)
+    try:
+        summary = run(rc, run_dir, home=home, progress=not args.no_progress)
+    except BaseException:
+        if not args.resume and remove_if_unstarted(run_dir):
+            args.resume_hint = "run the same command again"
+        raise
     print(json.dumps({k: summary[k] for k in ("updates", "final_eval", "final_score")},
                      indent=1))
     print(f"metrics: {run_dir / 'metrics.csv'}")

@@ -24,7 +24,8 @@ from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
 from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
-from wmx.runs.host import HostState, eval_point
+from wmx.runs.finite import check_finite
+from wmx.runs.host import HostState, eval_point, write_json_atomic
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
 
@@ -121,7 +122,11 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
-    continues from the newest one exactly. ``stop_after_chunks`` stops early
+    continues from the newest one exactly. After each chunk a NaN or inf in
+    its summed metrics or the agents' states stops the run before the chunk's
+    metrics or checkpoint are written (`wmx.runs.finite.NonFiniteError`
+    naming the update range and the terms; the last checkpoint is kept).
+    ``stop_after_chunks`` stops early
     after that many chunks of this call (tests of resume); ``deadline`` (a
     ``time.monotonic()`` value) stops after the first chunk that ends past it
     and evaluates there (budgeted runs; continue later with ``--resume``; the
@@ -144,6 +149,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
 
     host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
     ckpts = list_checkpoints(run_dir)
+    last_ckpt = ckpts[-1] if ckpts else None
     like = program.checkpoint_items(
         jax.eval_shape(lambda: program.init_carries(agent, cfg, rc.seeds)))
     if ckpts:
@@ -200,7 +206,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
             carries, s = chunk_fn(carries, feed.data, tasks_ctx,
                                   np.arange(start, end, dtype=np.int32))
             sums = {k: np.asarray(v, np.float64) for k, v in jax.device_get(s).items()}
-        jax.block_until_ready(carries.n_updates)
+        check_finite(f"updates {start}..{end}", rc.seeds, sums, carries.agent, last_ckpt)
         host.updates = end
         host.wall_s += time.perf_counter() - t_start
         rows = [{"seed": seed, "kind": "train", "updates": end, "wall_s": round(host.wall_s, 2),
@@ -221,7 +227,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                               or past_deadline)
         if saved or stop:
             host.streams = feed.states()
-            save_checkpoint(run_dir, end, program.checkpoint_items(carries), host.to_json())
+            last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
+                                        host.to_json())
         if bar is not None:
             post = {"loss": "/".join(f"{r['total_loss']:.3g}" for r in rows[:len(rc.seeds)])}
             if host.last_eval:
@@ -240,7 +247,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                "final_eval_episodes": host.last_eval,
                "final_score": _mean_score(host.last_eval) if host.last_eval else None}
     if host.finished:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_json_atomic(run_dir / "summary.json", summary)
     return summary
 
 

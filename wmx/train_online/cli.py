@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wmx.paths import wmx_home
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 create_run_dir, enable_compile_cache, print_counts,
+                                 count, create_run_dir, enable_compile_cache, print_counts,
                                  resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -38,14 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_arguments(p, "online")
     p.add_argument("--task", help="task in mt30 spelling, e.g. cartpole-balance, walker-walk")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
-    p.add_argument("--env-steps", type=int, default=20_000,
-                   help="simulator steps of the run (rounded up to whole episodes)")
+    p.add_argument("--env-steps", type=count, default=20_000,
+                   help="simulator steps of the run (rounded up to whole episodes); with "
+                        "--resume it may extend an unfinished run whose replay keeps its size")
     p.add_argument("--envs", "--n-envs", dest="n_envs", type=int, default=None,
                    help="lockstep envs per seed (default: the agent's: tdmpc2 1, T7; "
                         "dreamerv3 the preset's, 16 as the paper)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=count, default=None,
                    help="batch of one update (default: the preset's)")
-    p.add_argument("--eval-every", type=int, default=5_000, help="env steps between evaluations")
+    p.add_argument("--eval-every", type=count, default=5_000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval_mode episodes per seed")
     p.add_argument("--chunk-episodes", type=int, default=1,
                    help="rounds of episodes per jitted chunk (host work happens between chunks)")
@@ -55,7 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     p.add_argument("--name", default=None, help="run directory name under <home>/runs/")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                   help="continue the run in RUN_DIR exactly from its newest checkpoint")
+                   help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
+                        "its saved config: another flag is refused unless it equals the saved "
+                        "value (--env-steps may extend the run; --home, --no-progress, "
+                        "--no-export, --dry-run are free)")
     p.add_argument("--dry-run", action="store_true",
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -92,27 +96,91 @@ def _print_counts(rc) -> None:
                  rc.agent_module.param_counts(rc.agent_config))
 
 
-def make_export(store, rc, run_dir: Path):
-    """Per-seed episode-set writers of the run (producer: run, agent, config hash, seed)."""
+def make_export(store, rc, run_dir: Path, extended: bool = False):
+    """Per-seed episode-set writers of the run (producer: run, agent, config hash, seed);
+    ``extended``: the run's --env-steps was extended on resume."""
     from wmx.episode_sets.episode_set import make_producer
     from wmx.train_online.episode_export import RunEpisodeExport
     return RunEpisodeExport(
         run_dir, rc.seeds, rc.n_envs, rc.task_spec,
-        lambda seed: make_producer(run_dir.name, rc.agent, rc.config_hash(), seed), store)
+        lambda seed: make_producer(run_dir.name, rc.agent, rc.config_hash(), seed), store,
+        new_config=extended)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("train_online", build_parser(), _main, argv)
 
 
+RESUME_FIELDS = {"agent": "agent", "preset": "preset", "task": "task", "seeds": "seeds",
+                 "env_steps": "env_steps", "n_envs": "n_envs", "eval_every": "eval_every",
+                 "eval_episodes": "eval_episodes", "chunk_episodes": "chunk_episodes",
+                 "checkpoint_every": "checkpoint_every_chunks",
+                 "episode_length": "episode_length"}
+"""train_online flag -> config.json key, compared on --resume (`resume_changes`)."""
+
+
+def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
+    """The run config of ``--resume`` with the typed flags checked against it.
+
+    Every flag must equal the saved value, except ``--env-steps``, which may
+    extend a run that has not finished when its checkpoints keep their shapes
+    (the agent's replay may be sized for the run; the checkpoint item shapes
+    of both lengths are compared), so the resumed run replays exactly
+    what a run started with the larger value does. Raises ValueError naming
+    the flag otherwise."""
+    import dataclasses
+
+    from wmx.runs.cli_common import resume_changes, rewrite_config
+    from wmx.runs.online_config import OnlineRunConfig
+    rc = OnlineRunConfig.from_json(cfg)
+    if "agent" not in args.given:
+        args.agent = rc.agent
+    over = agent_overrides(args)
+    if "batch_size" in args.given:
+        over = {"batch_size": args.batch_size, **over}
+    changes = resume_changes(args, cfg, RESUME_FIELDS, free=("no_export", "no_compile_cache"),
+                             extendable=("env_steps",), overrides=over,
+                             as_overrides=("batch_size",))
+    if not changes:
+        return rc
+    new = dataclasses.replace(rc, **changes)
+    _check_extension(rc, new, run_dir)
+    if not args.dry_run:
+        rewrite_config(run_dir, {**cfg, **new.to_json()})
+    return new
+
+
+def _check_extension(old, new, run_dir: Path) -> None:
+    import jax
+
+    from wmx.checkpoint import list_checkpoints
+    from wmx.envs.playground import cached_env
+    from wmx.train_online import program
+    ckpts = list_checkpoints(run_dir)
+    finished = (run_dir / "summary.json").exists() or (
+        ckpts and json.loads((ckpts[-1] / "host.json").read_text()).get("finished"))
+    what = f"--env-steps {new.env_steps} (the run's {old.env_steps})"
+    if finished:
+        raise ValueError(f"{what}: the run has finished (final evaluation and episode sets "
+                         "written), so it cannot be extended exactly; start a new run")
+    if ckpts and new.total_env_steps != old.total_env_steps:
+        env = cached_env(new.task, new.episode_length)
+        shapes = [jax.tree.map(lambda x: (x.shape, x.dtype), program.checkpoint_items(
+            jax.eval_shape(lambda rc=rc: program.init_carries(rc, env)))) for rc in (old, new)]
+        if shapes[0] != shapes[1]:
+            raise ValueError(f"{what}: a longer run has a larger replay (the {new.agent} "
+                             "replay is sized for the run), so this run's checkpoint cannot "
+                             "continue exactly as the longer run would; start a new run")
+
+
 def _main(args: argparse.Namespace) -> int:
     from wmx.datasets.store import Store
-    from wmx.runs.online_config import OnlineRunConfig
+    from wmx.runs.cli_common import remove_if_unstarted, sweep_stale
 
     home = wmx_home(args.home)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
-        rc = OnlineRunConfig.from_json(cfg)
+        rc = resumed_config(args, run_dir, cfg)
     else:
         rc = config_from_args(args)
     if args.dry_run:
@@ -130,10 +198,18 @@ def _main(args: argparse.Namespace) -> int:
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         _print_counts(rc)
     print(f"run directory: {run_dir}")
+    sweep_stale(store, run_dir)
+    args.resume_hint = f"continue with: train_online --resume {run_dir}"
 
     from wmx.train_online.loop import run
-    export = None if args.no_export else make_export(store, rc, run_dir)
-    summary = run(rc, run_dir, export, progress=not args.no_progress)
+    try:
+        export = None if args.no_export else make_export(
+            store, rc, run_dir, extended=bool(args.resume) and "env_steps" in args.given)
+        summary = run(rc, run_dir, export, progress=not args.no_progress)
+    except BaseException:
+        if not args.resume and remove_if_unstarted(run_dir):
+            args.resume_hint = "run the same command again"
+        raise
     print(json.dumps({k: summary[k] for k in ("env_steps", "final_eval", "episode_sets")
                       if k in summary}, indent=1))
     print(f"metrics: {run_dir / 'metrics.csv'}")

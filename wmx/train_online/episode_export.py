@@ -43,16 +43,18 @@ class RunEpisodeExport:
 
     run_dir: the run folder; seeds: the run's seeds (order of the carries'
     leading axis); n_envs: envs per seed; task: the registry TaskSpec;
-    producer_fn(seed) -> producer dict; store: where the sets are stored.
+    producer_fn(seed) -> producer dict; store: where the sets are stored;
+    new_config: the run was extended on resume (EpisodeSetWriter).
     """
 
     def __init__(self, run_dir: Path, seeds: tuple[int, ...], n_envs: int, task: Any,
-                 producer_fn, store: Store):
+                 producer_fn, store: Store, new_config: bool = False):
         self.seeds = tuple(seeds)
         self.n_envs = n_envs
         self.store = store
         self.writers = {s: EpisodeSetWriter(Path(run_dir) / "staging" / f"seed_{s}", task,
-                                            producer_fn(s)) for s in self.seeds}
+                                            producer_fn(s), new_config=new_config)
+                        for s in self.seeds}
 
     def add_episodes(self, episodes: list[list[dict]], first_round: int) -> None:
         """Append, per seed, the episodes of rounds ``first_round..`` (from

@@ -20,7 +20,8 @@ import numpy as np
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
-from wmx.runs.host import HostState, eval_point
+from wmx.runs.finite import check_finite
+from wmx.runs.host import HostState, eval_point, write_json_atomic
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -47,7 +48,10 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     """Train (or continue) the run in ``run_dir`` until its last round.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
-    continues from the newest one exactly. ``stop_after_chunks`` stops early
+    continues from the newest one exactly. After each chunk, a NaN or inf in its
+    metrics, the agents' states or the rows it collected stops the run before
+    anything of the chunk is written (`wmx.runs.finite.NonFiniteError`; the
+    last checkpoint is kept). ``stop_after_chunks`` stops early
     after that many chunks of this call (tests of resume); ``deadline`` (a
     ``time.monotonic()`` value) stops after the first chunk that ends past it,
     evaluating there (budgeted runs; continue later with ``--resume``: the
@@ -62,6 +66,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     agent = rc.agent_module
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
+    last_ckpt = ckpts[-1] if ckpts else None
     if not ckpts:
         carries = program.init_carries(rc, env)
     else:
@@ -72,9 +77,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
     carries = jax.device_put(carries, jax.devices()[0])
+    # rows past the checkpoint (all rows when there is none: the run starts over) go
     metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "agent_steps",
-                         keep_until=(host.next_tick // ticks_per_round) * T * n_envs
-                         if ckpts else None)
+                         keep_until=(host.next_tick // ticks_per_round) * T * n_envs)
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
@@ -97,11 +102,18 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         t_start = time.perf_counter()
         end = min(host.next_tick + rc.chunk_episodes * ticks_per_round, total_ticks)
         ticks = np.arange(host.next_tick, end, dtype=np.int32)
+        updates_before = int(np.asarray(jax.device_get(carries.n_updates)).max())
         carries, rows = chunk_fn(carries, ticks)
-        jax.block_until_ready(carries.n_updates)
-        host.next_tick = end
+        rows = jax.device_get(rows)
         agent_steps = agent_steps_at(end)
         env_steps = agent_steps * ar
+        span = (f"the chunk of env steps {agent_steps_at(host.next_tick) * ar:,d}.."
+                f"{env_steps:,d} (updates {updates_before}.."
+                f"{int(np.asarray(carries.n_updates).max())})")
+        check_finite(span, rc.seeds, jax.device_get(carries.metrics), carries.agent, last_ckpt,
+                     extra={f"collected {f}": getattr(rows, f)
+                            for f in ("obs", "action", "reward")})
+        host.next_tick = end
 
         # the chunk's episodes: rounds ticks[0] // (T+1) .. end // (T+1) - 1
         end_round = end // ticks_per_round
@@ -151,8 +163,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if final:
             host.finished = True
         if final or chunks_done % rc.checkpoint_every_chunks == 0:
-            save_checkpoint(run_dir, host.next_tick, program.checkpoint_items(carries),
-                            host.to_json())
+            last_ckpt = save_checkpoint(run_dir, host.next_tick,
+                                        program.checkpoint_items(carries), host.to_json())
         if bar is not None:
             last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
             post = {"train": "/".join(_fmt(x) for x in last_train)}
@@ -178,5 +190,5 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     if host.finished:
         if export is not None:
             summary["episode_sets"] = export.finalize()
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_json_atomic(run_dir / "summary.json", summary)
     return summary

@@ -1,0 +1,64 @@
+"""Check a build job's Beam pipeline options before anything runs.
+
+Beam itself drops an option it does not know with a log warning and fails
+on an unknown runner with a traceback; a build job calls `check_beam_args`
+first, so a misspelt option or runner is one clear error (exit 2) and
+nothing is built.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from wmx.pipelines.runners import RunnerError, resolve_runner
+
+
+class BeamOptionsError(ValueError):
+    """Unknown Beam pipeline options or runner."""
+
+
+def check_beam_args(beam_args: Sequence[str], job_flags: Sequence[str] = ()) -> str:
+    """Validate the Beam part of a build job's command line; returns the runner name.
+
+    The runner (``--runner=...``, default DirectRunner) must be one Beam can
+    create (its module is imported, which also declares its options), and
+    every argument must be an option some PipelineOptions class declares.
+    job_flags: the job's own flags, named in the error. Raises BeamOptionsError
+    naming the unknown options or the runner, with what to do.
+    """
+    from apache_beam.options.pipeline_options import (PipelineOptions, StandardOptions,
+                                                      _BeamArgumentParser)
+    from apache_beam.runners.runner import create_runner
+    args = list(beam_args)
+    runner = PipelineOptions(args).view_as(StandardOptions).runner or "DirectRunner"
+    try:
+        _, path = resolve_runner(runner)
+        create_runner(path)
+    except RunnerError as e:
+        raise BeamOptionsError(str(e)) from None
+    except ValueError:
+        raise BeamOptionsError(
+            f"--runner={runner} is not a Beam runner; use one of "
+            f"{', '.join(StandardOptions.KNOWN_RUNNER_NAMES)}, DaskRunner, or the dotted path of "
+            "a PipelineRunner class") from None
+    except ImportError as e:
+        raise BeamOptionsError(
+            f"--runner={runner} needs packages that are not installed ({e}); e.g. "
+            "apache-beam[gcp] for DataflowRunner, dask and distributed for DaskRunner") from None
+    except Exception as e:  # noqa: BLE001 - a runner that cannot even be created
+        raise BeamOptionsError(f"--runner={runner} cannot be created: "
+                               f"{type(e).__name__}: {e}") from None
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    classes: dict[str, type] = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - what PipelineOptions itself does
+    _, unknown = parser.parse_known_args(args)
+    if unknown:
+        own = f"; this job's own flags are {', '.join(job_flags)}" if job_flags else ""
+        raise BeamOptionsError(
+            f"unknown option(s) {' '.join(unknown)}: neither this job's nor a Beam pipeline "
+            f"option{own}. Beam options are written --name=value (e.g. "
+            "--direct_num_workers=2, --runner=FlinkRunner --flink_master=HOST:PORT; Beam's "
+            "PipelineOptions documentation lists them)")
+    return runner
