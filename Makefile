@@ -16,9 +16,12 @@ $(VENV)/.installed: requirements-lock.txt pyproject.toml
 
 install: $(VENV)/.installed
 
-## make test: install and run the default test suite (the command CI runs).
+## make test: install and run the default test suite (the command CI runs),
+## in TEST_WORKERS processes (pytest-xdist; one test module stays in one process,
+## so module fixtures compile once). TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 ## make test-slow: the long real-environment tests left out of the default run.
 test-slow: install

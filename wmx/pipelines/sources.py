@@ -286,7 +286,8 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
     temporaries.sweep(root / plan.name)
     t0 = time.perf_counter()
     try:
-        with runner_session(ra, shared, default_partitions=len(plan.sources)) as args:
+        with _beam_tempdir(root / ".staging"), \
+                runner_session(ra, shared, default_partitions=len(plan.sources)) as args:
             os.makedirs(plan.staging_dir, exist_ok=False)
             _run_pipeline(plan, args)
     except BaseException:
@@ -301,6 +302,29 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
     if os.path.exists(plan.staging_dir):
         shutil.rmtree(plan.staging_dir, ignore_errors=True)
     return BuildResult(Path(info["path"]), ra.name, seconds, tuple(info["writers"]))
+
+
+@contextlib.contextmanager
+def _beam_tempdir(parent: Path):
+    """Point the process's temporary directory (``tempfile.tempdir`` and
+    ``TMPDIR``, for Beam's job server, pipeline and worker processes) at an
+    owned folder under ``parent`` for the build, and remove it afterwards:
+    Beam leaves ``beam-temp*`` folders in the system temporary directory
+    otherwise. A killed build's folder is swept by the next build."""
+    import tempfile
+    path = temporaries.make_dir(parent, "beam-tmp", prefix="")
+    old_dir, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = str(path)
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = old_dir
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove(path: str) -> None:
