@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -53,102 +53,13 @@ from wmx.agents.tdmpc2.config import make_config
 from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import (bench_blas_ceiling, bench_matmul, cpu_info,  # noqa: E402,F401
+                      median_ms, program_flops)
+
 # Official PyTorch TD-MPC2 (5f6fade) on this 2-core CPU, per the online issue (ms).
 PYTORCH_MS = {"update": {1: 119.0, 5: 382.0}, "plan": {1: 159.0, 5: 395.0}}
 TARGET_MS = {"update": {5: 190.0}, "plan": {5: 200.0}}
-
-
-def _median_ms(fn, repeats: int) -> tuple[float, list[float], float]:
-    """(median wall ms, wall ms list, median process CPU ms) after one warm-up call.
-
-    The CPU time (all threads of this process) is the steadier figure on a
-    machine with other work running; on an idle machine wall is the target."""
-    fn()  # compile + warm up
-    times, cpu = [], []
-    for _ in range(repeats):
-        c = time.process_time()
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-        cpu.append((time.process_time() - c) * 1e3)
-    return statistics.median(times), times, statistics.median(cpu)
-
-
-def bench_matmul(repeats: int, n: int = 1024) -> dict:
-    """Baseline: float32 rate (GFLOP/s) of one jitted n x n x n matmul, median of
-    ``3 * repeats`` calls after compilation."""
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-    f = jax.jit(jnp.matmul)
-    med, _, _ = _median_ms(lambda: jax.block_until_ready(f(a, b)), 3 * repeats)
-    return {"n": n, "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
-
-
-def bench_blas_ceiling(repeats: int, n: int = 2048) -> dict:
-    """The machine's float32 matmul ceiling as a tuned BLAS sees it: numpy's
-    (OpenBLAS, all cores) rate for one n x n x n product, median of
-    ``3 * repeats`` calls. No program of many mid-sized matmuls and
-    element-wise work runs faster than this."""
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
-    med, _, _ = _median_ms(lambda: a @ b, 3 * repeats)
-    blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
-    return {"n": n, "library": f"numpy {np.__version__}, {blas.get('name', '?')} "
-                               f"{blas.get('version', '')}".strip(),
-            "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
-
-
-def cpu_info() -> dict:
-    """Model name and the SIMD extensions that set the float32 peak (Linux /proc/cpuinfo)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
-                  if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
-                  if ln.startswith("flags")), [])
-    return {"model": model, "avx2": "avx2" in flags, "fma": "fma" in flags,
-            "avx512f": "avx512f" in flags}
-
-
-def _sub_jaxprs(params: dict) -> list:
-    """The jaxprs held in an equation's params (directly or in a tuple/list), unwrapped."""
-    out = []
-    for v in params.values():
-        for item in (v if isinstance(v, (tuple, list)) else (v,)):
-            if hasattr(item, "eqns") or hasattr(item, "jaxpr"):
-                out.append(getattr(item, "jaxpr", item))
-    return out
-
-
-def _jaxpr_matmul_flops(jaxpr) -> float:
-    """2·M·N·K summed over the dot_generals of a jaxpr.
-
-    A scan body counts `length` times, a cond its most expensive branch, a
-    while loop's body once (its trip count is not static; the benchmarked
-    programs have none)."""
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (lc, _), (lb, _) = eqn.params["dimension_numbers"]
-            lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
-            k = math.prod(lhs[i] for i in lc)
-            batch = math.prod(lhs[i] for i in lb)
-            total += 2.0 * math.prod(lhs) * math.prod(rhs) / (batch * k)   # 2·batch·M·N·K
-            continue
-        counts = [_jaxpr_matmul_flops(j) for j in _sub_jaxprs(eqn.params)]
-        if eqn.primitive.name == "cond":
-            counts = [max(counts, default=0.0)]
-        mult = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
-        total += mult * sum(counts)
-    return total
-
-
-def program_flops(fn, *args) -> float:
-    """Matmul FLOPs (2·M·N·K per dot, batch dims included) of one call of
-    ``fn(*args)``, from its jaxpr (XLA's cost analysis counts a scan body once)."""
-    return _jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
@@ -167,7 +78,7 @@ def bench_update(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dic
         jax.block_until_ready(m["total_loss"])
 
     flops = program_flops(lambda s, b, n: update(s, b, n, cfg), state, batch, noise)
-    med, times, cpu = _median_ms(run, repeats)
+    med, times, cpu = median_ms(run, repeats)
     return {"model_size": model_size, "batch_size": B, "median_ms": med, "times_ms": times,
             "cpu_median_ms": cpu, "gflop": flops / 1e9}
 
@@ -191,7 +102,7 @@ def bench_plan(model_size: int, repeats: int, obs_dim=24, action_dim=6) -> dict:
         jax.block_until_ready(a)
 
     flops = program_flops(decide, params, obs, prev, key[0])
-    med, times, cpu = _median_ms(run, repeats)
+    med, times, cpu = median_ms(run, repeats)
     return {"model_size": model_size, "num_samples": cfg.num_samples,
             "iterations": cfg.planning_iterations, "median_ms": med, "times_ms": times,
             "cpu_median_ms": cpu, "gflop": flops / 1e9}
