@@ -73,18 +73,23 @@ def bench_blas_ceiling(repeats: int, n: int = 2048) -> dict:
             "median_ms": med, "gflop_per_s": 2 * n ** 3 / (med * 1e-3) / 1e9}
 
 
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+              "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
 def cpu_info() -> dict:
-    """Model name and the SIMD extensions that set the float32 peak (Linux /proc/cpuinfo)."""
+    """Model name and the SIMD extensions that set the float32 peak (Linux
+    /proc/cpuinfo; {} elsewhere): ``simd`` lists those of `SIMD_FLAGS` present."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return {}
     model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
                   if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
-                  if ln.startswith("flags")), [])
-    return {"model": model, "avx2": "avx2" in flags, "fma": "fma" in flags,
-            "avx512f": "avx512f" in flags}
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                      if ln.startswith("flags")), []))
+    return {"model": model, "simd": [f for f in SIMD_FLAGS if f in flags],
+            "avx2": "avx2" in flags, "fma": "fma" in flags, "avx512f": "avx512f" in flags}
 
 
 # ---- matmul FLOPs of a program -----------------------------------------------------
@@ -182,7 +187,9 @@ class LoadProbe:
     ``pids``) / wall time: 0 on an idle machine, up to the core count when
     other work saturates it. Unlike the load average it does not count this
     benchmark's own recent work (the 1-minute load average still holds ~2 a
-    minute after a 2-thread block ends). Linux only (/proc); None elsewhere.
+    minute after a 2-thread block ends). A VM's steal time counts as foreign.
+    Linux only (/proc); None elsewhere. Use `start`/`stop`, or ``with
+    LoadProbe(pids) as p:`` and then ``p.result``.
     """
 
     def __init__(self, pids: list[int]):
@@ -208,6 +215,13 @@ class LoadProbe:
             hz = os.sysconf("SC_CLK_TCK")
             foreign = max(0.0, (busy1 - self.busy0 - own) / hz / dt)
         return {"loadavg": self.loadavg, "foreign_cores": foreign, "s": dt}
+
+    def __enter__(self) -> "LoadProbe":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        """As a context manager: `stop`'s record in ``self.result``."""
+        self.result = self.stop()
 
 
 def machine_busy(pids: list[int], seconds: float = 1.0) -> dict:
