@@ -34,11 +34,26 @@ import numpy as np
 
 
 # ---- worker side --------------------------------------------------------------------
+_REPLY = None
+
+
+def protect_stdout():
+    """Keep the original stdout for replies and send everything else written to
+    it (Python prints and C-level writes to fd 1) to stderr. Call it before
+    importing the code under test: the reference prints at import time
+    ("For colored outputs: ..."). Returns the reply stream; idempotent."""
+    global _REPLY
+    if _REPLY is None:
+        sys.stdout.flush()
+        _REPLY = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    return _REPLY
+
+
 def serve(handlers: dict[str, Callable[..., Any]]) -> None:
     """Answer requests from stdin until "quit" or end of input (see the module docstring)."""
-    reply = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)            # stray prints of the code under test go to stderr
-    sys.stdout = sys.stderr
+    reply = protect_stdout()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -136,7 +151,7 @@ class Worker:
     def send(self, cmd: str, **args) -> None:
         """Send one request without waiting (`recv` takes its reply): lets several
         workers compile at once."""
-        self._pending = cmd
+        self._pending, self._awaiting = cmd, True
         try:
             self.proc.stdin.write(json.dumps({"cmd": cmd, "args": args}) + "\n")
             self.proc.stdin.flush()
@@ -146,14 +161,22 @@ class Worker:
     def recv(self) -> Any:
         """The reply to the last `send`; raises WorkerError if it failed or the worker died."""
         cmd = getattr(self, "_pending", "?")
-        try:
-            line = self.proc.stdout.readline()
-        except OSError:
-            line = ""
-        if not line:
-            raise WorkerError(f"{self.name} worker died during {cmd!r} (exit code "
-                              f"{self.proc.poll()}); its log {self.log} ends:\n{self.log_tail()}")
-        rep = json.loads(line)
+        while True:
+            try:
+                line = self.proc.stdout.readline()
+            except OSError:
+                line = ""
+            if not line:
+                self._awaiting = False
+                raise WorkerError(f"{self.name} worker died during {cmd!r} (exit code "
+                                  f"{self.proc.poll()}); its log {self.log} ends:\n"
+                                  f"{self.log_tail()}")
+            try:
+                rep = json.loads(line)
+                break
+            except json.JSONDecodeError:   # a stray print on the reply stream: log it
+                self._log_file.write(f"[stdout] {line}")
+        self._awaiting = False
         if not rep["ok"]:
             raise WorkerError(f"{self.name} worker failed {cmd!r}: {rep['error']}\n"
                               f"{rep.get('traceback', '')}")
@@ -167,13 +190,19 @@ class Worker:
             return ""
 
     def close(self) -> None:
+        """Ask the worker to quit; a worker still busy with a request (the
+        orchestrator failed while it worked) is terminated instead."""
         if self.proc.poll() is None:
-            try:
-                self.call("quit")
-            except WorkerError:
-                pass
+            if getattr(self, "_awaiting", False):
+                self.proc.terminate()
+            else:
+                try:
+                    self.call("quit")
+                except WorkerError:
+                    pass
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         self._log_file.close()

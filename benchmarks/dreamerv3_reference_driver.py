@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _worker import serve, synthetic_obs, synthetic_windows, time_calls  # noqa: E402
+from _worker import protect_stdout, serve, synthetic_obs, synthetic_windows, time_calls  # noqa: E402,I001
 
 # The 1m widths: the reference's later size1m (HEAD configs.yaml), absent at 29eb964.
 SIZE_1M = {r".*\.rssm": {"deter": 512, "hidden": 64, "classes": 4},
@@ -218,6 +218,7 @@ def main() -> None:
                    help="a danijar/dreamerv3 checkout at 29eb964 (see the module docstring)")
     args = p.parse_args()
     root = check_reference_dir(args.reference_dir)
+    protect_stdout()     # embodied prints at import time
     ref = Reference(root)
     serve({"setup": ref.setup, "time": ref.time, "stats": ref.stats})
 
