@@ -55,7 +55,7 @@ BackendCompilerFailed in the update), and eager is what runs.
 
     python benchmarks/tdmpc2_speed.py --reference-dir /tmp/tdmpc2-ref \\
         [--reference-python /work/refenv/tdmpc2/bin/python] [--rounds 5] [--calls 5]
-    python benchmarks/tdmpc2_speed.py --quick ...   # 3 rounds of 3 calls, online 1 seed
+    python benchmarks/tdmpc2_speed.py --quick ...   # 3 rounds of 3 calls, no repeats, online 1 seed
 
 Writes benchmarks/results/tdmpc2_speed.json (``--out``; a run without the
 online throughput writes tdmpc2_speed_no_online.json unless ``--out`` says).
@@ -271,17 +271,21 @@ def main() -> None:
     p.add_argument("--max-foreign", type=float, default=0.15,
                    help="cores other processes may take during a block before it is "
                         "marked loaded and repeated")
-    p.add_argument("--retries", type=int, default=3, help="repeats of a loaded block")
+    p.add_argument("--retries", type=int, default=None,
+                   help="repeats of a loaded block (default 3; 0 with --quick)")
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--preset", default="cpu", help="preset of the online throughput runs")
     p.add_argument("--quick", action="store_true",
-                   help="3 rounds of 3 calls, online 1 seed only")
+                   help="3 rounds of 3 calls, loaded blocks marked but not repeated, online "
+                        "1 seed only")
     p.add_argument("--no-online", action="store_true", help="skip the online throughput runs")
     p.add_argument("--out", default=None,
                    help="JSON to write (default benchmarks/results/tdmpc2_speed.json; "
                         "tdmpc2_speed_no_online.json with --no-online)")
     args = p.parse_args()
     rounds, calls = (3, 3) if args.quick else (args.rounds, args.calls)
+    if args.retries is None:
+        args.retries = 0 if args.quick else 3
     t_start = time.perf_counter()
     res: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                              "python": platform.python_version(), "jax": jax.__version__,
