@@ -33,6 +33,11 @@ chunk (1 and 4 vmapped seeds) and the peak resident memory.
 
 Without ``--reference-dir`` only wmx is timed (no ratios).
 
+The machine facts, the load probe, FLOP counting and timing come from
+`_machine.py` and `_worker.py`, shared with `dreamerv3_speed.py`; the
+TD-MPC2 driver keeps its own JSON-lines protocol (arguments and results at
+the top level of each line; `_worker.Worker` nests them).
+
 Getting and preparing the official checkout (commit e9f5932, the spec's HEAD)
 and its environment (never wmx's):
 
