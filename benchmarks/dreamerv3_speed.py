@@ -1,0 +1,543 @@
+"""DreamerV3 speed on this machine, wmx beside the official code, in one run.
+
+Writes JSON (default benchmarks/results/dreamerv3_speed.json):
+
+- ``items``: per model size (1m, 12m; walker-walk dims, obs 24, action 6)
+  - ``train_<size>``: one training step on a batch of 16 windows of 65 rows
+    (64 trained steps + 1 replay-context row with stored latents; ms);
+    wmx: jitted ``wmx.agents.dreamerv3.agent.update`` (the online path's
+    step: replay context, world model, imagination of 16·64 starts × 15
+    steps, actor-critic, LaProp); official: ``jax.jit(nj.pure(agent.train))``
+    of danijar/dreamerv3 29eb964 (`dreamerv3_reference_driver.py`);
+  - ``policy_<size>``: one policy step for 16 envs (filter step + sampled
+    action; ms); wmx: jitted ``agent.policy``; official: the JAXAgent's
+    jitted policy program;
+  each with the median over rounds of the per-block medians (wall and
+  process-CPU ms), the matmul FLOPs of the program (``gflop``, counted on
+  its jaxpr) and its multiple of the matmul floor at the run's baseline
+  rate, XLA's buffer sizes where the backend reports them, the compile
+  time, and ``ratio`` = official / wmx (the target is ≥ 2);
+- ``online``: env steps/s (simulator steps, 16 envs, action repeat 2) of
+  the jitted `train_online` chunk at the paper protocol (``paper`` preset:
+  12m, 16 envs, train ratio 512, so 8 updates per tick after the replay
+  holds a batch) and at the ``cpu`` preset (1m), on a real Playground task
+  (walker-walk, T = 500): the program of a real run, timed on chunks of
+  ``--online-ticks`` ticks in the steady state (after the first update);
+- ``memory``: peak resident memory (MiB) of every worker process (one per
+  implementation and size, one per online preset), and the device's memory
+  statistics where the backend has them (the XLA CPU backend has none);
+- ``machine``: CPU model and SIMD flags, core count, versions, numpy's BLAS
+  rate on a 2048³ float32 product (``blas_ceiling``) and XLA's on a 1024³
+  one before and after the timed blocks (``matmul_baseline*``).
+
+Method. Every implementation and size runs in its own worker process
+(`_worker.py`; the official code needs its own, older JAX), compiled once
+and kept alive. The orchestrator alternates timed blocks between the two
+implementations (round r: wmx then official for even r, official then wmx
+for odd r), ``--calls`` timed calls per block after compilation and a
+warm-up call, over ``--rounds`` rounds (≥ 3). Per block it records the
+load: the load average before it, and the CPU that other processes take
+(``foreign_cores``, /proc: machine busy time minus this benchmark's
+processes, per second of wall time) over 1 s before the block and during
+it. A block where either exceeds ``--load-threshold`` cores is marked
+``loaded`` and repeated (up to ``--load-retries`` times); the round keeps
+its last attempt. An item whose kept blocks include a loaded one is marked
+``loaded: true``: its figures are not idle-machine figures. The ratio is
+given two ways: of the two medians, and the median of the per-round
+ratios (each from two adjacent blocks, steadier when the machine's speed
+drifts).
+
+Official code: pass a checkout of danijar/dreamerv3 at 29eb964 with
+``--reference-dir`` and the python of its virtual environment with
+``--reference-python`` (how to prepare both: `dreamerv3_reference_driver.py`
+and docs/performance.md). Without ``--reference-dir`` only wmx is timed.
+
+    python benchmarks/dreamerv3_speed.py --reference-dir /tmp/dreamerv3-ref \\
+        [--reference-python /work/refenv/dreamerv3/bin/python] [--rounds 5] [--quick]
+
+Source: issue 13 (DreamerV3 speed benchmark); docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]   # _worker/_machine, and this checkout's wmx
+from _worker import Worker, WorkerError, serve, synthetic_obs, synthetic_windows, time_calls  # noqa: E402,I001
+
+OBS_DIM, ACTION_DIM = 24, 6           # walker-walk
+BATCH_SIZE, BATCH_LENGTH = 16, 64     # + replay_context 1 = 65 rows per window
+N_ENVS = 16
+ANCHOR_MS = {"1m": 780.0, "12m": 5300.0}
+"""Official DreamerV3 (JAX) float32 training step on an idle 2-core CPU of this
+kind, per issue 13 (ms); the in-run measurement supersedes it."""
+TARGET_RATIO = 2.0
+DEFAULT_REFERENCE_PYTHON = "/work/refenv/dreamerv3/bin/python"
+QUICK_CACHE = str(Path(os.environ.get("TMPDIR", "/tmp")) / "wmx_dreamerv3_speed_cache")
+"""--quick's default compile cache (compilation is never timed; the official
+training step alone compiles for ~6-7 CPU minutes per size with jax 0.4.28)."""
+
+
+# ==== worker: wmx ====================================================================
+class WmxWorker:
+    """wmx's DreamerV3 at one size: jitted update and policy (handlers of `_worker.serve`),
+    or one online program (`setup_online`)."""
+
+    def __init__(self):
+        self.items = {}
+
+    def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
+              batch_length: int, n_envs: int, seed: int = 0) -> dict:
+        """Build state and inputs, compile update and policy (one compile each).
+
+        Returns {"compile_s", "gflop", "memory", "params", "widths", "versions"},
+        the reference driver's keys.
+        """
+        import jax
+        import numpy as np
+        from _machine import compiled_memory, program_flops
+        from wmx.agents.dreamerv3 import agent as dv3
+        from wmx.agents.dreamerv3.config import make_config
+        cfg = make_config("paper", model_size=size, obs_dim=obs_dim, action_dim=action_dim,
+                          batch_size=batch_size, batch_length=batch_length, n_envs=n_envs)
+        data = synthetic_windows(batch_size, batch_length + 1, obs_dim, action_dim, cfg.deter,
+                                 cfg.stoch, cfg.classes, seed=seed)
+        batch = {"obs": data["vector"], "action": data["action"], "reward": data["reward"],
+                 "is_first": data["is_first"], "is_last": data["is_last"],
+                 "is_terminal": data["is_terminal"], "deter": data["deter"],
+                 "stoch": np.eye(cfg.classes, dtype=np.float32)[data["stoch"]]}
+        batch = jax.device_put(batch)
+        self.state = dv3.init(jax.random.PRNGKey(seed), cfg)
+        calls = [0]
+
+        def key():   # a fresh raw key per call, made on the host (as the reference's seeds)
+            calls[0] += 1
+            return np.array([seed, calls[0]], np.uint32)
+
+        def update_fn(state, batch, key):
+            return dv3.update(state, batch, key, cfg)
+
+        def policy_fn(params, carry, obs, is_first, key):
+            return dv3.policy(params, cfg, carry, obs, is_first, key, eval_mode=False)
+
+        obs = synthetic_obs(n_envs, obs_dim)
+        obs_v, first = jax.device_put(obs["vector"]), jax.device_put(obs["is_first"])
+        self.pcarry = dv3.init_policy(cfg, n_envs)
+        compile_s, memory = {}, {}
+        t = time.perf_counter()
+        update = jax.jit(update_fn).lower(self.state, batch, key()).compile()
+        compile_s["train"] = time.perf_counter() - t
+        memory["train"] = compiled_memory(update)
+        params = dv3.policy_params(self.state)
+        t = time.perf_counter()
+        policy = jax.jit(policy_fn).lower(params, self.pcarry, obs_v, first, key()).compile()
+        compile_s["policy"] = time.perf_counter() - t
+        memory["policy"] = compiled_memory(policy)
+        gflop = {"train": program_flops(update_fn, self.state, batch, key()) / 1e9,
+                 "policy": program_flops(policy_fn, params, self.pcarry, obs_v, first,
+                                         key()) / 1e9}
+
+        def train():
+            self.state, metrics, outs = update(self.state, batch, key())
+            jax.block_until_ready((self.state, metrics, outs))
+
+        def act():
+            self.pcarry, action, entries = policy(dv3.policy_params(self.state), self.pcarry,
+                                                  obs_v, first, key())
+            jax.block_until_ready((self.pcarry, action, entries))
+
+        self.items = {"train": train, "policy": act}
+        for fn in self.items.values():   # warm-up call
+            fn()
+        counts = dv3.param_counts(cfg)
+        return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
+                "params": int(counts["total"]),
+                "widths": {"deter": cfg.deter, "hidden": cfg.hidden, "classes": cfg.classes,
+                           "units": cfg.units},
+                "versions": {"jax": jax.__version__, "numpy": np.__version__,
+                             "python": sys.version.split()[0]}}
+
+    def time(self, item: str, repeats: int) -> dict:
+        """`_worker.time_calls` of one item ("train" or "policy")."""
+        return time_calls(self.items[item], repeats)
+
+    def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0
+                     ) -> dict:
+        """Build the online program of a real run and run it past its first update.
+
+        The run: ``OnlineRunConfig(task, agent="dreamerv3", preset, n_envs)`` at the
+        task's own episode length; chunks of ``ticks`` ticks (the trainer's chunk
+        is one round of T + 1 ticks; the tick program is the same). Runs chunks
+        (the first compiles) until one has run updates, then one more (warm-up).
+        Returns {"compile_s", "warmup_chunks", "updates_per_chunk",
+        "env_steps_per_chunk", "episode_length", "first_update_tick"}.
+        """
+        import jax
+        import numpy as np
+        from wmx.agents.dreamerv3 import schedule as sched_lib
+        from wmx.envs.playground import cached_env
+        from wmx.runs.online_config import OnlineRunConfig
+        from wmx.train_online import program
+        probe = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
+                                preset=preset)
+        T, repeat = probe.task_spec.T, probe.task_spec.action_repeat
+        rc = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
+                             preset=preset, env_steps=T * n_envs * repeat)
+        cfg = rc.agent_config
+        env = cached_env(rc.task, rc.episode_length)
+        sched = sched_lib.make_schedule(n_envs, batch_size=cfg.batch_size,
+                                        batch_length=cfg.batch_length,
+                                        replay_context=cfg.replay_context,
+                                        train_ratio=cfg.train_ratio)
+        first = sched_lib.first_update_tick(sched)
+        self.carries = program.init_carries(rc, env)
+        self.chunk = program.make_chunk_fn(rc, env)
+        self.ticks, self.next_tick = ticks, 0
+
+        def run_chunk():
+            t0 = self.next_tick
+            self.carries, rows = self.chunk(self.carries, np.arange(t0, t0 + ticks,
+                                                                    dtype=np.int32))
+            jax.block_until_ready((self.carries.n_updates, rows))
+            self.next_tick += ticks
+
+        t = time.perf_counter()
+        run_chunk()
+        compile_s = time.perf_counter() - t
+        warm = 1
+        while self.next_tick <= first + ticks:   # past the first update, plus one full chunk
+            run_chunk()
+            warm += 1
+        updates = (sched_lib.total_updates(self.next_tick + ticks - 1, sched)
+                   - sched_lib.total_updates(self.next_tick - 1, sched))
+        self.items = {"online": run_chunk}
+        return {"compile_s": compile_s, "warmup_chunks": warm, "updates_per_chunk": updates,
+                "env_steps_per_chunk": ticks * n_envs * repeat, "episode_length": T,
+                "action_repeat": repeat, "first_update_tick": first,
+                "model_size": cfg.model_size, "train_ratio": cfg.train_ratio}
+
+    def stats(self) -> dict:
+        """{"peak_rss_mib", "device_memory": the device's memory_stats() or None}."""
+        import jax
+        from _machine import peak_rss_mib
+        try:
+            mem = jax.devices()[0].memory_stats()
+        except Exception:  # noqa: BLE001 - not every backend reports
+            mem = None
+        return {"peak_rss_mib": peak_rss_mib(), "device_memory": mem}
+
+
+def worker_main() -> None:
+    w = WmxWorker()
+    serve({"setup": w.setup, "time": w.time, "setup_online": w.setup_online,
+           "stats": w.stats})
+
+
+# ==== orchestrator ===================================================================
+def _check_reference(ref_dir: str, ref_python: str) -> dict:
+    """The checkout's provenance, or SystemExit with a one-line message (bad
+    --reference-dir or --reference-python)."""
+    import hashlib
+    from dreamerv3_reference_driver import check_reference_dir
+    root = check_reference_dir(ref_dir)
+    py = Path(ref_python)
+    if not (py.is_file() and os.access(py, os.X_OK)):
+        raise SystemExit(f"--reference-python {ref_python}: not an executable python (make the "
+                         f"reference's venv first; see dreamerv3_reference_driver.py)")
+    agent_py = (root / "dreamerv3" / "agent.py").read_text()
+    fix_29eb964 = "prevact = {k: data[k][:, K - 1] for k in self.act_space}" in agent_py
+    if not fix_29eb964:
+        print(f"warning: {root} lacks the 29eb964 replay-context fix; the benchmark expects "
+              f"danijar/dreamerv3 at 29eb964", file=sys.stderr)
+    return {"dir": str(root), "python": str(py),
+            "agent_py_sha256": hashlib.sha256(agent_py.encode()).hexdigest(),
+            "has_29eb964_fix": fix_29eb964}
+
+
+def _git_commit() -> str | None:
+    import subprocess
+    try:
+        return subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+class Blocks:
+    """Timed blocks with the load rule of the module docstring."""
+
+    def __init__(self, pids, threshold: float, retries: int):
+        self.pids, self.threshold, self.retries = pids, threshold, retries
+
+    def _over(self, probe: dict) -> bool:
+        f = probe["foreign_cores"]
+        return f is not None and f > self.threshold
+
+    def run(self, worker: Worker, item: str, calls: int) -> dict:
+        """One block of ``calls`` timed calls; repeated while loaded (≤ retries times)."""
+        from _machine import LoadProbe, machine_busy
+        attempts = []
+        for _ in range(1 + self.retries):
+            before = machine_busy(self.pids(), 1.0)
+            probe = LoadProbe(self.pids()).start()
+            res = worker.call("time", item=item, repeats=calls)
+            during = probe.stop()
+            attempts.append({
+                "median_ms": statistics.median(res["wall_ms"]),
+                "cpu_median_ms": statistics.median(res["cpu_ms"]),
+                "wall_ms": res["wall_ms"], "cpu_ms": res["cpu_ms"],
+                "loadavg_before": before["loadavg"],
+                "foreign_cores_before": before["foreign_cores"],
+                "foreign_cores_during": during["foreign_cores"],
+                "loaded": self._over(before) or self._over(during)})
+            if not attempts[-1]["loaded"]:
+                break
+        return {**attempts[-1], "attempts": len(attempts), "earlier_attempts": attempts[:-1]}
+
+
+def _summary(wmx_blocks: list[dict], ref_blocks: list[dict] | None) -> dict:
+    """Medians over rounds of the block medians, and the official / wmx ratios."""
+    def side(blocks):
+        return {"median_ms": statistics.median(b["median_ms"] for b in blocks),
+                "cpu_median_ms": statistics.median(b["cpu_median_ms"] for b in blocks),
+                "loaded_blocks": sum(b["loaded"] for b in blocks), "blocks": blocks}
+    out = {"wmx": side(wmx_blocks)}
+    loaded = any(b["loaded"] for b in wmx_blocks)
+    if ref_blocks:
+        out["official"] = side(ref_blocks)
+        loaded |= any(b["loaded"] for b in ref_blocks)
+        per_round = [r["median_ms"] / w["median_ms"] for w, r in zip(wmx_blocks, ref_blocks)]
+        clean = [x for x, w, r in zip(per_round, wmx_blocks, ref_blocks)
+                 if not (w["loaded"] or r["loaded"])]
+        out["ratio"] = out["official"]["median_ms"] / out["wmx"]["median_ms"]
+        out["ratio_cpu"] = out["official"]["cpu_median_ms"] / out["wmx"]["cpu_median_ms"]
+        out["ratio_rounds"] = per_round
+        out["ratio_rounds_median"] = statistics.median(per_round)
+        out["ratio_clean_rounds_median"] = statistics.median(clean) if clean else None
+        out["meets_target"] = out["ratio"] >= TARGET_RATIO
+    out["loaded"] = loaded
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reference-dir", default=None,
+                   help="danijar/dreamerv3 checkout at 29eb964 (omit: wmx only)")
+    p.add_argument("--reference-python", default=DEFAULT_REFERENCE_PYTHON,
+                   help="python of the reference's venv (jax 0.4.28 and the fixtures' pins)")
+    p.add_argument("--sizes", nargs="+", default=["1m", "12m"], choices=["1m", "12m"])
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 3)")
+    p.add_argument("--train-calls", type=int, default=3, help="timed training steps per block")
+    p.add_argument("--policy-calls", type=int, default=30, help="timed policy steps per block")
+    p.add_argument("--task", default="walker-walk", help="Playground task of the online runs")
+    p.add_argument("--online-presets", nargs="*", default=None,
+                   help="presets of the online throughput runs (default: paper and cpu; "
+                        "none with --quick; an empty list skips them)")
+    p.add_argument("--online-ticks", type=int, default=4,
+                   help="ticks per timed online chunk (16 envs each; 8 updates per tick)")
+    p.add_argument("--online-rounds", type=int, default=3)
+    p.add_argument("--load-threshold", type=float, default=0.25,
+                   help="cores of other work above which a block is marked loaded")
+    p.add_argument("--load-retries", type=int, default=2,
+                   help="repeats of a loaded block before its round keeps it marked")
+    p.add_argument("--compile-cache", default=None,
+                   help="persistent JAX compilation cache of the workers, a subdirectory per "
+                        "side (the recorded compile times then measure cache loads; timed "
+                        "figures are unaffected). Default: none, or QUICK_CACHE with --quick; "
+                        "'' turns it off")
+    p.add_argument("--quick", action="store_true",
+                   help="3 rounds, 1 training step and 5 policy steps per block, no load "
+                        "retries, no online runs unless --online-presets names them (then 2 "
+                        "ticks x 3 rounds), the compile cache on by default; ~3 min for 1m "
+                        "and 12m on 2 cores once the cache is warm (a cold run compiles the "
+                        "official training step for ~6-7 CPU minutes per size)")
+    p.add_argument("--logs", default="/tmp/dreamerv3_speed_logs", help="worker logs (stderr)")
+    p.add_argument("--out", default="benchmarks/results/dreamerv3_speed.json")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker_main()
+    if args.quick:
+        args.rounds, args.train_calls, args.policy_calls = 3, 1, 5
+        args.online_ticks, args.load_retries = 2, 0
+        if args.online_presets is None:
+            args.online_presets = []
+        if args.compile_cache is None:
+            args.compile_cache = QUICK_CACHE
+    elif args.online_presets is None:
+        args.online_presets = ["paper", "cpu"]
+    if args.rounds < 3:
+        raise SystemExit(f"--rounds {args.rounds}: the benchmark needs at least 3 rounds")
+    reference = (_check_reference(args.reference_dir, args.reference_python)
+                 if args.reference_dir else None)
+
+    import jax
+    from _machine import bench_blas_ceiling, bench_matmul, cpu_info, machine_busy
+    t_start = time.time()
+    env: dict = {}
+    if args.compile_cache:
+        env.update({"JAX_COMPILATION_CACHE_DIR": args.compile_cache,
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+    workers: list[Worker] = []
+
+    def pids():
+        return [os.getpid()] + [w.pid for w in workers if w.proc.poll() is None]
+
+    def start(name, argv, cache_sub):
+        e = dict(env)
+        if args.compile_cache:
+            e["JAX_COMPILATION_CACHE_DIR"] = str(Path(args.compile_cache) / cache_sub)
+        w = Worker(name, argv, Path(args.logs) / f"{name}.log", env=e)
+        workers.append(w)
+        return w
+
+    res: dict = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
+                    "jax": jax.__version__, "backend": jax.default_backend()},
+        "protocol": {"obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "batch_size": BATCH_SIZE,
+                     "batch_length": BATCH_LENGTH, "replay_context": 1, "n_envs": N_ENVS,
+                     "rounds": args.rounds, "train_calls": args.train_calls,
+                     "policy_calls": args.policy_calls, "load_threshold": args.load_threshold,
+                     "load_retries": args.load_retries, "quick": args.quick,
+                     "compile_cache": args.compile_cache or None},
+        "wmx_commit": _git_commit(), "reference": reference,
+        "anchor_official_idle_ms": ANCHOR_MS, "target_ratio": TARGET_RATIO,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    blocks = Blocks(pids, args.load_threshold, args.load_retries)
+    try:
+        res["machine"]["load_at_start"] = machine_busy(pids(), 2.0)
+        res["blas_ceiling"] = bench_blas_ceiling(3)
+        res["matmul_baseline"] = bench_matmul(3)
+
+        # ---- workers: one per implementation and size, compiled concurrently ----
+        setup_args = dict(obs_dim=OBS_DIM, action_dim=ACTION_DIM, batch_size=BATCH_SIZE,
+                          batch_length=BATCH_LENGTH, n_envs=N_ENVS)
+        pairs = {}
+        for size in args.sizes:
+            w = start(f"wmx_{size}", [sys.executable, str(Path(__file__).resolve()), "--worker"],
+                      "wmx")
+            r = None
+            if reference:
+                r = start(f"official_{size}", [reference["python"],
+                                               str(HERE / "dreamerv3_reference_driver.py"),
+                                               "--reference-dir", reference["dir"]], "official")
+            pairs[size] = (w, r)
+        setups = {}
+        t = time.perf_counter()
+        for size, (w, r) in pairs.items():
+            for x in (w, r):
+                if x:
+                    x.send("setup", size=size, **setup_args)
+        for size, (w, r) in pairs.items():
+            setups[size] = {"wmx": w.recv(), "official": r.recv() if r else None}
+        res["setup_wall_s"] = time.perf_counter() - t
+        print(f"workers ready after {res['setup_wall_s']:.0f} s (compiled concurrently)",
+              flush=True)
+
+        # ---- interleaved rounds ----
+        calls = {"train": args.train_calls, "policy": args.policy_calls}
+        raw = {(size, item): ([], []) for size in args.sizes for item in calls}
+        for rnd in range(args.rounds):
+            for size, (w, r) in pairs.items():
+                for item in calls:
+                    order = [(0, w), (1, r)] if rnd % 2 == 0 else [(1, r), (0, w)]
+                    for side, worker in order:
+                        if worker is None:
+                            continue
+                        b = blocks.run(worker, item, calls[item])
+                        b["round"] = rnd
+                        raw[(size, item)][side].append(b)
+                        print(f"round {rnd} {item}_{size} {worker.name}: {b['median_ms']:.1f} ms"
+                              f"{' (loaded)' if b['loaded'] else ''}", flush=True)
+        res["matmul_baseline_after"] = bench_matmul(3)
+        rate = statistics.mean([res["matmul_baseline"]["gflop_per_s"],
+                                res["matmul_baseline_after"]["gflop_per_s"]])
+        res["items"], res["memory"] = {}, {}
+        for (size, item), (wb, rb) in raw.items():
+            s = _summary(wb, rb or None)
+            for side in ("wmx", "official"):
+                info = setups[size][side]
+                if side in s and info:
+                    s[side].update(gflop=info["gflop"][item], compile_s=info["compile_s"][item],
+                                   xla_buffers=info["memory"][item])
+                    floor = info["gflop"][item] / rate * 1e3
+                    s[side].update(matmul_floor_ms=floor, x_floor=s[side]["median_ms"] / floor)
+            if item == "train":
+                s["anchor_official_idle_ms"] = ANCHOR_MS[size]
+            res["items"][f"{item}_{size}"] = s
+        res["models"] = {size: {side: {k: v for k, v in (info or {}).items()
+                                       if k in ("params", "widths", "versions")}
+                                for side, info in setups[size].items()}
+                         for size in args.sizes}
+        for w in list(workers):
+            res["memory"][w.name] = w.call("stats")
+            w.close()
+            workers.remove(w)
+
+        # ---- online throughput (wmx only) ----
+        online = {}
+        for preset in args.online_presets:
+            w = start(f"wmx_online_{preset}", [sys.executable, str(Path(__file__).resolve()),
+                                               "--worker"], "wmx")
+            w.send("setup_online", task=args.task, preset=preset, n_envs=N_ENVS,
+                   ticks=args.online_ticks)
+            online[preset] = w
+        res["online"] = []
+        setups_online = {p: w.recv() for p, w in online.items()}
+        chunks = {p: [] for p in online}
+        for rnd in range(args.online_rounds):
+            for preset, w in online.items():
+                b = blocks.run(w, "online", 1)
+                b["round"] = rnd
+                chunks[preset].append(b)
+                print(f"round {rnd} online {preset}: {b['median_ms'] / 1e3:.1f} s per chunk"
+                      f"{' (loaded)' if b['loaded'] else ''}", flush=True)
+        for preset, w in online.items():
+            info = setups_online[preset]
+            med_s = statistics.median(b["median_ms"] for b in chunks[preset]) / 1e3
+            res["online"].append({
+                "preset": preset, "task": args.task, "n_envs": N_ENVS,
+                "ticks_per_chunk": args.online_ticks, **info,
+                "chunk_s_median": med_s,
+                "env_steps_per_s": info["env_steps_per_chunk"] / med_s,
+                "updates_per_s": info["updates_per_chunk"] / med_s,
+                "loaded": any(b["loaded"] for b in chunks[preset]), "blocks": chunks[preset]})
+            res["memory"][w.name] = w.call("stats")
+            w.close()
+            workers.remove(w)
+    finally:
+        for w in workers:
+            w.close()
+    res["machine"]["load_at_end"] = machine_busy(pids(), 2.0)
+    res["wall_s"] = time.time() - t_start
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    _print_summary(res, out)
+
+
+def _print_summary(res: dict, out: Path) -> None:
+    for name, s in res["items"].items():
+        line = f"{name:12s} wmx {s['wmx']['median_ms']:9.1f} ms"
+        if "official" in s:
+            line += (f"  official {s['official']['median_ms']:9.1f} ms  ratio "
+                     f"{s['ratio']:.2f} (per round {s['ratio_rounds_median']:.2f})")
+        print(line + ("  [LOADED]" if s["loaded"] else ""))
+    for o in res.get("online", []):
+        print(f"online {o['preset']:6s} {o['task']}: {o['env_steps_per_s']:.1f} env steps/s "
+              f"({o['updates_per_s']:.2f} updates/s){'  [LOADED]' if o['loaded'] else ''}")
+    for name, m in res["memory"].items():
+        print(f"peak RSS {name}: {m['peak_rss_mib']:.0f} MiB")
+    print(f"-> {out} ({res['wall_s'] / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
