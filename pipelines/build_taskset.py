@@ -37,7 +37,6 @@ def run(taskset, args, beam_args) -> int:
     from wmx.pipelines.runners import RunnerError, parse_runner_args
     from wmx.pipelines.sources import (BuildInputError, build_failure, make_plan,
                                        run_build_result)
-    from wmx.pipelines.transforms import EpisodeCheckError
     try:
         ra = parse_runner_args(beam_args, args.dask_workers)
         check_beam_args(ra.beam_args, ["--home", "--tasks", "--taskset", "--sources",
@@ -59,7 +58,7 @@ def run(taskset, args, beam_args) -> int:
            "builder.duplicates)" if dups else ""), flush=True)
     try:
         res = run_build_result(plan, beam_args, args.dask_workers)
-    except (RunnerError, EpisodeCheckError) as e:
+    except RunnerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - expected failures become one line, others re-raised

@@ -495,7 +495,7 @@ BAD_INPUTS = [
     ("beam-unknown-option", BEAM, "run {job} --taskset {ts} --home {dshome} --no_such_option=1",
      "unknown option(s) --no_such_option=1"),
     ("beam-unknown-runner", BEAM, "run {job} --taskset {ts} --home {dshome} "
-     "--runner=NoSuchRunner", "--runner=NoSuchRunner is not a Beam runner"),
+     "--runner=NoSuchRunner", "unknown runner 'NoSuchRunner'"),
     ("dataset-info-home-file", WMX, "dataset info tst@latest --home {file}",
      "is a file, not a directory"),
     ("evaluate-out-file", EVALUATE, "--run {run} --out {file} --force",
