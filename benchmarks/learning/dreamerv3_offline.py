@@ -123,7 +123,7 @@ def compare_report(home: Path, runs: list[str], out: Path, episodes: int) -> str
     argv = ["--runs", *runs, "--episodes", str(episodes), "--out", str(out), "--home",
             str(home), "--force"]
     print("$ evaluate " + " ".join(argv))
-    return str(out / "report.md") if evaluate_cli.main(argv) == 0 else None
+    return str(out / "compare.md") if evaluate_cli.main(argv) == 0 else None
 
 
 def plot(res: dict, path: Path) -> None:

@@ -100,7 +100,7 @@ class Stubs:
         rep = Path(_arg(argv, "--run")) / "report" if "--run" in argv else Path(
             _arg(argv, "--out"))
         rep.mkdir(parents=True)
-        (rep / "report.md").write_text("# report\n")
+        (rep / ("report.md" if "--run" in argv else "compare.md")).write_text("# report\n")
         (rep / "scores.png").write_bytes(b"png")
 
 
@@ -245,7 +245,12 @@ def test_dreamerv3_and_both_agents_offline(tmp_path):
     ev = both.calls[1][1]
     assert ev[:3] == ["--runs", tdmpc2_run, res["offline_run"]]
     assert Path(_arg(ev, "--out")).parent == home / "reports"
-    assert res2["report"] == str(Path(_arg(ev, "--out")) / "report.md")
+    assert res2["report"] == str(Path(_arg(ev, "--out")) / "compare.md")
+    # a rerun skips every stage, the comparison included
+    again = Stubs(home)
+    demo.run_pipeline(opts(agent="both", dreamerv3_updates=20), home, runners=again.runners(),
+                      out=io.StringIO())
+    assert again.calls == []
     assert "stage 6/7: train_offline dreamerv3" in out.getvalue()
     # the TD-MPC2 run is the one the default demo makes (same name: same flags)
     default = demo.offline_stage(opts(), home, res2["dataset"])

@@ -301,7 +301,7 @@ def compare_stage(opts: argparse.Namespace, home: Path, run_dirs: Sequence[str] 
                                       str(home)],
                result=None if run_dirs is None else str(out))
     if run_dirs is not None:
-        if (out / "report.md").is_file():
+        if (out / "compare.md").is_file():
             st.status = "done"
         elif out.exists():
             st.argv.append("--force")
@@ -433,7 +433,7 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     else:
         st = compare_stage(opts, home, offline_runs)
         execute(i, st)
-        report = Path(st.result) / "report.md"
+        report = Path(st.result) / "compare.md"
 
     total = time.perf_counter() - t_all
     say(f"\n=== wmx demo finished in {_fmt_s(total)} ===")
