@@ -97,9 +97,10 @@ class Stubs:
         (run_dir / "summary.json").write_text("{}")
 
     def evaluate(self, argv):
-        rep = Path(_arg(argv, "--run")) / "report"
+        rep = Path(_arg(argv, "--run")) / "report" if "--run" in argv else Path(
+            _arg(argv, "--out"))
         rep.mkdir(parents=True)
-        (rep / "report.md").write_text("# report\n")
+        (rep / ("report.md" if "--run" in argv else "compare.md")).write_text("# report\n")
         (rep / "scores.png").write_bytes(b"png")
 
 
@@ -213,3 +214,47 @@ def test_bad_flags_are_errors(tmp_path, capsys):
     assert wmx_main.main(["demo", "--home", str(tmp_path), "--tasks", "probe-action"]) == 2
     assert wmx_main.main(["demo", "--home", str(tmp_path), "--updates", "0"]) == 2
     assert not (tmp_path / "runs").exists()
+
+
+def test_dreamerv3_and_both_agents_offline(tmp_path):
+    """--agent dreamerv3: DreamerV3 trained offline on the TD-MPC2 episodes (its preset's
+    batch, --dreamerv3-updates); --agent both: both offline runs on the one dataset, then
+    one comparison report (evaluate --runs); the TD-MPC2 run is the default demo's."""
+    home = tmp_path / "h"
+    stubs = Stubs(home)
+    res = demo.run_pipeline(opts(agent="dreamerv3", dreamerv3_updates=20), home,
+                            runners=stubs.runners(), out=io.StringIO())
+    assert [p for p, _ in stubs.calls] == ["train_online"] * 3 + ["beam", "train_offline",
+                                                                   "evaluate"]
+    off = stubs.calls[4][1]
+    assert _arg(off, "--agent") == "dreamerv3" and _arg(off, "--updates") == "20"
+    assert "--batch-size" not in off and "--iterations" not in off
+    assert _arg(off, "--name").startswith("demo-offline-dreamerv3-")
+    assert stubs.calls[5][1][:2] == ["--run", res["offline_run"]]
+
+    both = Stubs(home)
+    out = io.StringIO()
+    res2 = demo.run_pipeline(opts(agent="both", dreamerv3_updates=20), home,
+                             runners=both.runners(), out=out)
+    # the sources, the dataset and the DreamerV3 run are there: TD-MPC2 offline runs, then
+    # the comparison of the two runs
+    assert [p for p, _ in both.calls] == ["train_offline", "evaluate"]
+    assert _arg(both.calls[0][1], "--agent") == "tdmpc2"
+    tdmpc2_run = str(home / "runs" / _arg(both.calls[0][1], "--name"))
+    assert res2["offline_runs"] == [tdmpc2_run, res["offline_run"]]
+    ev = both.calls[1][1]
+    assert ev[:3] == ["--runs", tdmpc2_run, res["offline_run"]]
+    assert Path(_arg(ev, "--out")).parent == home / "reports"
+    assert res2["report"] == str(Path(_arg(ev, "--out")) / "compare.md")
+    # a rerun skips every stage, the comparison included
+    again = Stubs(home)
+    demo.run_pipeline(opts(agent="both", dreamerv3_updates=20), home, runners=again.runners(),
+                      out=io.StringIO())
+    assert again.calls == []
+    assert "stage 6/7: train_offline dreamerv3" in out.getvalue()
+    # the TD-MPC2 run is the one the default demo makes (same name: same flags)
+    default = demo.offline_stage(opts(), home, res2["dataset"])
+    assert default.result == tdmpc2_run and default.status == "done"
+    # dry run of both: 7 stages, the comparison last
+    text = demo.plan_text(opts(agent="both"), home)
+    assert "7. evaluate (compare) (" in text and "--runs" in text

@@ -68,3 +68,48 @@ def test_task_outside_the_taskset_is_refused(offline_run, capsys):
     err = capsys.readouterr().err
     assert "walker-walk" in err and "probe-constant" in err and "probe-action" in err
     assert not (run_dir / "other").exists()
+
+
+@pytest.fixture(scope="module")
+def dreamerv3_run(offline_run):
+    """A DreamerV3 offline run (multi-task, W-D8) on the same dataset, built like
+    `offline_run` (its checkpoint holds the initial carries)."""
+    home, _, _, ds = offline_run
+    rc = OfflineRunConfig(dataset=f"probes@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+                          agent="dreamerv3", seeds=(0, 1), updates=2, preset="tiny",
+                          log_every=2, eval_every=2, checkpoint_every=2, eval_episodes=2)
+    assert rc.multitask
+    run_dir = home / "runs" / "dv3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "c0ffee"}))
+    carries = program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)
+    save_checkpoint(run_dir, 2, program.checkpoint_items(carries),
+                    HostState(updates=2, eval_index=1).to_json())
+    return run_dir
+
+
+def test_dreamerv3_and_tdmpc2_offline_runs_side_by_side(offline_run, dreamerv3_run, tmp_path,
+                                                        capsys):
+    """`evaluate --runs` on a TD-MPC2 and a DreamerV3 offline run of one dataset (issue 14):
+    per-task returns of both, aggregates per run, the source agents' returns."""
+    home, run_dir, _, ds = offline_run
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", run_dir, dreamerv3_run, "--out", out, "--episodes", 2]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "compare.md")
+    rep = json.loads((dreamerv3_run / "report" / "report.json").read_text())
+    assert rep["run"]["kind"] == "offline" and rep["lineage"]["dataset"] == \
+        f"probes@{ds.content_hash}"
+    rets = np.array([list(rep["returns"][t].values()) for t in TASKS])
+    assert rets.shape == (2, 2, 2) and np.all(np.abs(rets) <= T)
+    by_task = {r["task"]: r for r in rep["per_task"]}
+    assert by_task["probe-action"]["source_return"] == 7.5     # from the lineage, as TD-MPC2's
+    import csv
+    with (out / "per_task.csv").open() as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["task", "off", "dv3"] and {r[0] for r in rows[1:]} == set(TASKS)
+    assert all(r[2] != "" for r in rows[1:])                   # DreamerV3 on every task
+    c = json.loads((out / "compare.json").read_text())
+    assert set(c["aggregates"]) == {"off", "dv3"}
+    assert [a["statistic"] for a in c["aggregates"]["dv3"]] == ["mean", "median", "iqm"]
+    md = (out / "compare.md").read_text()
+    assert "dv3" in md and "off" in md

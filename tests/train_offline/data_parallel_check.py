@@ -85,8 +85,8 @@ def _chunk(run_dir: Path, home: Path, init: Path, out: Path, stream: bool) -> No
 
 
 def _cli(groups: list[list[str]]) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_train_offline import stand_in_env
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from stand_in_env import stand_in_env
     from wmx.train_offline import cli
     loop.cached_env = stand_in_env
     for argv in groups:

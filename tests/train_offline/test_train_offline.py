@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -31,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
 from episode_fixtures import (playground_info, stored_playground_episodes,  # noqa: E402
                               taskset_of, write_set)
 
+from stand_in_env import stand_in_env  # noqa: E402
 from wmx.checkpoint import list_checkpoints, restore_checkpoint  # noqa: E402
-from wmx.envs.base import Env, EnvState  # noqa: E402
-from wmx.envs.registry import get_task  # noqa: E402
 from wmx.pipelines.sources import make_plan, run_build  # noqa: E402
 from wmx.train_offline import cli, loop, program  # noqa: E402
 from wmx.runs.offline_config import OfflineRunConfig  # noqa: E402
@@ -43,37 +41,6 @@ TASKS = ("cartpole-balance", "cheetah-run")
 ARGS = ["--preset", "tiny", "--batch-size", "16", "--updates", "6", "--log-every", "2",
         "--eval-every", "4", "--checkpoint-every", "2", "--eval-episodes", "2",
         "--seeds", "0", "1", "--no-progress"]
-
-
-class StandInEnv(Env):
-    """A task's dims and T without MJX: obs_{t+1} = 0.9 obs_t + (action padded to O) / 2,
-    reward = 1 - mean(a^2) (in [0, 1]); the action must have the task's action_dim."""
-
-    def __init__(self, name: str, T: int, action_repeat: int):
-        self.spec = get_task(name).replace(T=T, action_repeat=action_repeat)
-
-    def reset(self, key):
-        obs = jax.random.normal(key, (self.obs_dim,), jnp.float32)
-        return EnvState(obs=obs, reward=jnp.zeros((), jnp.float32), done=jnp.zeros((), bool),
-                        t=jnp.zeros((), jnp.int32), inner={})
-
-    def step(self, state, action):
-        assert action.shape == (self.action_dim,)
-        a = jnp.clip(action, -1, 1)
-        pad = jnp.zeros((self.obs_dim,), jnp.float32).at[:self.action_dim].set(a)
-        t = state.t + 1
-        return EnvState(obs=0.9 * state.obs + 0.5 * pad, reward=1.0 - jnp.mean(a ** 2),
-                        done=t >= self.T, t=t, inner={})
-
-
-_ENVS: dict = {}
-
-
-def stand_in_env(task, T, action_repeat):
-    key = (task, T, action_repeat)
-    if key not in _ENVS:
-        _ENVS[key] = StandInEnv(task, T, action_repeat)
-    return _ENVS[key]
 
 
 @pytest.fixture(autouse=True)

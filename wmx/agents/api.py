@@ -70,7 +70,9 @@ class Agent(Protocol):
       NAME: the ``--agent`` name.
       PRESETS: preset names `make_config` accepts (e.g. "paper", "cpu", "tiny").
       METRIC_KEYS: the scalar metrics `update` returns, in metrics.csv order.
-      MULTITASK: whether the agent trains on a TaskSet (offline, padded widths).
+      LOSS_KEY: the METRIC_KEYS entry a progress bar shows (the total loss).
+      MULTITASK: whether the agent trains on a TaskSet of several tasks (offline,
+        padded widths; `make_config(taskset=...)`).
       METRICS_SINCE_LOG: online metrics are means over the updates since the
         previous log (the online loop resets the carried metrics to `init_metrics`
         after each logged chunk), or, when False, the last update's values.
@@ -79,6 +81,7 @@ class Agent(Protocol):
     NAME: str
     PRESETS: tuple[str, ...]
     METRIC_KEYS: tuple[str, ...]
+    LOSS_KEY: str
     MULTITASK: bool
     METRICS_SINCE_LOG: bool
 
@@ -92,7 +95,10 @@ class Agent(Protocol):
             agent's flags); ``model_size`` picks another size, explicit widths win.
           task: a `wmx.envs.registry.TaskSpec` (single task: its obs/action dims
             and T); taskset: a `wmx.schemas.taskset.TaskSet` (multi-task: padded
-            widths, number of tasks). Exactly one is given.
+            widths, number of tasks; an agent may answer a one-task TaskSet with
+            its single-task config of that task, as DreamerV3 does: then
+            ``num_tasks`` is 0 and `task_context` None, and trainers feed the
+            task's unpadded rows). Exactly one is given.
         Raises:
           ValueError naming the preset, field or value that is wrong.
         """
@@ -109,7 +115,7 @@ class Agent(Protocol):
 
     def task_context(self, cfg: Any, taskset: Any) -> Any:
         """Per-task tables of a TaskSet (a pytree of arrays, a traced argument), or
-        None for a single-task agent."""
+        None for a single-task config (``cfg.num_tasks`` 0)."""
 
     # ---- acting --------------------------------------------------------------
     def init_policy(self, cfg: Any, n: int) -> Any:

@@ -20,13 +20,15 @@ class AgentEntry:
     """name: the ``--agent`` value; module: the dotted module implementing the
     protocol; flags: {config field: type} of its own CLI flags; model_size:
     the type of its model-size names (int for TD-MPC2's 1/5/19/48/317, str for
-    DreamerV3's "12m"); modes: "online" and/or "offline"."""
+    DreamerV3's "12m"); modes: "online" and/or "offline"; offline_batch_size:
+    train_offline's default ``--batch-size`` (None: the preset's batch)."""
 
     name: str
     module: str
     flags: dict[str, type] = field(default_factory=dict)
     model_size: type = int
     modes: tuple[str, ...] = ("online", "offline")
+    offline_batch_size: int | None = None
 
 
 AGENTS: dict[str, AgentEntry] = {
@@ -35,12 +37,12 @@ AGENTS: dict[str, AgentEntry] = {
         flags={"enc_dim": int, "mlp_dim": int, "latent_dim": int, "num_enc_layers": int,
                "num_q": int, "seed_steps": int, "num_samples": int, "num_elites": int,
                "num_pi_trajs": int, "iterations": int, "task_dim": int},
-        model_size=int),
+        model_size=int, offline_batch_size=1024),      # spec 4.19: the paper's offline batch
     "dreamerv3": AgentEntry(
         "dreamerv3", "wmx.agents.dreamerv3.agent",
         flags={"units": int, "deter": int, "hidden": int, "classes": int,
                "imag_horizon": int, "train_ratio": float},
-        model_size=str, modes=("online",)),
+        model_size=str),                 # offline batch: the preset's 16 windows of 64 + 1
 }
 
 

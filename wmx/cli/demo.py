@@ -7,9 +7,11 @@ Stages, each printed as the command a user would type:
   2. beam run pipelines/build_mt19.py --tasks ... --sources ...
                      pools those episode sets into one dataset <name>@<hash>;
   3. train_offline   multi-task TD-MPC2 on that dataset, every task evaluated
-                     at the end;
+                     at the end (--agent dreamerv3: multi-task DreamerV3;
+                     --agent both: both, each its own run, on the same dataset);
   4. evaluate        the report of the offline run (report.md, per_task.csv,
-                     plots) in <run>/report/.
+                     plots) in <run>/report/; with --agent both, the two runs
+                     side by side (evaluate --runs) in <home>/reports/.
 
 The default scale shows every part working in about 10 minutes (measured)
 on a 2-core CPU, most of it compiling and evaluating: 3 tasks with different
@@ -17,7 +19,8 @@ obs/action dims, 2 episodes (2,000 env steps) per task, which on DMC are
 TD-MPC2's seed phase (random actions; planning and updates start after
 5,000 env steps, or after --seed-steps agent steps), 1 evaluation episode per
 task in each stage, a lighter planner (2 MPPI iterations of 128 samples; the
-cpu preset's are 6 of 256), 300 offline updates of batch 256. It is far too
+cpu preset's are 6 of 256), 300 offline updates of batch 256 (DreamerV3:
+--dreamerv3-updates of its preset's 16 windows of 64 + 1 rows). It is far too
 small to learn the tasks. Scale up by running the stages yourself (README, "The demo,
 and scaling it up"): all 19 tasks, the paper preset (model size 5), 1M env
 steps and several seeds per task; the build without --tasks; train_offline
@@ -49,6 +52,17 @@ DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
 
 BUILD_JOB = "pipelines/build_mt19.py"
 
+AGENT_CHOICES = ("tdmpc2", "dreamerv3", "both")
+DREAMERV3_UPDATES = 100
+"""DreamerV3's offline updates in the demo (an update of the cpu preset, 16 windows of
+65 rows with 1,024 imagined trajectories, costs far more than TD-MPC2's)."""
+
+
+def offline_agents(opts: argparse.Namespace) -> tuple[str, ...]:
+    """The agents trained offline: --agent, both = ("tdmpc2", "dreamerv3")."""
+    agent = getattr(opts, "agent", "tdmpc2") or "tdmpc2"
+    return ("tdmpc2", "dreamerv3") if agent == "both" else (agent,)
+
 
 def add_parser(sub) -> None:
     doc = __doc__.split("\n\n")
@@ -76,8 +90,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train_online random-action agent steps before the first update "
                         "(default: the task's, max(1000, 5T) = 2,500 on DMC); e.g. 500 with "
                         "--env-steps 2000 trains on the second episode")
-    p.add_argument("--updates", type=int, default=300, help="train_offline gradient updates")
-    p.add_argument("--batch-size", type=int, default=256, help="train_offline batch size")
+    p.add_argument("--agent", choices=AGENT_CHOICES, default="tdmpc2",
+                   help="agent(s) trained offline on the pooled dataset (both: side by side, "
+                        "one report comparing them); the episodes come from TD-MPC2's online "
+                        "runs either way")
+    p.add_argument("--updates", type=int, default=300,
+                   help="train_offline gradient updates (TD-MPC2)")
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="train_offline batch size (TD-MPC2)")
+    p.add_argument("--dreamerv3-updates", type=int, default=DREAMERV3_UPDATES,
+                   help="train_offline gradient updates of DreamerV3 (its preset's batch)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
                    help="seeds of every train_online and train_offline run")
     p.add_argument("--preset", default="cpu", help="TD-MPC2 preset: paper | cpu | tiny")
@@ -223,20 +245,30 @@ def dataset_stage(opts: argparse.Namespace, home: Path, tasks: Sequence[str],
     return st
 
 
-def offline_stage(opts: argparse.Namespace, home: Path, dataset: str | None) -> Stage:
-    """train_offline on ``dataset`` (name@full hash; None: not known yet)."""
-    log_every = next(d for d in range(min(opts.updates, 100), 0, -1) if opts.updates % d == 0)
+def offline_stage(opts: argparse.Namespace, home: Path, dataset: str | None,
+                  agent: str = "tdmpc2") -> Stage:
+    """train_offline of ``agent`` on ``dataset`` (name@full hash; None: not known yet).
+
+    TD-MPC2: --updates of --batch-size, the demo's planner; run ``demo-offline-<hash>``.
+    DreamerV3: --dreamerv3-updates of its preset's batch; run
+    ``demo-offline-dreamerv3-<hash>``. Both evaluate every task once, at the end."""
+    updates = opts.updates if agent == "tdmpc2" else getattr(opts, "dreamerv3_updates",
+                                                              DREAMERV3_UPDATES)
+    log_every = next(d for d in range(min(updates, 100), 0, -1) if updates % d == 0)
     ref = dataset or "<dataset>"
     if dataset is not None:
         name_, h = dataset.split("@")
         ref = f"{name_}@{h[:12]}"
-    flags = ["--agent", "tdmpc2", "--dataset", ref, "--updates", str(opts.updates),
-             "--batch-size", str(opts.batch_size), "--preset", opts.preset,
-             *_planner_flags(opts), "--log-every", str(log_every), "--eval-every", str(opts.updates),
+    own = (["--batch-size", str(opts.batch_size), "--preset", opts.preset, *_planner_flags(opts)]
+           if agent == "tdmpc2" else ["--preset", opts.preset])
+    flags = ["--agent", agent, "--dataset", ref, "--updates", str(updates), *own,
+             "--log-every", str(log_every), "--eval-every", str(updates),
              "--eval-episodes", str(opts.eval_episodes), "--seeds", *map(str, opts.seeds)]
-    name = f"demo-offline-{_digest([dataset or '', *flags])}"
+    prefix = "demo-offline-" if agent == "tdmpc2" else f"demo-offline-{agent}-"
+    name = f"{prefix}{_digest([dataset or '', *flags])}"
     run_dir = home / "runs" / name
-    st = Stage("train_offline", ["train_offline", *flags, "--home", str(home), "--name", name],
+    title = "train_offline" if agent == "tdmpc2" else f"train_offline {agent}"
+    st = Stage(title, ["train_offline", *flags, "--home", str(home), "--name", name],
                result=str(run_dir) if dataset else None)
     if dataset is not None:
         st.status = _run_status(run_dir)
@@ -255,6 +287,23 @@ def evaluate_stage(opts: argparse.Namespace, home: Path, run_dir: str | None) ->
         if (rep / "report.md").is_file():
             st.status = "done"
         elif rep.exists():                 # left incomplete: replace it
+            st.argv.append("--force")
+    return st
+
+
+def compare_stage(opts: argparse.Namespace, home: Path, run_dirs: Sequence[str] | None) -> Stage:
+    """``evaluate --runs`` of the offline runs side by side, into
+    ``<home>/reports/demo-compare-<hash>`` (``run_dirs`` None: not known yet)."""
+    runs = list(run_dirs) if run_dirs else ["<train_offline runs>"]
+    out = home / "reports" / f"demo-compare-{_digest(runs)}"
+    st = Stage("evaluate (compare)", ["evaluate", "--runs", *runs, "--episodes",
+                                      str(opts.eval_episodes), "--out", str(out), "--home",
+                                      str(home)],
+               result=None if run_dirs is None else str(out))
+    if run_dirs is not None:
+        if (out / "compare.md").is_file():
+            st.status = "done"
+        elif out.exists():
             st.argv.append("--force")
     return st
 
@@ -310,11 +359,12 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     """
     runners = {**RUNNERS, **(runners or {})}
     tasks = parse_tasks(opts.tasks)
+    agents = offline_agents(opts)
     for flag in ("env_steps", "updates", "batch_size", "eval_episodes", "iterations",
-                 "num_samples"):
-        if getattr(opts, flag) is not None and getattr(opts, flag) <= 0:
+                 "num_samples", "dreamerv3_updates"):
+        if getattr(opts, flag, None) is not None and getattr(opts, flag) <= 0:
             raise ValueError(f"--{flag.replace('_', '-')} must be > 0")
-    n_stages = len(tasks) + 3
+    n_stages = len(tasks) + 2 + len(agents)
     log: list[dict] = []
     t_all = time.perf_counter()
 
@@ -364,18 +414,26 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
         log[-1]["result"] = st.result
     dataset = st.result
 
-    i += 1
-    st = offline_stage(opts, home, dataset)
-    execute(i, st)
-    if not (Path(st.result) / "summary.json").is_file():
-        raise DemoError(f"train_offline ended without finishing its run {st.result}; rerun "
-                        "`wmx demo` to continue it")
-    offline_run = st.result
+    offline_runs = []
+    for agent in agents:
+        i += 1
+        st = offline_stage(opts, home, dataset, agent)
+        execute(i, st)
+        if not (Path(st.result) / "summary.json").is_file():
+            raise DemoError(f"train_offline ended without finishing its run {st.result}; "
+                            "rerun `wmx demo` to continue it")
+        offline_runs.append(st.result)
+    offline_run = offline_runs[0]
 
     i += 1
-    st = evaluate_stage(opts, home, offline_run)
-    execute(i, st)
-    report = Path(offline_run) / "report" / "report.md"
+    if len(offline_runs) == 1:
+        st = evaluate_stage(opts, home, offline_run)
+        execute(i, st)
+        report = Path(offline_run) / "report" / "report.md"
+    else:
+        st = compare_stage(opts, home, offline_runs)
+        execute(i, st)
+        report = Path(st.result) / "compare.md"
 
     total = time.perf_counter() - t_all
     say(f"\n=== wmx demo finished in {_fmt_s(total)} ===")
@@ -384,13 +442,14 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
         say(f"  {r['title']:<32s} {'skipped' if r['status'] == 'done' else 'ran':<8s}"
             f"{_fmt_s(r['seconds']):>9s}{_fmt_s(r['cpu_seconds']):>10s}")
     say(f"dataset:        {dataset}")
-    say(f"offline run:    {offline_run}")
+    for run_dir in offline_runs:
+        say(f"offline run:    {run_dir}")
     say(f"report:         {report}")
     for png in sorted(report.parent.glob("*.png")):
         kind = {"scores.png": "bar plot:"}.get(png.name, "plot:")
         say(f"{kind:<16s}{png}")
     return {"stages": log, "dataset": dataset, "offline_run": offline_run,
-            "report": str(report), "seconds": round(total, 1)}
+            "offline_runs": offline_runs, "report": str(report), "seconds": round(total, 1)}
 
 
 def plan_text(opts: argparse.Namespace, home: Path) -> str:
@@ -399,10 +458,14 @@ def plan_text(opts: argparse.Namespace, home: Path) -> str:
     stages = [online_stage(opts, home, t) for t in tasks]
     finished = all(s.status == "done" for s in stages)
     ds = dataset_stage(opts, home, tasks, [s.result for s in stages] if finished else None)
-    off = offline_stage(opts, home, ds.result)
-    ev = evaluate_stage(opts, home, off.result if off.status == "done" else None)
+    offs = [offline_stage(opts, home, ds.result, a) for a in offline_agents(opts)]
+    done = all(o.status == "done" for o in offs)
+    if len(offs) == 1:
+        ev = evaluate_stage(opts, home, offs[0].result if done else None)
+    else:
+        ev = compare_stage(opts, home, [o.result for o in offs] if done else None)
     lines = []
-    for i, st in enumerate([*stages, ds, off, ev], 1):
+    for i, st in enumerate([*stages, ds, *offs, ev], 1):
         state = {"run": "to run", "resume": "to continue", "done": "done, skipped"}[st.status]
         lines.append(f"{i}. {st.title} ({state})\n   $ {st.command()}")
     return "\n".join(lines)

@@ -5,7 +5,9 @@
 - `load_in_memory(ds)`: read all shards in parallel into device-resident arrays
   for exact uniform in-jit sampling (`wmx.datasets.samplers`).
 - `stream_slices(ds, ...)` / `stream_windows(ds, ...)`: seeded, deterministic,
-  checkpointable Grain pipelines for datasets larger than memory.
+  checkpointable Grain pipelines for datasets larger than memory, over every
+  episode or a subset (``episodes``: global record indices, e.g. one task's,
+  `wmx.datasets.task_view.record_indices`).
 """
 from __future__ import annotations
 
@@ -152,6 +154,33 @@ def load_numpy(ds: PooledDataset, num_threads: int = 8) -> dict[str, np.ndarray]
     if n != ds.num_episodes:
         raise DatasetIntegrityError(f"{n} episodes in shards, manifest says {ds.num_episodes}")
     return out
+
+
+def record_task_ids(ds: PooledDataset, chunk: int = 256) -> np.ndarray:
+    """i32[N]: the task id of every record, in global order (shard order, then record
+    order: `load_numpy`'s and the streaming reader's). Reads every record once,
+    ``chunk`` at a time, keeping only the id. Raises DatasetIntegrityError when a
+    shard's record count differs from the manifest."""
+    from array_record.python.array_record_module import ArrayRecordReader
+    layout = _RecordLayout()
+    out = []
+    for shard, path in zip(ds.manifest.shards, ds.shard_paths):
+        if not shard.num_records:
+            continue
+        r = ArrayRecordReader(str(path))
+        try:
+            n = r.num_records()
+            if n != shard.num_records:
+                raise DatasetIntegrityError(f"shard {path.name}: {n} records, manifest says "
+                                            f"{shard.num_records}")
+            for a in range(0, n, chunk):
+                for rec in r.read(list(range(a, min(a + chunk, n)))):
+                    layout.views(rec)           # checks the record, caches its layout
+                    off = layout.layout_of(rec)[1]["task_id"][2]
+                    out.append(int.from_bytes(rec[off:off + 4], "little", signed=True))
+        finally:
+            r.close()
+    return np.asarray(out, np.int32)
 
 
 def load_in_memory(ds: PooledDataset, num_threads: int = 8, device=None) -> dict[str, Any]:
@@ -330,8 +359,25 @@ class DatasetStream:
         self._it.set_state(state["iterator"])
 
 
+class _Subset:
+    """A random-access source of some records of another (``indices``: their global
+    indices, in order), with its batched read."""
+
+    def __init__(self, src, indices):
+        self._src, self._idx = src, np.asarray(indices, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, i):
+        return self._src[int(self._idx[i])]
+
+    def _getitems(self, indices):
+        return self._src._getitems([int(self._idx[i]) for i in indices])
+
+
 def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_workers, post,
-            fields=_FIELDS):
+            fields=_FIELDS, episodes=None):
     import grain
     from grain.python import ArrayRecordDataSource
     if batch % slices_per_episode:
@@ -339,6 +385,8 @@ def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_worker
                          f"{slices_per_episode}")
     src = ArrayRecordDataSource([str(ds.path / s.name) for s in ds.manifest.shards
                                  if s.num_records])
+    if episodes is not None:
+        src = _Subset(src, episodes)
     # Batches are formed on the MapDataset, so each batch's records are fetched
     # with one batched ArrayRecord read; threads prefetch whole batches.
     mds = (grain.MapDataset.source(src).seed(seed).shuffle().repeat(None)
@@ -356,7 +404,7 @@ def _stream(ds, length, batch, seed, slices_per_episode, num_threads, num_worker
 
 def stream_slices(ds: PooledDataset, batch: int, H: int, seed: int,
                   slices_per_episode: int = 1, num_threads: int = 8,
-                  num_workers: int = 0) -> DatasetStream:
+                  num_workers: int = 0, episodes=None) -> DatasetStream:
     """Streaming TD-MPC2 slices (H+1 rows) for datasets larger than memory.
 
     Episodes are shuffled (reshuffled every epoch, seeded) and each yields
@@ -364,25 +412,28 @@ def stream_slices(ds: PooledDataset, batch: int, H: int, seed: int,
     `sample_slices`: obs f32[H+1,B,O], action f32[H,B,A], reward f32[H,B],
     task i32[B] (numpy). With slices_per_episode=1 the batch draws episodes
     without replacement within an epoch (vs the in-memory sampler's with
-    replacement; deviation DS-S1). Deterministic for a seed; checkpointable."""
+    replacement; deviation DS-S1). Deterministic for a seed; checkpointable.
+    episodes: global record indices to draw from (default: every episode)."""
     return _stream(ds, H + 1, batch, seed, slices_per_episode, num_threads,
-                   num_workers, _to_slices, _SLICE_FIELDS)
+                   num_workers, _to_slices, _SLICE_FIELDS, episodes)
 
 
 def stream_windows(ds: PooledDataset, batch: int, seed: int, length: int = 65,
                    slices_per_episode: int = 1, num_threads: int = 8,
-                   num_workers: int = 0) -> DatasetStream:
+                   num_workers: int = 0, episodes=None) -> DatasetStream:
     """Streaming DreamerV3 windows of `length` rows within episodes
     (dreamerv3_spec 5.1-5.3 annotation), batch-major: obs f32[B, L, O], action
-    f32[B, L, A], reward f32[B, L], is_* bool[B, L], task i32[B, L]."""
+    f32[B, L, A], reward f32[B, L], is_* bool[B, L], task i32[B, L].
+    episodes: global record indices to draw from (default: every episode)."""
     return _stream(ds, length, batch, seed, slices_per_episode, num_threads,
-                   num_workers, _to_windows)
+                   num_workers, _to_windows, _FIELDS, episodes)
 
 
 def stream(ds: PooledDataset, spec, seed: int, num_threads: int = 8,
-           num_workers: int = 0) -> DatasetStream:
+           num_workers: int = 0, episodes=None) -> DatasetStream:
     """The streaming feed of an agent's `wmx.agents.api.BatchSpec` (the counterpart of
-    `wmx.datasets.samplers.sample`): `stream_slices` or `stream_windows`.
+    `wmx.datasets.samplers.sample`): `stream_slices` or `stream_windows`, over every
+    episode or the global record indices ``episodes``.
 
     Raises ValueError for windows that cross episode ends (in memory only: a
     stream crops within episodes) and for specs the samplers refuse.
@@ -391,10 +442,12 @@ def stream(ds: PooledDataset, spec, seed: int, num_threads: int = 8,
     check_spec(spec)
     if spec.kind == "slices":
         return stream_slices(ds, spec.batch, spec.length - 1, seed=seed,
-                             num_threads=num_threads, num_workers=num_workers)
+                             num_threads=num_threads, num_workers=num_workers,
+                             episodes=episodes)
     if spec.cross_episodes:
         raise ValueError("windows that cross episode ends are sampled in memory only; this "
                          "dataset does not fit in memory, so train with a spec whose windows "
                          "stay inside episodes (cross_episodes=False)")
     return stream_windows(ds, spec.batch, seed=seed, length=spec.length,
-                          num_threads=num_threads, num_workers=num_workers)
+                          num_threads=num_threads, num_workers=num_workers,
+                          episodes=episodes)

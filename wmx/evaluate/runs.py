@@ -56,8 +56,8 @@ class RunInfo:
     kind: "online" or "offline"; config: config.json as written; rc: the
     trainer's run config; checkpoint: the newest complete checkpoint folder;
     step: its number (online: absolute tick; offline: updates); host: its
-    host.json counters; tasks: the run's tasks in TaskSet order (online: its
-    one task); seeds: the run's seeds.
+    host.json counters; tasks: the run's tasks in TaskSet order (offline: the
+    tasks it trained on; online: its one task); seeds: the run's seeds.
     """
     run_dir: Path
     kind: str
@@ -119,7 +119,7 @@ def open_run(run_dir: str | Path) -> RunInfo:
         if "dataset" in config and "taskset" in config:
             from wmx.runs.offline_config import OfflineRunConfig
             kind, rc = "offline", OfflineRunConfig.from_json(config)
-            tasks = rc.task_set.names
+            tasks = rc.train_task_set.names
         elif "task" in config:
             from wmx.runs.online_config import OnlineRunConfig
             kind, rc = "online", OnlineRunConfig.from_json(config)
@@ -224,11 +224,12 @@ def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
     params, ckpt_keys = restore_policy(info)
     keys, index = _keys(info, ckpt_keys, seeds_from_checkpoint)
     agent, cfg = info.rc.agent_module, info.rc.agent_config
-    tasks_ctx = agent.task_context(cfg, info.rc.task_set) if info.kind == "offline" else None
+    tasks_ctx = (agent.task_context(cfg, info.rc.train_task_set) if info.kind == "offline"
+                 else None)
     out, per_task = {}, {}
     for n, task in enumerate(tasks, 1):
         env = eval_env(info, task, env_fn)
-        task_id = info.rc.task_set.task_id(task) if info.kind == "offline" else None
+        task_id = info.rc.model_task_id(task) if info.kind == "offline" else None
         log.info("evaluating %s (%d/%d): %d seeds x %d episodes of T=%d ...", task, n,
                  len(tasks), len(info.seeds), episodes, env.T)
         t0 = time.perf_counter()

@@ -26,6 +26,12 @@ class OnlineRunConfig:
     non-positive size, or an empty/duplicated seed list or a seed outside
     [0, 2**32) (`wmx.runs.seeds`); unknown tasks raise
     the registry's ValueError listing the known tasks.
+
+    ``init_from``: the checkpoint folder (``<run>/checkpoints/<step>``, resolved
+    when the run is created: `wmx.runs.init_from.resolve_source`) whose agent
+    states the run starts from (fine-tuning a single-task model trained
+    offline or online); everything else starts fresh (empty replay). Left out
+    of config.json when None, so other runs' config hashes are unchanged.
     """
 
     task: str
@@ -40,6 +46,7 @@ class OnlineRunConfig:
     chunk_episodes: int = 1
     checkpoint_every_chunks: int = 1
     episode_length: int | None = None   # override of T (agent steps), for short smoke runs only
+    init_from: str | None = None        # a checkpoint folder: the agents start from its states
 
     def __post_init__(self) -> None:
         agent = get_agent(self.agent, "online")   # raises with the known agents
@@ -102,6 +109,8 @@ class OnlineRunConfig:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["seeds"] = list(self.seeds)
+        if d["init_from"] is None:
+            del d["init_from"]
         d["resolved_agent_config"] = dataclasses.asdict(self.agent_config)
         d["derived"] = {"rounds": self.rounds, "total_agent_steps": self.total_agent_steps,
                         "total_env_steps": self.total_env_steps,

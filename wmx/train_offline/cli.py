@@ -1,16 +1,23 @@
-"""`train_offline`: train multi-task TD-MPC2 on a pooled dataset, without an env.
+"""`train_offline`: train an agent (TD-MPC2, DreamerV3) on a pooled dataset, without an env.
 
-Example::
+Examples::
 
     train_offline --agent tdmpc2 --dataset mt19@3fa2c1d0 --updates 100000 \\
         --batch-size 1024 --preset cpu --eval-every 10000 --seeds 0 1
+    train_offline --agent dreamerv3 --dataset mt19@3fa2c1d0 --tasks cartpole-balance \\
+        --updates 20000 --preset cpu --eval-every 5000
 
 Seeds run vmapped in one jitted update scan; the dataset (validated first) is
 read into device memory when it fits, else streamed (``--stream`` forces it).
+The model trains on every task of the dataset's TaskSet, or on ``--tasks``:
+several tasks make one multi-task model over their zero-padded widths; one
+task makes TD-MPC2's multi-task model of one task and DreamerV3's single-task
+agent at the task's own widths (the online agent's shapes: ``evaluate --run``
+and ``train_online --init-from`` take its checkpoints).
 The run directory ``<home>/runs/<name>/`` holds config.json (dataset
 name@hash, TaskSet, code version), metrics.csv, checkpoints/ and
-summary.json. Every ``--eval-every`` updates each task of the TaskSet (or
-``--tasks``) is evaluated on its real Playground env: ``--eval-episodes``
+summary.json. Every ``--eval-every`` updates each of the run's tasks (or
+``--eval-tasks``) is evaluated on its real Playground env: ``--eval-episodes``
 eval_mode episodes per task and seed from fresh initial states.
 
 ``--devices N`` (default: every device) shards each update's batch over N
@@ -42,16 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Presets: paper = the TD-MPC2 paper's sizes (model size 5; --model-size 1/5/"
                "19/48/317 picks another); cpu = smaller widths for a laptop CPU; tiny = tests. "
-               "The paper's offline batch is 1024 slices (spec 4.19), the default here; on a "
-               "laptop CPU one update at batch 1024 takes seconds, use --batch-size 256 for "
-               "quick runs. Updates count gradient steps (the offline x axis). Flags marked "
+               "TD-MPC2's paper offline batch is 1024 slices (spec 4.19), its default here; on "
+               "a laptop CPU one update at batch 1024 takes seconds, use --batch-size 256 for "
+               "quick runs. DreamerV3's batch is its preset's (16 windows of 64 + 1 rows). "
+               "Updates count gradient steps (the offline x axis). Flags marked "
                "with an agent's name are that agent's; anything else of its config goes "
                "through --set KEY=VALUE.")
     add_agent_arguments(p, "offline")
     p.add_argument("--dataset", help="pooled dataset: name@hash (8+ hex digits), name@latest "
                                      "or a dataset directory")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
-    p.add_argument("--batch-size", type=count, default=1024, help="slices per update (spec 4.19)")
+    p.add_argument("--batch-size", type=count, default=None,
+                   help="items per update (default: the agent's: tdmpc2 1024 slices, spec 4.19; "
+                        "dreamerv3 the preset's windows)")
     p.add_argument("--updates", type=count, default=100_000, help="gradient updates of the run; "
                    "with --resume it may extend a run that has not finished")
     p.add_argument("--log-every", type=count, default=None,
@@ -64,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=10,
                    help="eval_mode episodes per task and seed (spec 4.20)")
     p.add_argument("--tasks", nargs="+", default=None,
-                   help="evaluate only these tasks of the TaskSet (training uses all)")
+                   help="train (and evaluate) on these tasks of the dataset's TaskSet (default: "
+                        "all); one task: a single-task model where the agent has one (dreamerv3)")
+    p.add_argument("--eval-tasks", nargs="+", default=None,
+                   help="evaluate only these of the run's tasks (default: all of them)")
     p.add_argument("--episode-length", type=int, default=None,
                    help="override T of the evaluation episodes (short smoke runs only)")
     p.add_argument("--stream", action="store_true",
@@ -188,25 +201,31 @@ def config_from_args(args: argparse.Namespace, ds):
         stream = True
     checkpoint_every = args.checkpoint_every or args.eval_every
     log_every = args.log_every or default_log_every(args.eval_every, checkpoint_every)
+    from wmx.agents.registry import get_entry
+    batch = args.batch_size
+    if batch is None:
+        batch = get_entry(args.agent, "offline").offline_batch_size
     return OfflineRunConfig(
         dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(), agent=args.agent,
-        seeds=tuple(args.seeds), updates=args.updates, batch_size=args.batch_size,
+        seeds=tuple(args.seeds), updates=args.updates, batch_size=batch,
         preset=args.preset, agent_overrides=overrides, log_every=log_every,
         eval_every=args.eval_every, checkpoint_every=checkpoint_every,
         eval_episodes=args.eval_episodes,
-        tasks=None if args.tasks is None else tuple(args.tasks),
+        tasks=None if args.eval_tasks is None else tuple(args.eval_tasks),
+        train_tasks=None if args.tasks is None else tuple(args.tasks),
         episode_length=args.episode_length, stream=stream,
         devices=getattr(args, "devices", None) or 1)
 
 
 def _print_counts(rc) -> None:
-    ts = rc.task_set
-    print_counts(f"{rc.agent} multi-task on {rc.dataset_name}@{rc.dataset_hash[:12]}: "
-                 f"{len(ts)} tasks, obs_dim {ts.max_obs_dim}, action_dim {ts.max_action_dim} "
-                 f"(padded), preset {rc.preset}, batch {rc.batch_size} on {rc.devices} "
-                 f"device(s), feed "
+    ts, cfg = rc.train_task_set, rc.agent_config
+    model = (f"multi-task on {len(ts)} tasks, obs_dim {cfg.obs_dim}, action_dim "
+             f"{cfg.action_dim} (padded)" if rc.multitask else
+             f"single-task on {ts.names[0]}, obs_dim {cfg.obs_dim}, action_dim {cfg.action_dim}")
+    print_counts(f"{rc.agent} {model}, from {rc.dataset_name}@{rc.dataset_hash[:12]}: preset "
+                 f"{rc.preset}, batch {rc.batch} on {rc.devices} device(s), feed "
                  f"{'stream' if rc.stream else 'in-memory'}",
-                 rc.agent_module.param_counts(rc.agent_config))
+                 rc.agent_module.param_counts(cfg))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
 RESUME_FIELDS = {"agent": "agent", "preset": "preset", "seeds": "seeds", "updates": "updates",
                  "batch_size": "batch_size", "log_every": "log_every",
                  "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
-                 "eval_episodes": "eval_episodes", "tasks": "tasks",
+                 "eval_episodes": "eval_episodes", "tasks": "train_tasks",
+                 "eval_tasks": "tasks",
                  "episode_length": "episode_length", "stream": "stream"}
 """train_offline flag -> config.json key, compared on --resume (`resume_changes`)."""
 
@@ -284,7 +304,7 @@ def _main(args: argparse.Namespace) -> int:
         rc = dataclasses.replace(rc, devices=args.devices)
     if args.dry_run:
         _print_counts(rc)
-        print(f"{rc.updates:,d} updates x batch {rc.batch_size}; evaluating "
+        print(f"{rc.updates:,d} updates x batch {rc.batch}; evaluating "
               f"{list(rc.eval_tasks)} every {rc.eval_every:,d} updates; seeds {list(rc.seeds)}")
         return 0
 

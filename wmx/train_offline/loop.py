@@ -1,4 +1,5 @@
-"""Host loop of an offline multi-task run: chunks, evaluation, metrics, checkpoints.
+"""Host loop of an offline run (any agent of the protocol, one task or several): chunks,
+evaluation, metrics, checkpoints.
 
 The device runs chunks of ``log_every`` updates (wmx.train_offline.program);
 the host runs only between chunks (DESIGN.md §3 principle 1): progress bar,
@@ -85,18 +86,25 @@ def open_run_dataset(rc: OfflineRunConfig, home=None):
 
 class _Feed:
     """The dataset feed of a run: device arrays, or per-seed Grain streams (placed on the
-    run's devices: replicated, batches sharded over the mesh; `program.data_mesh`)."""
+    run's devices: replicated, batches sharded over the mesh; `program.data_mesh`).
+    Both read the run's tasks at the agent config's widths (`rc.task_view()`,
+    `wmx.datasets.task_view`), so they draw from the same distribution."""
 
     def __init__(self, rc: OfflineRunConfig, ds, stream_states: list[dict] | None, mesh=None):
+        from wmx.datasets import task_view
         spec = rc.agent_module.batch_spec(rc.agent_config)
         self.stream, self.spec, self.mesh = rc.stream, spec, mesh
+        self.view = rc.task_view()
         if not self.stream:
             from wmx.datasets.readers import load_numpy
-            self.data = program.device_dataset(load_numpy(ds), spec, mesh)
+            arrays = task_view.select_episodes(load_numpy(ds), self.view)
+            self.data = program.device_dataset(arrays, spec, mesh)
             self.streams = None
             return
         from wmx.datasets.readers import stream
-        self.streams = [stream(ds, spec, seed=s, num_threads=2) for s in rc.seeds]
+        episodes = task_view.record_indices(ds, self.view)
+        self.streams = [stream(ds, spec, seed=s, num_threads=2, episodes=episodes)
+                        for s in rc.seeds]
         if stream_states is not None:
             if len(stream_states) != len(self.streams):
                 raise ValueError("checkpoint has stream states for another number of seeds")
@@ -105,9 +113,10 @@ class _Feed:
 
     def next_batches(self, n: int) -> dict[str, np.ndarray]:
         """[S, n, ...] stacked batches of the seeds' streams."""
+        from wmx.datasets.task_view import view_batch
         per_seed = []
         for st in self.streams:
-            bs = [next(st) for _ in range(n)]
+            bs = [view_batch(next(st), self.view) for _ in range(n)]
             per_seed.append({k: np.stack([b[k] for b in bs]) for k in bs[0]})
         return program.shard_batches({k: np.stack([p[k] for p in per_seed])
                                       for k in per_seed[0]}, self.spec, self.mesh)
@@ -143,7 +152,6 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     env_fn = env_fn or cached_env
     agent, cfg = rc.agent_module, rc.agent_config
     metric_keys = tuple(agent.METRIC_KEYS)
-    ts = rc.task_set
     ds = open_run_dataset(rc, home)
     mesh = program.data_mesh(rc.devices)     # None: one device, the single-device program
 
@@ -176,10 +184,10 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     feed = _Feed(rc, ds, host.streams, mesh)
     metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
                          keep_until=host.updates)
-    tasks_ctx = agent.task_context(cfg, ts)
+    tasks_ctx = agent.task_context(cfg, rc.train_task_set)
     if mesh is not None:
         tasks_ctx = program.replicate(tasks_ctx, mesh)
-        log.info("data parallel: batch %d sharded over %d devices", rc.batch_size, mesh.size)
+        log.info("data parallel: batch %d sharded over %d devices", rc.batch, mesh.size)
     chunk_fn = (program.make_stream_chunk_fn if feed.stream else program.make_chunk_fn)(
         agent, cfg, mesh)
 
@@ -230,7 +238,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
             last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
                                         host.to_json())
         if bar is not None:
-            post = {"loss": "/".join(f"{r['total_loss']:.3g}" for r in rows[:len(rc.seeds)])}
+            post = {"loss": "/".join(f"{r[agent.LOSS_KEY]:.3g}" for r in rows[:len(rc.seeds)])}
             if host.last_eval:
                 post["score"] = f"{_mean_score(host.last_eval):.1f}"
             bar.set_postfix(post, refresh=False)
@@ -262,14 +270,14 @@ def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn,
     """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows.
     ``advance=False`` leaves ``host.eval_index`` (the rollout keys) for the next one."""
     t0 = time.perf_counter()
-    ts, cfg, agent = rc.task_set, rc.agent_config, rc.agent_module
+    ts, cfg, agent = rc.train_task_set, rc.agent_config, rc.agent_module
     rows, scores = [], {s: [] for s in rc.seeds}
     last: dict[str, dict[str, list[float]]] = {}
     for name in rc.eval_tasks:
         info = ts.task(name)
         T = rc.episode_length or info.episode_length
         env = env_fn(name, T, info.action_repeat)
-        fn = program.make_eval_fn(agent, cfg, rc.eval_episodes, env, ts.task_id(name))
+        fn = program.make_eval_fn(agent, cfg, rc.eval_episodes, env, rc.model_task_id(name))
         rets = np.asarray(fn(carries.agent, carries.key, tasks_ctx, host.eval_index),
                           np.float64)
         last[name] = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}

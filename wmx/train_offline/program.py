@@ -1,4 +1,5 @@
-"""The jitted programs of an offline run, for any multi-task agent of the protocol.
+"""The jitted programs of an offline run, for any agent of the protocol (one model of one
+task or of several).
 
 DESIGN.md §3 principle 1 and §5, reference_design §7: training is an
 env-free ``lax.scan`` of updates (tdmpc2_spec 4.19: the online update, no
@@ -23,7 +24,8 @@ N, so N devices compute the updates of one device up to float32 reordering of
 that reduction. One device (mesh None) is the single-device program, unchanged.
 
 Evaluation (tdmpc2_spec 4.20, deviation T16): per task, the shared rollout
-of `wmx.acting.make_evaluate_fn` on the task's env with the padded widths;
+of `wmx.acting.make_evaluate_fn` on the task's env (a multi-task model: with
+the padded widths and its task id; a single-task one: at the task's own);
 one jitted program per task (the env differs), cached.
 """
 from __future__ import annotations
@@ -256,14 +258,16 @@ def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: 
     """Jitted ``evaluate(agent_states, keys u32[S,2], tasks, index i32[]) -> f32[S, E]``.
 
     The shared evaluation rollout (`wmx.acting.make_evaluate_fn`) of task
-    ``task_id`` on the seeds' policy parameters: per seed, ``episodes``
-    eval_mode episodes vmapped from fresh initial states (reset key from the
-    seed key folded with the evaluation index and the task id), acting on the
-    zero-padded obs (the env takes the first ``env.action_dim`` dims).
+    ``task_id`` (the run's id of the task for a multi-task config, None for a
+    single-task one: `OfflineRunConfig.model_task_id`) on the seeds' policy
+    parameters: per seed, ``episodes`` eval_mode episodes vmapped from fresh
+    initial states (reset key from the seed key folded with the evaluation index
+    and the task id), acting on the zero-padded obs (the env takes the first
+    ``env.action_dim`` dims).
     Replicated arguments (a run on several devices) are evaluated from their copy on
     one device (`local`). Raises ValueError when the env's dims exceed the padded widths.
     """
-    fn = make_evaluate_fn(agent, cfg, episodes, env, int(task_id))
+    fn = make_evaluate_fn(agent, cfg, episodes, env, None if task_id is None else int(task_id))
 
     def evaluate(states, keys, tasks, index):
         states, keys, tasks = local((states, keys, tasks))

@@ -9,6 +9,11 @@ Seeds run vmapped in one jitted program; the run directory
 ``<home>/runs/<name>/`` holds config.json, metrics.csv, checkpoints/,
 summary.json and, when the run ends, one episode set per seed in the store
 (``<home>/episodes/<task>/<hash>/``).
+
+``--init-from RUN_DIR`` fine-tunes a single-task model of the task: the agents
+start from the newest checkpoint of RUN_DIR (e.g. ``train_offline --agent
+dreamerv3 --tasks TASK``, or another online run), seed by seed, with an empty
+replay; --agent and --preset default to the source run's.
 """
 from __future__ import annotations
 
@@ -60,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "its saved config: another flag is refused unless it equals the saved "
                         "value (--env-steps may extend the run; --home, --no-progress, "
                         "--no-export, --dry-run are free)")
+    p.add_argument("--init-from", metavar="RUN_DIR", default=None,
+                   help="start the agents from the newest checkpoint of RUN_DIR (or from a "
+                        "checkpoint folder RUN_DIR/checkpoints/STEP): a single-task model of "
+                        "--task, trained offline or online, each seed from its own state; the "
+                        "replay starts empty; --agent and --preset default to the source's")
     p.add_argument("--dry-run", action="store_true",
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -72,6 +82,15 @@ def config_from_args(args: argparse.Namespace):
     from wmx.runs.online_config import OnlineRunConfig
     if not args.task:
         raise ValueError("--task is required (e.g. --task cartpole-balance)")
+    init_from = None
+    if args.init_from:
+        from wmx.runs import init_from as init_lib
+        ckpt = init_lib.resolve_source(args.init_from)
+        src = json.loads((ckpt.parent.parent / "config.json").read_text())
+        for dest in ("agent", "preset"):       # the source's, unless typed
+            if dest not in getattr(args, "given", set()) and dest in src:
+                setattr(args, dest, src[dest])
+        init_from = str(ckpt)
     overrides = agent_overrides(args)
     if args.batch_size is not None:
         overrides = {"batch_size": args.batch_size, **overrides}
@@ -87,7 +106,17 @@ def config_from_args(args: argparse.Namespace):
         n_envs=n_envs, preset=args.preset, agent_overrides=overrides,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         chunk_episodes=args.chunk_episodes, checkpoint_every_chunks=args.checkpoint_every,
-        episode_length=args.episode_length)
+        episode_length=args.episode_length, init_from=init_from)
+
+
+def check_init_from(rc) -> None:
+    """Raise ValueError (one line) unless the run's ``init_from`` checkpoint fits its agent,
+    task, config and seeds (`wmx.runs.init_from.check_source`)."""
+    if rc.init_from is None:
+        return
+    from wmx.runs import init_from as init_lib
+    init_lib.check_source(init_lib.read_source(Path(rc.init_from)), rc.agent, rc.agent_config,
+                          rc.task, rc.seeds)
 
 
 def _print_counts(rc) -> None:
@@ -183,8 +212,11 @@ def _main(args: argparse.Namespace) -> int:
         rc = resumed_config(args, run_dir, cfg)
     else:
         rc = config_from_args(args)
+        check_init_from(rc)
     if args.dry_run:
         _print_counts(rc)
+        if rc.init_from:
+            print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
         env = cached_env(rc.task, rc.episode_length)
         print(f"env {env}; {rc.rounds} rounds x {rc.n_envs} envs = {rc.total_env_steps:,d} env "

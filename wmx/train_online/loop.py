@@ -42,6 +42,20 @@ def _fmt(x: float) -> str:
     return f"{x:.1f}"
 
 
+def initial_carries(rc: OnlineRunConfig, env) -> program.OnlineCarry:
+    """The run's carries before its first tick: `program.init_carries`, with the agent
+    states of ``rc.init_from`` when set (`wmx.runs.init_from.load_agent_states`: each
+    seed's trained state; replay, envs, policy carries, keys and counters fresh)."""
+    carries = program.init_carries(rc, env)
+    if rc.init_from is None:
+        return carries
+    from wmx.runs.init_from import load_agent_states
+    states = load_agent_states(Path(rc.init_from), rc.agent, rc.agent_config, rc.task,
+                               rc.seeds)
+    log.info("agents start from %s", rc.init_from)
+    return carries._replace(agent=states)
+
+
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
         deadline: float | None = None) -> dict[str, Any]:
@@ -68,7 +82,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ckpts = list_checkpoints(run_dir)
     last_ckpt = ckpts[-1] if ckpts else None
     if not ckpts:
-        carries = program.init_carries(rc, env)
+        carries = initial_carries(rc, env)
     else:
         like = program.checkpoint_items(jax.eval_shape(lambda: program.init_carries(rc, env)))
         items, h = restore_checkpoint(ckpts[-1], like)

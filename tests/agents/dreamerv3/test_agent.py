@@ -50,10 +50,11 @@ def test_make_config_task_model_size_and_taskset():
     ts = TaskSet("two", tuple(TaskInfo.from_spec(get_task(t)) for t in ("walker-walk",
                                                                          "cheetah-run")),
                  (None, None), "none")
-    with pytest.raises(ValueError, match="dreamerv3 trains on one task; multi-task DreamerV3 "
-                                         "comes later"):
-        agent.make_config("paper", {}, taskset=ts)
-    assert agent.task_context(c, ts) is None and agent.MULTITASK is False
+    mc = agent.make_config("paper", {}, taskset=ts)             # multi-task (W-D8)
+    assert (mc.num_tasks, mc.obs_dim, mc.action_dim) == (2, 24, 6) and agent.MULTITASK
+    assert agent.task_context(c, ts) is None                     # c is single-task
+    with pytest.raises(ValueError, match="num_tasks is set by make_config"):
+        agent.make_config("paper", {"num_tasks": 2}, task=walker)
 
 
 def test_param_counts_walker_walk():

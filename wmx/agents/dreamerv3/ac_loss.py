@@ -17,7 +17,14 @@ targets and advantages bootstrap from the online critic (slowtar False); the
 retnorm EMAs are updated with this batch's returns before they are read (3.8);
 the offset is not subtracted from the advantage (3.10).
 
-Source: dreamerv3_spec 3.1-3.20, Algorithms F-H; deviations D4, D22.
+Multi-task (W-D8): each function takes an optional ``task``
+(`multitask.TaskInputs` per start [N] or per row [B, T]): the actor and critic
+read concat(feat, sg(e)), the log-probability and entropy sum over the task's
+action dims, imagination masks the padded action dims, and γ_i replaces the
+fixed γ (replay return; the imagination's explicit disc without contdisc).
+``task=None`` is the reference's computation.
+
+Source: dreamerv3_spec 3.1-3.20, Algorithms F-H; deviations D4, D22, W-D8.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from wmx.agents.dreamerv3 import outputs, policy_dist
 from wmx.agents.dreamerv3.actor_critic import actor_dist, actor_sample, critic_logits
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import continue_logit, feat, reward_logits
+from wmx.agents.dreamerv3.multitask import TaskInputs, ac_input, broadcast_to_steps
 from wmx.agents.dreamerv3.returns import imagination_return, replay_return
 from wmx.agents.dreamerv3.rssm import Feat, imagine_with_policy
 from wmx.nn.return_normalizer import ReturnNormalizer, ReturnNormState
@@ -83,32 +91,39 @@ def retnorm(cfg: DreamerV3Config) -> ReturnNormalizer:
 
 
 # ---- policy distribution helpers ---------------------------------------------------
-def policy_log_prob(cfg: DreamerV3Config, dist, action: jnp.ndarray) -> jnp.ndarray:
+def policy_log_prob(cfg: DreamerV3Config, dist, action: jnp.ndarray,
+                    mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """log π(action) f32[...], summed over action dims (Normal, no tanh Jacobian) or
-    of the one-hot under the mixed categorical (spec 3.11, 3.13-3.14)."""
+    of the one-hot under the mixed categorical (spec 3.11, 3.13-3.14); ``mask``
+    f32[..., A]: only the task's dims (multi-task, continuous, W-D8)."""
     if cfg.discrete_actions:
         return policy_dist.onehot_log_prob(dist, action)
-    return policy_dist.normal_log_prob(dist, action)
+    return policy_dist.normal_log_prob(dist, action, mask)
 
 
-def policy_entropy(cfg: DreamerV3Config, dist) -> jnp.ndarray:
+def policy_entropy(cfg: DreamerV3Config, dist, mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """Entropy f32[...] of the policy (unsquashed Normal summed over dims, or the
-    mixed categorical; spec 3.12)."""
+    mixed categorical; spec 3.12); ``mask`` as `policy_log_prob`."""
     if cfg.discrete_actions:
         return policy_dist.onehot_entropy(dist)
-    return policy_dist.normal_entropy(dist)
+    return policy_dist.normal_entropy(dist, mask)
 
 
-def entropy_bounds(cfg: DreamerV3Config) -> tuple[float, float]:
-    """(minent, maxent) of the policy's distribution family (the 'rand' metric)."""
+def entropy_bounds(cfg: DreamerV3Config, action_dim=None):
+    """(minent, maxent) of the policy's distribution family (the 'rand' metric): floats,
+    or arrays like ``action_dim`` (f32[...] valid dims per start, multi-task W-D8)."""
     if cfg.discrete_actions:
         return policy_dist.onehot_entropy_bounds(cfg.action_dim)
-    return policy_dist.normal_entropy_bounds(cfg.action_dim, cfg.minstd, cfg.maxstd)
+    if action_dim is None:
+        return policy_dist.normal_entropy_bounds(cfg.action_dim, cfg.minstd, cfg.maxstd)
+    lo, hi = policy_dist.normal_entropy_bounds(1, cfg.minstd, cfg.maxstd)
+    return action_dim * lo, action_dim * hi
 
 
 # ---- imagination -------------------------------------------------------------------
 def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.ndarray,
-            prior_noise: jnp.ndarray, policy_noise: jnp.ndarray) -> Imagination:
+            prior_noise: jnp.ndarray, policy_noise: jnp.ndarray,
+            task: TaskInputs | None = None) -> Imagination:
     """H policy-driven imagination steps from every posterior state (3.1-3.3).
 
     Args:
@@ -117,6 +132,7 @@ def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.n
         or f32[N] / int32[N] (discrete); the fixtures' ``start_eps``.
       prior_noise: int32[N, H, S] indices or f32[N, H, S] uniforms (``imag_prior_idx``).
       policy_noise: f32[N, H, A] (continuous) or [N, H] (discrete) (``imag_eps``).
+      task: multi-task inputs of the N starts (leaves [N, ...]) or None.
     Returns:
       Imagination (stop-gradiented features and actions, [N, H+1, ...]).
     Source: dreamerv3_spec 3.1-3.4, Algorithm C (2411f7d: start latent and action sg'd).
@@ -126,18 +142,20 @@ def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.n
     n = post.deter.shape[0] * post.deter.shape[1]
     deter = sg(post.deter.reshape(n, -1))
     stoch = sg(post.stoch.reshape(n, *post.stoch.shape[2:]))
+    task = sg(task)
     x0 = feat(deter, stoch)
-    a0 = sg(actor_sample(params["actor"], c, x0, start_noise))
-    policy = lambda d, s, e: actor_sample(params["actor"], c, feat(d, s), e)  # noqa: E731
+    a0 = sg(actor_sample(params["actor"], c, ac_input(x0, task), start_noise))
+    policy = lambda d, s, e: actor_sample(params["actor"], c,  # noqa: E731
+                                          ac_input(feat(d, s), task), e)
     traj, acts = imagine_with_policy(params["rssm"], c, deter, stoch, a0, policy,
-                                     prior_noise, policy_noise)
+                                     prior_noise, policy_noise, task)
     allfeat = jnp.concatenate([x0[:, None], feat(traj.deter, traj.stoch)], 1)
     return Imagination(sg(allfeat), jnp.concatenate([a0[:, None], acts], 1))
 
 
 def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
                      imag: Imagination, reward0: jnp.ndarray, cont0: jnp.ndarray,
-                     norm_state: ReturnNormState) -> ImagOut:
+                     norm_state: ReturnNormState, task: TaskInputs | None = None) -> ImagOut:
     """Actor and critic losses on imagined trajectories (Algorithm F).
 
     Args:
@@ -147,9 +165,10 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
       reward0: f32[N] the data reward of each start row; cont0: f32[N] its hard
         1 − is_terminal (2411f7d start values, reference_design 6.2).
       norm_state: the return normaliser before this step.
+      task: multi-task inputs of the N starts (leaves [N, ...]) or None (W-D8).
     Returns:
       ImagOut (losses f32[N, H] unscaled; the normaliser state after its update).
-    Source: dreamerv3_spec 3.5-3.12, 3.17, Algorithms F and H.
+    Source: dreamerv3_spec 3.5-3.12, 3.17, Algorithms F and H; W-D8.
     """
     c = cfg.resolved()
     spec = outputs.twohot(c)
@@ -159,19 +178,21 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
     con_hat = outputs.binary_prob(continue_logit(heads["con"], c, x[:, 1:]))
     reward = sg(jnp.concatenate([reward0[:, None], rew_hat], 1))
     cont = sg(jnp.concatenate([cont0[:, None], con_hat], 1))
-    logits = critic_logits(params["critic"], c, x)
+    xa = ac_input(x, task)
+    logits = critic_logits(params["critic"], c, xa)
     value = outputs.twohot_mean(logits, spec)
-    slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, x), spec))
-    disc = c.imag_discount
+    slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, xa), spec))
+    disc = c.imag_discount if task is None or c.contdisc else task.discount[:, None]
     weight = sg(jnp.cumprod(disc * cont, 1) / disc)
     ret = sg(imagination_return(reward, cont, value, disc=disc, lam=c.lam))
     norm = retnorm(c)
     new_norm = norm.update(norm_state, ret)
     offset, scale = new_norm.lo, norm.scale(new_norm)
     adv = sg((ret - value[:, :-1]) / scale)
-    dist = actor_dist(params["actor"], c, x)
-    logp = policy_log_prob(c, dist, sg(imag.action))[:, :-1]
-    ent = policy_entropy(c, dist)[:, :-1]
+    dist = actor_dist(params["actor"], c, xa)
+    mask = None if task is None else broadcast_to_steps(task.action_mask, imag.action)
+    logp = policy_log_prob(c, dist, sg(imag.action), mask)[:, :-1]
+    ent = policy_entropy(c, dist, mask)[:, :-1]
     actor = weight[:, :-1] * -(logp * adv + c.actent * ent)
     target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)
     critic = weight[:, :-1] * (outputs.twohot_loss(logits, target, spec)
@@ -183,8 +204,8 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
 
 def replay_critic_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
                        post: Feat, reward: jnp.ndarray, is_last: jnp.ndarray,
-                       is_terminal: jnp.ndarray, boot: jnp.ndarray
-                       ) -> tuple[jnp.ndarray, jnp.ndarray]:
+                       is_terminal: jnp.ndarray, boot: jnp.ndarray,
+                       task: TaskInputs | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The replay critic loss ("repval", Algorithm G), not stop-gradiented.
 
     Args:
@@ -192,15 +213,19 @@ def replay_critic_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config
         reaches the encoder and the RSSM through it).
       reward: f32[B, T]; is_last, is_terminal: bool[B, T] (annotated).
       boot: f32[B, T] the imagination return R_0 started at each row.
+      task: multi-task inputs of the rows (leaves [B, T, ...]) or None: the critic
+        reads concat(feat, sg(e)) and the return discounts with the arrival row's
+        γ_i (W-D8).
     Returns:
       (loss f32[B, T−1] unscaled, masked by 1 − is_last_t; replay returns
       f32[B, T−1]).
-    Source: dreamerv3_spec 3.19, Algorithms G and H (γ = 1 − 1/333 fixed, λ 0.95).
+    Source: dreamerv3_spec 3.19, Algorithms G and H (γ = 1 − 1/333 fixed, λ 0.95); W-D8.
     """
     c = cfg.resolved()
     spec = outputs.twohot(c)
-    x = feat(post.deter, post.stoch)
-    ret = sg(replay_return(reward, is_last, is_terminal, sg(boot), disc=c.gamma,
+    x = ac_input(feat(post.deter, post.stoch), task)
+    disc = c.gamma if task is None else task.discount[:, 1:]
+    ret = sg(replay_return(reward, is_last, is_terminal, sg(boot), disc=disc,
                            lam=c.repval_lam))
     logits = critic_logits(params["critic"], c, x)
     slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, x), spec))

@@ -11,6 +11,9 @@ width cfg.units.
 - Critic: {"h0".., "out"}, Linear(units -> bins + 1) with outscale 0 (exactly
   zero logits at init), two-hot over 255 symexp bins. The slow critic is a
   copy of these params held by the training state.
+
+Multi-task (W-D8): both read concat(feat, sg(e)) (`multitask.ac_input`), their
+first layer widened by task_dim.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def init_actor(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
     Source: dreamerv3_spec 1.5, 3.13-3.15."""
     c = cfg.resolved()
-    p = nets.init_mlp(draw, c.feat_dim, c.units, c.actor_layers)
+    p = nets.init_mlp(draw, c.feat_dim + c.task_width, c.units, c.actor_layers)
     if c.discrete_actions:
         p["logits"] = nets.init_linear(draw, c.units, c.action_dim, outscale=c.actor_outscale)
     else:
@@ -89,7 +92,7 @@ def init_critic(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
     Source: dreamerv3_spec 3.15, 3.16."""
     c = cfg.resolved()
-    p = nets.init_mlp(draw, c.feat_dim, c.units, c.critic_layers)
+    p = nets.init_mlp(draw, c.feat_dim + c.task_width, c.units, c.critic_layers)
     p["out"] = nets.init_linear(draw, c.units, c.twohot_outputs, outscale=c.critic_outscale)
     return p
 

@@ -1,7 +1,11 @@
 """DreamerV3 through the agent protocol (`wmx.agents.api.Agent`): an adapter over the
 package's modules, no new algorithm.
 
-- config: `config.make_config` with the task's dims (single task only for now);
+- config: `config.make_config` with the task's dims; for a TaskSet of several
+  tasks the multi-task model over the padded widths (`multitask`, a wmx
+  extension: deviation W-D8), for a one-task TaskSet the single-task config of
+  that task (the online agent's shapes, so an offline checkpoint fine-tunes
+  online);
 - state: `train.init_train_state` (params, slow critic, LaProp state, retnorm,
   updater count);
 - acting: one posterior filter step and a sampled action per env
@@ -21,13 +25,16 @@ max(1, |a|)), passed to `replay_add` in the entries, and zeroed on is_last rows
 as the reference's driver does (7.2). Episode sets keep the env's action
 (the collector's row).
 
-Windows without stored latents (`update` on a dataset batch, or
-replay_context = 0): the spec 5.11 zero-state start. The trained rows are the
-window's rows after its replay_context rows (the same T = batch_length as the
-online path), the first one marked is_first, the carry zeros (deviation W-D5).
+Windows without stored latents (`update` on a dataset batch: offline
+training, or replay_context = 0): the spec 5.11 zero-state start. The trained
+rows are the window's rows after its replay_context rows (the same T =
+batch_length as the online path), the first one marked is_first, the carry
+zeros (deviation W-D5). Dataset windows stay inside one episode
+(`batch_spec`: cross_episodes False, so the in-memory and the streaming feeds
+draw the same windows; W-D5).
 
 Source: dreamerv3_spec 5.1-5.11, 6.1-6.2, 7.1-7.4; reference_design §6;
-deviations D1-D3, D26, D27, W-D5, W-D6 (docs/deviations.md).
+deviations D1-D3, D26, D27, W-D5, W-D6, W-D8 (docs/deviations.md).
 """
 from __future__ import annotations
 
@@ -47,6 +54,8 @@ from wmx.agents.dreamerv3.actor_critic import actor_sample, draw_policy_noise
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import encode, feat
 from wmx.agents.dreamerv3.loss import draw_train_noise
+from wmx.agents.dreamerv3.multitask import (TaskContext, ac_input, make_task_context,
+                                            task_inputs)
 from wmx.agents.dreamerv3.replay import Replay, Rows, TrainSequence
 from wmx.agents.dreamerv3.rssm import Carry, draw_latent_noise, initial_carry, obs_step
 from wmx.agents.dreamerv3.train import TrainState, init_train_state, train_step
@@ -61,7 +70,9 @@ METRIC_KEYS = ("vector_loss", "reward_loss", "cont_loss", "dyn_loss", "rep_loss"
 """metrics.csv columns: the unscaled loss means, the optimizer's norms, and the
 imagination's return, advantage, value, weight, entropy and latent-entropy means
 (the reference's names; `train_metrics` has the full set)."""
-MULTITASK = False
+LOSS_KEY = "opt_loss"
+"""The METRIC_KEYS entry progress bars show (the total scaled loss)."""
+MULTITASK = True
 METRICS_SINCE_LOG = True
 """metrics.csv shows means over the updates since the previous row (the
 reference logs embodied.Agg means over its log period; reference_design §6.5)."""
@@ -72,18 +83,29 @@ _WIDTHS = ("units", "deter", "hidden", "classes")
 # ---- configuration ------------------------------------------------------------------
 def make_config(preset: str, overrides: Mapping[str, Any], *, task: Any = None,
                 taskset: Any = None) -> DreamerV3Config:
-    """The resolved `DreamerV3Config` of a preset plus overrides for one task.
+    """The resolved `DreamerV3Config` of a preset plus overrides, for one task or a TaskSet.
 
-    task: a registry `TaskSpec` (obs_dim, action_dim, action_repeat). An
+    task: a registry `TaskSpec` (obs_dim, action_dim, action_repeat). taskset: a
+    `TaskSet`; of one task, the single-task config of that task (exactly what
+    task= gives: the online agent's shapes); of several, the multi-task model
+    (deviation W-D8): num_tasks = len(taskset), obs_dim / action_dim = the
+    padded widths, action_repeat of the first task (unused offline). An
     explicit ``model_size`` (a string such as "12m") replaces the preset's
-    widths (explicit width overrides still win). Raises ValueError for a
-    taskset (single-task only for now), a missing task, an unknown preset or
+    widths (explicit width overrides still win). Raises ValueError unless
+    exactly one of task / taskset is given, and for an unknown preset or
     field, or a bad value (naming the field).
     """
+    if (task is None) == (taskset is None):
+        raise ValueError("dreamerv3 make_config needs exactly one of task= (a TaskSpec) or "
+                         "taskset= (a TaskSet)")
     if taskset is not None:
-        raise ValueError("dreamerv3 trains on one task; multi-task DreamerV3 comes later")
-    if task is None:
-        raise ValueError("dreamerv3 make_config needs task= (a TaskSpec)")
+        infos = list(taskset.tasks)
+        task = infos[0]
+        if len(infos) > 1:
+            overrides = {"num_tasks": len(infos), **overrides}
+    elif "num_tasks" in overrides:
+        raise ValueError("num_tasks is set by make_config(..., taskset=...); a single-task "
+                         "config has none")
     if preset not in config_lib.PRESETS:
         raise ValueError(f"--preset {preset!r} is unknown for dreamerv3; choose one of "
                          f"{sorted(config_lib.PRESETS)}")
@@ -92,14 +114,16 @@ def make_config(preset: str, overrides: Mapping[str, Any], *, task: Any = None,
         for width in _WIDTHS:
             if width in config_lib.PRESETS[preset] and width not in over:
                 over[width] = None
-    over = {"action_repeat": task.action_repeat, **over,
-            "obs_dim": task.obs_dim, "action_dim": task.action_dim}
+    widths = ({"obs_dim": taskset.max_obs_dim, "action_dim": taskset.max_action_dim}
+              if taskset is not None else {"obs_dim": task.obs_dim, "action_dim": task.action_dim})
+    over = {"action_repeat": task.action_repeat, **over, **widths}
     return config_lib.make_config(preset, **over)
 
 
 def param_counts(cfg: DreamerV3Config) -> dict[str, int]:
-    """Trained parameters per module (enc, rssm, dec, rew, con, actor, critic) and
-    "total" (the slow critic is not counted, as the reference's opt_param_count)."""
+    """Trained parameters per module (enc, rssm, dec, rew, con, actor, critic, and
+    task_emb when multi-task) and "total" (the slow critic is not counted, as the
+    reference's opt_param_count)."""
     return params_lib.param_counts(cfg)
 
 
@@ -114,9 +138,10 @@ def policy_params(state: TrainState) -> dict:
     return state.params
 
 
-def task_context(cfg: DreamerV3Config, taskset: Any) -> None:
-    """None: single-task agent."""
-    return None
+def task_context(cfg: DreamerV3Config, taskset: Any) -> TaskContext | None:
+    """`multitask.make_task_context` (masks, per-task discounts, dims) for a multi-task
+    config; None for a single-task one (W-D8)."""
+    return make_task_context(cfg, taskset) if cfg.resolved().multitask else None
 
 
 # ---- acting -------------------------------------------------------------------------
@@ -139,31 +164,47 @@ def policy(params: dict, cfg: DreamerV3Config, carry: Carry, obs: jax.Array,
     Args: carry from `init_policy` / the previous call (reset inside where
     is_first bool[n]); obs f32[n, O]; key: the step's draws
     (`draw_act_noise`); eval_mode: ignored (the reference samples in every
-    mode, 7.3).
+    mode, 7.3); tasks / task_id: a multi-task config's `task_context` and the
+    task's id i32[] (W-D8: its embedding and masks; the padded action dims of
+    the returned action are 0), None for a single-task one.
     Returns:
       (Carry(deter, stoch, prevact = the raw sample), action f32[n, A]: the
       sample clipped to [−1, 1] (one-hot f32[n, K] for discrete actions),
       entries {"deter" f32[n, D], "stoch" f32[n, S, C] one-hot, "action"
       f32[n, A] the raw sample} for `replay_add`).
-    Source: dreamerv3_spec 7.1-7.4.
+    Source: dreamerv3_spec 7.1-7.4; W-D8.
     """
-    del eval_mode, tasks, task_id
+    del eval_mode
     c = cfg.resolved()
-    post_noise, act_noise = draw_act_noise(key, c, obs.shape[0])
-    out = obs_step(params["rssm"], c, carry, encode(params["enc"], c, obs), is_first,
-                   post_noise)
-    raw = actor_sample(params["actor"], c, feat(out.deter, out.stoch), act_noise)
+    n = obs.shape[0]
+    task = None
+    if c.multitask:
+        if tasks is None or task_id is None:
+            raise ValueError("a multi-task dreamerv3 config acts with tasks= (task_context) "
+                             "and task_id=")
+        task = task_inputs(params, tasks, jnp.full((n,), task_id, jnp.int32))
+    post_noise, act_noise = draw_act_noise(key, c, n)
+    out = obs_step(params["rssm"], c, carry, encode(params["enc"], c, obs, task), is_first,
+                   post_noise, task)
+    raw = actor_sample(params["actor"], c, ac_input(feat(out.deter, out.stoch), task),
+                       act_noise)
     raw = jax.lax.stop_gradient(raw)
     action = raw if c.discrete_actions else jnp.clip(raw, -1.0, 1.0)
+    if task is not None:
+        action = action * task.action_mask
     entries = {"deter": out.deter, "stoch": jax.lax.stop_gradient(out.stoch), "action": raw}
     return Carry(out.deter, entries["stoch"], raw), action, entries
 
 
 # ---- training -----------------------------------------------------------------------
 def batch_spec(cfg: DreamerV3Config) -> BatchSpec:
-    """B windows of batch_length + replay_context rows crossing episode ends (spec 5.1-5.3)."""
+    """B windows of batch_length + replay_context rows (spec 5.1-5.3) inside one
+    episode (dataset feeds; deviation W-D5: with the zero-state start a window
+    that crossed an episode end would restart at the end anyway, and the
+    streaming reader crops within episodes, so both feeds draw uniformly over
+    the same windows). The online replay samples its own windows (`replay`)."""
     c = cfg.resolved()
-    return BatchSpec("windows", c.seq_length, c.batch_size, True)
+    return BatchSpec("windows", c.seq_length, c.batch_size, False)
 
 
 def zero_state_sequence(batch: Mapping[str, jax.Array], cfg: DreamerV3Config) -> TrainSequence:
@@ -171,7 +212,8 @@ def zero_state_sequence(batch: Mapping[str, jax.Array], cfg: DreamerV3Config) ->
 
     The trained rows are ``batch[k][:, replay_context:]`` (T = batch_length),
     the first marked is_first; the carry and the first previous action are
-    zeros (masked by is_first anyway).
+    zeros (masked by is_first anyway). A multi-task config (W-D8) keeps the
+    rows' task ids ``batch["task"]`` i32[B, L] as ``task``.
     """
     c = cfg.resolved()
     rc = c.replay_context
@@ -186,7 +228,8 @@ def zero_state_sequence(batch: Mapping[str, jax.Array], cfg: DreamerV3Config) ->
         obs=row["obs"].astype(jnp.float32), action=act,
         reward=row["reward"].astype(jnp.float32),
         is_first=row["is_first"].astype(bool).at[:, 0].set(True),
-        is_last=row["is_last"].astype(bool), is_terminal=row["is_terminal"].astype(bool))
+        is_last=row["is_last"].astype(bool), is_terminal=row["is_terminal"].astype(bool),
+        task=(jnp.asarray(batch["task"], jnp.int32)[:, rc:] if c.multitask else None))
 
 
 def window_sequence(batch: Mapping[str, jax.Array], cfg: DreamerV3Config) -> TrainSequence:
@@ -210,14 +253,19 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
     """`train.train_step` on a window batch (`window_sequence`) with
     `draw_train_noise(key, cfg, B, batch_length)`.
 
+    tasks: a multi-task config's `task_context` (the batch's ``task`` i32[B, L]
+    gives each row's task; W-D8), None for a single-task one.
     Returns (state, {METRIC_KEYS: f32[]}, {"deter" f32[B, T, D], "stoch"
     f32[B, T, S, C]}: the posterior latents of the trained rows).
+    Raises ValueError when ``tasks`` does not fit the config.
     """
-    del tasks
     c = cfg.resolved()
+    if c.multitask != (tasks is not None):
+        raise ValueError(f"dreamerv3 update: a {'multi' if c.multitask else 'single'}-task "
+                         f"config needs tasks={'task_context(cfg, taskset)' if c.multitask else 'None'}")
     seq = window_sequence(batch, c)
     B, T = seq.reward.shape
-    state, metrics, outs = train_step(state, seq, draw_train_noise(key, c, B, T), c)
+    state, metrics, outs = train_step(state, seq, draw_train_noise(key, c, B, T), c, tasks)
     return (state, {k: jnp.asarray(metrics[k], jnp.float32) for k in METRIC_KEYS},
             {"deter": outs.deter, "stoch": outs.stoch})
 

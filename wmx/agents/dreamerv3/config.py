@@ -67,6 +67,15 @@ class DreamerV3Config:
     Replay / schedule: batch_size 16, batch_length 64 (+ replay_context 1),
     replay_capacity 5e6 items, train_ratio 512, n_envs 16, action_repeat 2.
 
+    Multi-task (a wmx extension, deviation W-D8; `multitask`): `num_tasks` > 0
+    makes a model over the zero-padded widths obs_dim / action_dim of a
+    TaskSet, with a learned task embedding of `task_dim` (96, as TD-MPC2's,
+    T14) given to the encoder, the dynamics, the actor and the critic;
+    `task_discount` picks the per-task discount table: "horizon" (every task
+    1 - 1/return_horizon, the reference's fixed gamma) or "taskset" (each
+    task's stored TaskSet discount). 0 tasks (the default) is the reference's
+    single-task agent, unchanged.
+
     Numerics: float32 everywhere (deviation D4).
 
     Raises ValueError naming the offending field on construction.
@@ -147,6 +156,10 @@ class DreamerV3Config:
     train_ratio: float = 512.0
     n_envs: int = 16
     action_repeat: int = 2
+    # multi-task (wmx extension, W-D8)
+    num_tasks: int = 0
+    task_dim: int = 96
+    task_discount: str = "horizon"
 
     def __post_init__(self) -> None:
         def need(cond: bool, field: str, msg: str) -> None:
@@ -206,6 +219,13 @@ class DreamerV3Config:
         need(self.train_ratio > 0, "train_ratio", "must be > 0")
         need(self.n_envs >= 1, "n_envs", "must be >= 1")
         need(self.action_repeat >= 1, "action_repeat", "must be >= 1")
+        need(self.num_tasks >= 0, "num_tasks", "must be >= 0 (0: single task)")
+        need(self.task_dim >= 1, "task_dim", "must be >= 1")
+        need(self.task_discount in ("horizon", "taskset"), "task_discount",
+             "must be 'horizon' (1 - 1/return_horizon for every task) or 'taskset'")
+        if self.num_tasks:
+            need(not self.discrete_actions, "discrete_actions",
+                 "multi-task DreamerV3 needs continuous actions (padded dims are masked)")
 
     # ---- derived values -------------------------------------------------
     def resolved(self) -> "DreamerV3Config":
@@ -235,6 +255,17 @@ class DreamerV3Config:
     def imag_discount(self) -> float:
         """Explicit discount of the imagination return: 1 with contdisc, else gamma (3.6)."""
         return 1.0 if self.contdisc else self.gamma
+
+    @property
+    def multitask(self) -> bool:
+        """True for a multi-task model (num_tasks > 0; W-D8)."""
+        return self.num_tasks > 0
+
+    @property
+    def task_width(self) -> int:
+        """Width the task embedding adds to the encoder, dynamics, actor and critic
+        inputs: task_dim when multi-task, else 0."""
+        return self.task_dim if self.num_tasks else 0
 
     @property
     def seq_length(self) -> int:

@@ -8,6 +8,8 @@ The heads read feat = concat(deter, stoch.reshape(S*C)) (`feat`); the decoder
 too (2411f7d's input order; HEAD puts stoch first, a layout-only difference,
 spec 2.17). The decoder has one head for the flat observation vector
 (deviation D5). Initialisers take a `nets.Draw` (see `params.init_params`).
+A multi-task config (W-D8) widens the encoder's input by the task embedding
+and masks the padded observation dims (`multitask`); the heads are unchanged.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.multitask import TaskInputs
 from wmx.agents.dreamerv3.outputs import twohot_logits
 from wmx.nn.symlog import symlog
 
@@ -37,17 +40,24 @@ def _mlp_head(draw: nets.Draw, in_dim: int, units: int, layers: int, out_dim: in
 
 # ---- encoder -----------------------------------------------------------------
 def init_encoder(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
-    """{"h0".."h{enc_layers-1}"}: obs_dim -> units -> ... (no output projection).
+    """{"h0".."h{enc_layers-1}"}: obs_dim (+ task_dim multi-task) -> units -> ...
+    (no output projection).
 
-    Source: dreamerv3_spec 2.9."""
+    Source: dreamerv3_spec 2.9; W-D8 (the task input)."""
     c = cfg.resolved()
-    return nets.init_mlp(draw, c.obs_dim, c.units, c.enc_layers)
+    return nets.init_mlp(draw, c.obs_dim + c.task_width, c.units, c.enc_layers)
 
 
-def encode(p: Params, cfg: DreamerV3Config, obs: jnp.ndarray) -> jnp.ndarray:
+def encode(p: Params, cfg: DreamerV3Config, obs: jnp.ndarray,
+           task: TaskInputs | None = None) -> jnp.ndarray:
     """Embedding f32[..., units] of observations f32[..., obs_dim]: symlog, then the
-    hidden blocks. Source: dreamerv3_spec 2.9 (symlog of continuous inputs)."""
-    return nets.mlp(p, symlog(obs.astype(jnp.float32)), cfg.rms_eps)
+    hidden blocks. Multi-task (``task`` with leaves [...]): the input is
+    concat(symlog(obs) * obs_mask, e), so padded obs dims do not enter.
+    Source: dreamerv3_spec 2.9 (symlog of continuous inputs); W-D8."""
+    x = symlog(obs.astype(jnp.float32))
+    if task is not None:
+        x = jnp.concatenate([x * task.obs_mask, task.emb], -1)
+    return nets.mlp(p, x, cfg.rms_eps)
 
 
 # ---- decoder -----------------------------------------------------------------

@@ -15,7 +15,12 @@ dyn, rep [B, T], actor, critic [B·T, H] and replay_critic [B, T−1], each
 element scaled before its mean (2411f7d; masked and weighted-out elements
 count in the denominator).
 
-Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws).
+Multi-task (W-D8): with a `multitask.TaskContext` the rows' task ids
+(``seq.task`` i32[B, T]) select each row's embedding, masks and γ_i, passed to
+every part of the loss (`multitask.task_inputs`); without one (``tasks=None``)
+the loss is the reference's.
+
+Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws), W-D8.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from wmx.agents.dreamerv3.ac_loss import (Imagination, ImagOut, imagination_loss
                                           replay_critic_loss)
 from wmx.agents.dreamerv3.actor_critic import draw_policy_noise
 from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.multitask import TaskContext, TaskInputs, flatten, task_inputs
 from wmx.agents.dreamerv3.replay import TrainSequence
 from wmx.agents.dreamerv3.rssm import Carry, draw_latent_noise
 from wmx.agents.dreamerv3.wm_loss import WorldModelOut, world_model_loss
@@ -62,7 +68,8 @@ class LossAux(NamedTuple):
 
     losses: {TERMS: per-element losses, unscaled}; wm: `wm_loss.WorldModelOut`;
     imag: `ac_loss.Imagination`; ac: `ac_loss.ImagOut` (incl. the updated
-    return normaliser); replay_ret: f32[B, T−1] replay λ-returns.
+    return normaliser); replay_ret: f32[B, T−1] replay λ-returns; task: the
+    rows' `multitask.TaskInputs` [B, T] (multi-task) or None.
     """
 
     losses: dict
@@ -70,6 +77,7 @@ class LossAux(NamedTuple):
     imag: Imagination
     ac: ImagOut
     replay_ret: jnp.ndarray
+    task: TaskInputs | None = None
 
 
 def draw_train_noise(key: jax.Array, cfg: DreamerV3Config, batch: int,
@@ -104,8 +112,8 @@ def sequence_carry(seq: TrainSequence) -> Carry:
 
 
 def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
-               seq: TrainSequence, noise: TrainNoise,
-               cfg: DreamerV3Config) -> tuple[jnp.ndarray, LossAux]:
+               seq: TrainSequence, noise: TrainNoise, cfg: DreamerV3Config,
+               tasks: TaskContext | None = None) -> tuple[jnp.ndarray, LossAux]:
     """The scalar loss of one step and its auxiliary outputs (spec 3.20 steps 1-6).
 
     Args:
@@ -114,22 +122,27 @@ def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
       norm_state: the return normaliser before the step (updated inside, 3.8).
       seq: `replay.TrainSequence` with [B, T] rows and the context carry.
       noise: `TrainNoise` for these B, T.
+      tasks: the multi-task `TaskContext` (then seq.task holds the rows' task ids
+        i32[B, T]) or None (single task).
     Returns:
       (f32[] Σ_k mean(scale_k · loss_k), LossAux).
-    Source: dreamerv3_spec 3.20, 4.1.
+    Source: dreamerv3_spec 3.20, 4.1; W-D8.
     """
     c = cfg.resolved()
     B, T = seq.reward.shape
+    task = None if tasks is None else task_inputs(params, tasks, seq.task)
     wm = world_model_loss(params, c, sequence_carry(seq), seq.obs, seq.action, seq.reward,
-                          seq.is_first, seq.is_terminal, noise.post)
-    imag = imagine(params, c, wm.post, noise.start, noise.imag_prior, noise.imag_policy)
+                          seq.is_first, seq.is_terminal, noise.post, task)
+    starts = flatten(task)
+    imag = imagine(params, c, wm.post, noise.start, noise.imag_prior, noise.imag_policy,
+                   starts)
     reward0 = seq.reward.reshape(B * T).astype(jnp.float32)
     cont0 = 1.0 - seq.is_terminal.reshape(B * T).astype(jnp.float32)
-    ac = imagination_loss(params, slow_critic, c, imag, reward0, cont0, norm_state)
+    ac = imagination_loss(params, slow_critic, c, imag, reward0, cont0, norm_state, starts)
     repval, replay_ret = replay_critic_loss(params, slow_critic, c, wm.post, seq.reward,
                                             seq.is_last, seq.is_terminal,
-                                            ac.ret[:, 0].reshape(B, T))
+                                            ac.ret[:, 0].reshape(B, T), task)
     losses = {**wm.losses, "actor": ac.actor, "critic": ac.critic, "replay_critic": repval}
     scales = loss_scales(c)
     total = sum(jnp.mean(scales[k] * losses[k]) for k in TERMS)
-    return total, LossAux(losses, wm, imag, ac, replay_ret)
+    return total, LossAux(losses, wm, imag, ac, replay_ret, task)

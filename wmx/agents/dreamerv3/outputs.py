@@ -77,14 +77,19 @@ def binary_prob(logit: jnp.ndarray) -> jnp.ndarray:
 
 
 # ---- symlog MSE --------------------------------------------------------------
-def symlog_mse_loss(pred: jnp.ndarray, target: jnp.ndarray, tol: float = 1e-8) -> jnp.ndarray:
+def symlog_mse_loss(pred: jnp.ndarray, target: jnp.ndarray, tol: float = 1e-8,
+                    mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """sum_features where(d < tol, 0, d), d = (pred - symlog(target))^2: f32[...]
     from pred, target f32[..., F]. No 1/2 factor (spec 1.11, OQ 3); the 1e-8
-    tolerance is 2411f7d's (reference_design 6.2).
-    Source: dreamerv3_spec 1.11, 2.11 (2411f7d TransformedMseDist)."""
+    tolerance is 2411f7d's (reference_design 6.2). ``mask`` f32[..., F]
+    (multi-task, W-D8): the sum runs over the dims where it is 1 (padded obs
+    dims give neither loss nor gradient).
+    Source: dreamerv3_spec 1.11, 2.11 (2411f7d TransformedMseDist); W-D8."""
     d = (pred - sg(symlog(target.astype(jnp.float32)))) ** 2
     if tol:
         d = jnp.where(d < tol, 0.0, d)
+    if mask is not None:
+        d = jnp.where(mask > 0, d, 0.0)
     return jnp.sum(d, axis=-1)
 
 

@@ -10,6 +10,7 @@ and its parameter counts (dreamerv3_spec 1.5, 2.1; reference_design 6.6).
       "con":    {"h0", "out"},                           # heads.init_continue
       "actor":  {"h0".."h2", "mean", "std"} | {"h0".., "logits"},
       "critic": {"h0".."h2", "out"},
+      "task_emb": f32[num_tasks, task_dim],                # multi-task only (W-D8)
     }
 
 Every layer is {"kernel", "bias"[, "norm_scale"]} (`nets`). WORLD_MODEL names
@@ -26,6 +27,7 @@ from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.actor_critic import init_actor, init_critic
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import init_continue, init_decoder, init_encoder, init_reward
+from wmx.agents.dreamerv3.multitask import init_task_embedding
 from wmx.agents.dreamerv3.rssm import init_rssm
 
 Params = dict
@@ -33,7 +35,13 @@ WORLD_MODEL = ("enc", "rssm", "dec", "rew", "con")
 MODULES = WORLD_MODEL + ("actor", "critic")
 
 _INITS = {"enc": init_encoder, "rssm": init_rssm, "dec": init_decoder, "rew": init_reward,
-          "con": init_continue, "actor": init_actor, "critic": init_critic}
+          "con": init_continue, "actor": init_actor, "critic": init_critic,
+          "task_emb": init_task_embedding}
+
+
+def modules(cfg: DreamerV3Config) -> tuple[str, ...]:
+    """The params' modules: MODULES, plus "task_emb" (last) for a multi-task config."""
+    return MODULES + (("task_emb",) if cfg.resolved().multitask else ())
 
 
 def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
@@ -43,11 +51,13 @@ def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
     zero output layers for the reward head and the critic; outscale 0.1 for
     the decoder output, 0.01 for the policy, 1 elsewhere (2411f7d). Every
     kernel is a slice, in MODULES order, of one truncated-normal sample of `key`
-    (`nets.sample_kernels`, W-D2). Pure; jit with `cfg` static.
-    Source: dreamerv3_spec 1.5.
+    (`nets.sample_kernels`, W-D2); a multi-task config's embedding table is drawn
+    last (unit-variance entries, W-D8).
+    Pure; jit with `cfg` static.
+    Source: dreamerv3_spec 1.5; W-D8.
     """
     c = cfg.resolved()
-    return nets.sample_kernels(key, lambda draw: {m: _INITS[m](draw, c) for m in MODULES})
+    return nets.sample_kernels(key, lambda draw: {m: _INITS[m](draw, c) for m in modules(c)})
 
 
 def param_shapes(cfg: DreamerV3Config) -> Params:
@@ -57,9 +67,10 @@ def param_shapes(cfg: DreamerV3Config) -> Params:
 
 
 def param_counts(cfg: DreamerV3Config) -> dict[str, int]:
-    """Trained-parameter counts per module of MODULES and "total" (slow critic excluded,
-    as the reference's opt_param_count). Cheap at any size (eval_shape)."""
+    """Trained-parameter counts per module of `modules(cfg)` and "total" (slow critic
+    excluded, as the reference's opt_param_count). Cheap at any size (eval_shape)."""
     shapes = param_shapes(cfg)
-    out = {m: int(sum(np.prod(x.shape) for x in jax.tree.leaves(shapes[m]))) for m in MODULES}
+    out = {m: int(sum(np.prod(x.shape) for x in jax.tree.leaves(shapes[m])))
+           for m in modules(cfg)}
     out["total"] = sum(out.values())
     return out

@@ -50,19 +50,29 @@ def normal_sample(pol: NormalPolicy, eps: jnp.ndarray) -> jnp.ndarray:
     return pol.mean + pol.std * eps
 
 
-def normal_log_prob(pol: NormalPolicy, action: jnp.ndarray) -> jnp.ndarray:
+def _sum_dims(x: jnp.ndarray, mask: jnp.ndarray | None) -> jnp.ndarray:
+    if mask is None:
+        return jnp.sum(x, axis=-1)
+    return jnp.sum(jnp.where(mask > 0, x, 0.0), axis=-1)
+
+
+def normal_log_prob(pol: NormalPolicy, action: jnp.ndarray,
+                    mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """log N(action; mean, std) summed over action dims, f32[...].
 
-    tfp's form: -0.5 (x/s - m/s)^2 - 0.5 log(2 pi) - log s. Source: spec 3.11, 3.13.
+    tfp's form: -0.5 (x/s - m/s)^2 - 0.5 log(2 pi) - log s. ``mask`` f32[..., A]
+    (multi-task, W-D8): the sum runs over the dims where it is 1.
+    Source: spec 3.11, 3.13; W-D8.
     """
     z = action / pol.std - pol.mean / pol.std
-    return jnp.sum(-0.5 * z * z - (_HALF_LOG_2PI + jnp.log(pol.std)), axis=-1)
+    return _sum_dims(-0.5 * z * z - (_HALF_LOG_2PI + jnp.log(pol.std)), mask)
 
 
-def normal_entropy(pol: NormalPolicy) -> jnp.ndarray:
-    """Entropy of the (unsquashed) Normal summed over action dims, f32[...]:
-    sum 0.5 + 0.5 log(2 pi) + log s. Source: dreamerv3_spec 3.12."""
-    return jnp.sum(0.5 + _HALF_LOG_2PI + jnp.log(pol.std), axis=-1)
+def normal_entropy(pol: NormalPolicy, mask: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Entropy of the (unsquashed) Normal summed over action dims (those where
+    ``mask`` is 1, multi-task), f32[...]: sum 0.5 + 0.5 log(2 pi) + log s.
+    Source: dreamerv3_spec 3.12; W-D8."""
+    return _sum_dims(0.5 + _HALF_LOG_2PI + jnp.log(pol.std), mask)
 
 
 def normal_entropy_bounds(action_dim: int, minstd: float = 0.1,

@@ -117,7 +117,8 @@ class TrainSequence(NamedTuple):
     carry; constants, no gradient). prevact f32[B, T, A]: action[:, 0:T], the
     previous action of each trained obs (29eb964). obs f32[B, T, O], action
     f32[B, T, A], reward f32[B, T], is_first / is_last / is_terminal
-    bool[B, T]: rows 1..T (annotated).
+    bool[B, T]: rows 1..T (annotated). task i32[B, T]: the rows' task ids in a
+    multi-task batch (deviation W-D8), None otherwise.
     """
 
     deter0: jax.Array
@@ -129,6 +130,7 @@ class TrainSequence(NamedTuple):
     is_first: jax.Array
     is_last: jax.Array
     is_terminal: jax.Array
+    task: jax.Array | None = None
 
 
 # ---------------------------------------------------------------------------

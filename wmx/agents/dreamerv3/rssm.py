@@ -16,6 +16,11 @@ Actions enter as f32[..., A] vectors (continuous values; one-hots for discrete
 actions). Randomness enters as explicit arrays post_noise / prior_noise: class
 indices int32[..., S] (the fixtures inject the reference's this way) or uniforms
 f32[..., S] from `draw_latent_noise` (inverse-CDF sampling, `categorical`).
+
+Multi-task (deviation W-D8, `multitask`): the steps take an optional
+``task`` (`multitask.TaskInputs` of each row); the core's action input is then
+concat(a / max(1, |a|) * action_mask, e), in_action widened by task_dim. With
+``task=None`` every function is the reference's.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.categorical import (KLTerms, draw_uniform, entropy, kl_terms,
                                               onehot_sample, unimix_logits)
 from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.multitask import TaskInputs
 
 sg = jax.lax.stop_gradient
 Params = dict
@@ -75,7 +81,7 @@ def init_rssm(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
     D, H, g, SC = c.deter, c.hidden, c.blocks, c.stoch * c.classes
     p = {"in_deter": nets.init_linear(draw, D, H, norm=True),
          "in_stoch": nets.init_linear(draw, SC, H, norm=True),
-         "in_action": nets.init_linear(draw, c.action_dim, H, norm=True)}
+         "in_action": nets.init_linear(draw, c.action_dim + c.task_width, H, norm=True)}
     for i in range(c.dyn_layers):
         width = D + g * 3 * H if i == 0 else D
         p[f"hid{i}"] = nets.init_block_linear(draw, width, D, g, norm=True)
@@ -118,11 +124,13 @@ def context_carry(cfg: DreamerV3Config, deter: jnp.ndarray, stoch_idx: jnp.ndarr
 
 # ---- components --------------------------------------------------------------
 def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
-         action: jnp.ndarray) -> jnp.ndarray:
+         action: jnp.ndarray, task: TaskInputs | None = None) -> jnp.ndarray:
     """One block-GRU step h' = f(h, z, a), f32[..., D].
 
     Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] (divided by
-    sg(max(1, |a|)) here). The input embeddings of deter, stoch and action are
+    sg(max(1, |a|)) here); task: multi-task inputs with leaves [...] (the action
+    is masked to the task's dims and the embedding appended, W-D8) or None.
+    The input embeddings of deter, stoch and action are
     repeated to every block next to the block's own deter slice; the reset gate
     scales the whole candidate pre-activation; u = sigmoid(u_pre - 1);
     h' = u cand + (1 - u) h.
@@ -132,6 +140,8 @@ def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray
     g, eps = c.blocks, c.rms_eps
     lead = deter.shape[:-1]
     action = action / sg(jnp.maximum(1.0, jnp.abs(action)))
+    if task is not None:
+        action = jnp.concatenate([action * task.action_mask, task.emb], -1)
     x = jnp.concatenate([nets.linear(p["in_deter"], deter, eps),
                          nets.linear(p["in_stoch"], stoch.reshape(*lead, -1), eps),
                          nets.linear(p["in_action"], action, eps)], -1)
@@ -181,14 +191,16 @@ def post_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
 
 # ---- steps -------------------------------------------------------------------
 def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
-             is_first: jnp.ndarray, post_noise: jnp.ndarray) -> Feat:
+             is_first: jnp.ndarray, post_noise: jnp.ndarray,
+             task: TaskInputs | None = None) -> Feat:
     """One filter step (Algorithm B): reset, core, posterior, sample.
 
     Args: carry (deter f32[..., D], stoch f32[..., S, C], prevact f32[..., A] =
     the action taken before this observation); embed f32[..., units];
     is_first bool[...] (zeroes deter, stoch and prevact first: x * (1 - is_first));
     post_noise int32[..., S] class indices or f32[..., S] uniforms (the posterior
-    sample; `categorical.sample_indices`).
+    sample; `categorical.sample_indices`); task: multi-task inputs [...] or None
+    (`core`).
     Returns Feat(deter h_t, stoch z_t (straight-through), logit (posterior, mixed)).
     Source: dreamerv3_spec 2.2, 2.7, Algorithm B.
     """
@@ -196,22 +208,24 @@ def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
     deter = carry.deter * keep[..., None]
     stoch = carry.stoch * keep[..., None, None]
     prevact = carry.prevact * keep[..., None]
-    deter = core(p, cfg, deter, stoch, prevact)
+    deter = core(p, cfg, deter, stoch, prevact, task)
     logit = post_logits(p, cfg, deter, embed)
     return Feat(deter, onehot_sample(logit, post_noise), logit)
 
 
 def img_step(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
-             action: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
+             action: jnp.ndarray, prior_noise: jnp.ndarray,
+             task: TaskInputs | None = None) -> Feat:
     """One imagination step (Algorithm C, prior only; never resets).
 
     Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] taken at
-    (deter, stoch); prior_noise int32[..., S] indices or f32[..., S] uniforms.
+    (deter, stoch); prior_noise int32[..., S] indices or f32[..., S] uniforms;
+    task: multi-task inputs [...] or None (`core`).
     Returns Feat(deter', stoch' (prior sample, straight-through), logit (prior,
     mixed)).
     Source: dreamerv3_spec 2.8, Algorithm C.
     """
-    deter = core(p, cfg, deter, stoch, action)
+    deter = core(p, cfg, deter, stoch, action, task)
     logit = prior_logits(p, cfg, deter)
     return Feat(deter, onehot_sample(logit, prior_noise), logit)
 
@@ -222,8 +236,8 @@ def _time_major(x):
 
 
 def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
-            action: jnp.ndarray, is_first: jnp.ndarray,
-            post_noise: jnp.ndarray) -> tuple[Carry, Feat]:
+            action: jnp.ndarray, is_first: jnp.ndarray, post_noise: jnp.ndarray,
+            task: TaskInputs | None = None) -> tuple[Carry, Feat]:
     """Filter a batch of sequences with `lax.scan` over time (BPTT through it).
 
     Args:
@@ -233,6 +247,7 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
         obs-aligned rows); step t's previous action is carry.prevact for t = 0
         and action[:, t - 1] after.
       is_first: bool[B, T]; post_noise: int32[B, T, S] indices or f32[B, T, S] uniforms.
+      task: multi-task inputs with leaves [B, T, ...] (each row's task) or None.
     Returns:
       (carry after the last step: (deter, stoch) of step T-1, prevact = action[:, -1];
        Feat with leaves [B, T, ...]).
@@ -242,11 +257,12 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
 
     def step(state, xs):
         deter, stoch = state
-        e, a, f, idx = xs
-        out = obs_step(p, cfg, Carry(deter, stoch, a), e, f, idx)
+        e, a, f, idx, tk = xs
+        out = obs_step(p, cfg, Carry(deter, stoch, a), e, f, idx, tk)
         return (out.deter, out.stoch), out
 
     xs = tuple(map(_time_major, (embed, prevacts, is_first, post_noise)))
+    xs = (*xs, None if task is None else jax.tree.map(_time_major, task))
     (deter, stoch), feats = jax.lax.scan(step, (carry.deter, carry.stoch), xs)
     return Carry(deter, stoch, action[:, -1]), Feat(*map(_time_major, feats))
 
@@ -274,7 +290,8 @@ Policy = Callable[[jnp.ndarray, jnp.ndarray, jnp.ndarray], jnp.ndarray]
 
 def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
                         stoch: jnp.ndarray, action: jnp.ndarray, policy: Policy,
-                        prior_noise: jnp.ndarray, eps: jnp.ndarray) -> tuple[Feat, jnp.ndarray]:
+                        prior_noise: jnp.ndarray, eps: jnp.ndarray,
+                        task: TaskInputs | None = None) -> tuple[Feat, jnp.ndarray]:
     """Actor-critic imagination: H steps from the start states with the policy.
 
     For h = 1..H: state h = img_step(state h-1, action h-1, prior_noise[:, h-1]),
@@ -283,7 +300,8 @@ def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
     start action, sampled by the caller with the start noise); policy(deter,
     stoch, noise) -> f32[N, A]; prior_noise int32[N, H, S] or f32[N, H, S]; eps
     [N, H, ...] the policy's noise per step (f32[N, H, A] normal noise for the
-    bounded normal; `actor_critic.draw_policy_noise`).
+    bounded normal; `actor_critic.draw_policy_noise`); task: multi-task inputs
+    with leaves [N, ...] (each trajectory's task, for `core`) or None.
     Returns (Feat [N, H, ...] of states 1..H, actions f32[N, H, A] sampled at
     them), all stop-gradiented: with ac_grads = none no gradient leaves
     imagination (spec 2.8, 3.4); the losses re-evaluate heads on sg features.
@@ -292,7 +310,7 @@ def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
     def step(state, xs):
         deter, stoch, act = state
         idx, e = xs
-        out = img_step(p, cfg, deter, stoch, act, idx)
+        out = img_step(p, cfg, deter, stoch, act, idx, task)
         act = policy(sg(out.deter), sg(out.stoch), e)
         return (out.deter, out.stoch, act), (out, act)
 

@@ -17,7 +17,10 @@ carry after the last row.
 warmup (count = the reference's opt/step)), retnorm (lo, hi), updates (the
 slow updater's count). float32 everywhere (D4).
 
-Source: dreamerv3_spec 3.18, 3.20, 4.1-4.8, Algorithms I, J; deviations D4, D22.
+A multi-task step (W-D8) passes the `multitask.TaskContext` to the loss; the
+optimizer covers the task embedding with the other parameters.
+
+Source: dreamerv3_spec 3.18, 3.20, 4.1-4.8, Algorithms I, J; deviations D4, D22, W-D8.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from wmx.agents.dreamerv3 import optim
 from wmx.agents.dreamerv3.ac_loss import retnorm
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.loss import LossAux, TrainNoise, total_loss
+from wmx.agents.dreamerv3.multitask import TaskContext
 from wmx.agents.dreamerv3.params import init_params
 from wmx.agents.dreamerv3.replay import TrainSequence
 from wmx.agents.dreamerv3.rssm import Carry
@@ -100,14 +104,14 @@ def slow_update(slow: Params, critic: Params, updates: jnp.ndarray,
 
 
 def train_step_full(state: TrainState, seq: TrainSequence, noise: TrainNoise,
-                    cfg: DreamerV3Config):
+                    cfg: DreamerV3Config, tasks: TaskContext | None = None):
     """`train_step` plus the raw gradients (before AGC, params layout) and the
     `loss.LossAux`: (state, metrics, StepOuts, grads, aux). For tests and
     diagnostics; under jit the extra outputs cost nothing when unused."""
     c = cfg.resolved()
 
     def loss_fn(params):
-        return total_loss(params, state.slow_critic, state.retnorm, seq, noise, c)
+        return total_loss(params, state.slow_critic, state.retnorm, seq, noise, c, tasks)
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     aux: LossAux
@@ -122,7 +126,8 @@ def train_step_full(state: TrainState, seq: TrainSequence, noise: TrainNoise,
 
 
 def train_step(state: TrainState, seq: TrainSequence, noise: TrainNoise,
-               cfg: DreamerV3Config) -> tuple[TrainState, dict, StepOuts]:
+               cfg: DreamerV3Config, tasks: TaskContext | None = None
+               ) -> tuple[TrainState, dict, StepOuts]:
     """One update (Algorithm J without the replay I/O).
 
     Args:
@@ -132,9 +137,11 @@ def train_step(state: TrainState, seq: TrainSequence, noise: TrainNoise,
       noise: `loss.TrainNoise` (`loss.draw_train_noise(key, cfg, B, T)` or
         injected draws).
       cfg: static.
+      tasks: the multi-task `TaskContext` (seq.task holds the rows' task ids) or
+        None: the reference's single-task step.
     Returns:
       (new state, metrics {reference name: f32[] / i32[] / f32[n] for
       ``/dist``} (`train_metrics` + `optim.opt_metrics`), StepOuts).
-    Source: dreamerv3_spec 3.20, Algorithms I, J.
+    Source: dreamerv3_spec 3.20, Algorithms I, J; W-D8.
     """
-    return train_step_full(state, seq, noise, cfg)[:3]
+    return train_step_full(state, seq, noise, cfg, tasks)[:3]

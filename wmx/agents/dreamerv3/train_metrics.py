@@ -71,7 +71,10 @@ def train_metrics(aux: LossAux, seq: TrainSequence, cfg: DreamerV3Config) -> dic
         m[f"{k}_loss"] = jnp.mean(aux.losses[k])
         m[f"{k}_loss_std"] = jnp.std(aux.losses[k])
     ac = aux.ac
-    lo, hi = entropy_bounds(c)
+    if aux.task is None:
+        lo, hi = entropy_bounds(c)
+    else:   # multi-task: each start's own action dims (W-D8)
+        lo, hi = entropy_bounds(c, aux.task.action_dim.reshape(-1, 1))
     m.update(tensorstats(aux.imag.action, "act/action"))
     m.update(tensorstats(ac.entropy, "ent/action"))
     m.update(tensorstats((ac.entropy - lo) / (hi - lo), "rand/action"))

@@ -16,7 +16,11 @@ The heads read feat = concat(deter, stoch) of the posterior, not
 stop-gradiented (reward_grad True), so every term trains the encoder and the
 RSSM through the straight-through posterior samples.
 
-Source: dreamerv3_spec 2.11-2.15, Algorithm E; deviations D4 (float32), D5.
+Multi-task (W-D8, `multitask`): with ``task`` the encoder and the dynamics get
+the task embedding and masks, the vector loss sums over the task's obs dims
+and the continue target is γ_i (1 − is_terminal).
+
+Source: dreamerv3_spec 2.11-2.15, Algorithm E; deviations D4 (float32), D5, W-D8.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import jax.numpy as jnp
 from wmx.agents.dreamerv3 import outputs
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import continue_logit, decode, encode, feat, reward_logits
+from wmx.agents.dreamerv3.multitask import TaskInputs
 from wmx.agents.dreamerv3.rssm import Carry, Feat, observe, rssm_loss
 
 Params = dict
@@ -60,7 +65,8 @@ class WorldModelOut(NamedTuple):
 
 def world_model_loss(params: Params, cfg: DreamerV3Config, carry: Carry, obs: jnp.ndarray,
                      action: jnp.ndarray, reward: jnp.ndarray, is_first: jnp.ndarray,
-                     is_terminal: jnp.ndarray, post_noise: jnp.ndarray) -> WorldModelOut:
+                     is_terminal: jnp.ndarray, post_noise: jnp.ndarray,
+                     task: TaskInputs | None = None) -> WorldModelOut:
     """Filter the replayed rows and score the heads (Algorithm E).
 
     Args:
@@ -71,21 +77,27 @@ def world_model_loss(params: Params, cfg: DreamerV3Config, carry: Carry, obs: jn
       obs: f32[B, T, O]; action: f32[B, T, A] (action[:, t] chosen at obs t);
       reward: f32[B, T] (entering obs t); is_first, is_terminal: bool[B, T].
       post_noise: int32[B, T, S] injected class indices or f32[B, T, S] uniforms.
+      task: multi-task inputs of the rows (leaves [B, T, ...]) or None (W-D8).
     Returns:
       WorldModelOut (losses unscaled).
-    Source: dreamerv3_spec Algorithm E, 2.11-2.14; deviation D5.
+    Source: dreamerv3_spec Algorithm E, 2.11-2.14; deviations D5, W-D8.
     """
     c = cfg.resolved()
-    embed = encode(params["enc"], c, obs)
-    carry_out, post = observe(params["rssm"], c, carry, embed, action, is_first, post_noise)
+    embed = encode(params["enc"], c, obs, task)
+    carry_out, post = observe(params["rssm"], c, carry, embed, action, is_first, post_noise,
+                              task)
     kl = rssm_loss(params["rssm"], c, post.deter, post.logit)
     x = feat(post.deter, post.stoch)
     rew_logits = reward_logits(params["rew"], c, x)
     con_logit = continue_logit(params["con"], c, x)
-    cont_target = (1.0 - is_terminal.astype(jnp.float32)) * c.cont_target_scale
+    scale = c.cont_target_scale
+    if task is not None and c.contdisc:
+        scale = task.discount
+    cont_target = (1.0 - is_terminal.astype(jnp.float32)) * scale
     losses = {
         "vector": outputs.symlog_mse_loss(decode(params["dec"], c, post.deter, post.stoch),
-                                          obs, c.mse_tol),
+                                          obs, c.mse_tol,
+                                          None if task is None else task.obs_mask),
         "reward": outputs.twohot_loss(rew_logits, reward, outputs.twohot(c)),
         "cont": outputs.binary_loss(con_logit, cont_target),
         "dyn": kl.dyn,

@@ -35,6 +35,8 @@ NAME = "tdmpc2"
 PRESETS = tuple(_PRESETS)
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")
+LOSS_KEY = "total_loss"
+"""The METRIC_KEYS entry progress bars show."""
 MULTITASK = True
 METRICS_SINCE_LOG = False
 """metrics.csv shows the last update's values (as the reference's logger)."""
