@@ -14,6 +14,7 @@ safe (extending ``--env-steps`` / ``--updates``), see `resume_changes`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -69,23 +70,38 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     ``<prog>: error: <message>`` on stderr and exit status 2 (argparse's own
     usage errors exit 2 as well); the expected runtime failures of
     `wmx.failures.describe` (disk, permissions, memory, non-finite
-    values) one line and exit status 1."""
+    values) one line and exit status 1. ``args.cleanup`` is a
+    `contextlib.ExitStack` closed when ``body`` returns or raises (after its
+    error line is printed): the run lock (`hold_run_dir`) and the loggers
+    (`wmx.runs.loggers`) are entered on it."""
     from wmx.failures import describe
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.given = given_flags(parser, argv)
-    try:
-        return body(args)
-    except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
-        line = describe(err, getattr(args, "resume_hint", ""))
-        if line is not None:
-            print(f"{prog}: error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
-            print(f"{prog}: error: {err}", file=sys.stderr)
-            return 2
-        raise
+    with contextlib.ExitStack() as cleanup:
+        args.cleanup = cleanup
+        try:
+            return body(args)
+        except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
+            line = describe(err, getattr(args, "resume_hint", ""))
+            if line is not None:
+                print(f"{prog}: error: {line}", file=sys.stderr)
+                return 1
+            if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+                print(f"{prog}: error: {err}", file=sys.stderr)
+                return 2
+            raise
+
+
+def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) -> None:
+    """Hold ``run_dir``'s lock (`wmx.runs.owner.hold_run`) until the CLI exits
+    (``args.cleanup``), so `wmx runs` shows the run as running and a second trainer of it
+    fails at once. ``primary`` False (a secondary process of a multi-host run): no lock.
+    Raises `wmx.runs.owner.RunBusyError` (a ValueError) when another process trains it."""
+    if primary:
+        from wmx.runs.owner import hold_run
+        args.cleanup.enter_context(hold_run(run_dir))
 
 
 def resume_config(resume: str, home_flag: str | None, home: Path,

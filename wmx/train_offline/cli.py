@@ -30,8 +30,8 @@ from pathlib import Path
 
 from wmx.paths import wmx_home
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 count, create_run_dir, enable_compile_cache, print_counts,
-                                 resume_config, run_cli)
+                                 count, create_run_dir, enable_compile_cache, hold_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -146,6 +146,12 @@ def process_run_dir(run_dir: Path) -> Path:
     if not (own / "checkpoints").is_symlink():
         (own / "checkpoints").symlink_to(Path("..") / ".." / "checkpoints")
     return own
+
+
+def _primary() -> bool:
+    """Whether this process holds the run lock: process 0 (the only one that checkpoints)."""
+    import jax
+    return jax.process_index() == 0
 
 
 def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
@@ -269,6 +275,7 @@ def _main(args: argparse.Namespace) -> int:
     args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
+        hold_run_dir(args, run_dir, primary=not args.dry_run and _primary())
         rc = resumed_config(args, run_dir, cfg, home)
     else:
         if not args.dataset:
@@ -297,6 +304,7 @@ def _main(args: argparse.Namespace) -> int:
                 "training_hash": rc.training_hash(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         run_dir = create_or_join_run_dir(store.runs_dir, name, meta)
+        hold_run_dir(args, run_dir, primary=_primary())
         _print_counts(rc)
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from wmx.paths import wmx_home
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 count, create_run_dir, enable_compile_cache, print_counts,
-                                 resume_config, run_cli)
+                                 count, create_run_dir, enable_compile_cache, hold_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -180,6 +180,7 @@ def _main(args: argparse.Namespace) -> int:
     home = wmx_home(args.home)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
+        hold_run_dir(args, run_dir, primary=not args.dry_run)
         rc = resumed_config(args, run_dir, cfg)
     else:
         rc = config_from_args(args)
@@ -196,6 +197,7 @@ def _main(args: argparse.Namespace) -> int:
     if not args.resume:
         name = args.name or f"{rc.agent}-{rc.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
+        hold_run_dir(args, run_dir)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)
