@@ -71,27 +71,28 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     usage errors exit 2 as well); the expected runtime failures of
     `wmx.failures.describe` (disk, permissions, memory, non-finite
     values) one line and exit status 1. ``args.cleanup`` is a
-    `contextlib.ExitStack` closed when ``body`` returns or raises (after its
-    error line is printed): the run lock (`hold_run_dir`) and the loggers
+    `contextlib.ExitStack` closed when ``body`` returns or raises (before the
+    error line is printed; what is entered on it sees the exception): the run
+    lock (`hold_run_dir`) and the loggers
     (`wmx.runs.loggers`) are entered on it."""
     from wmx.failures import describe
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.given = given_flags(parser, argv)
-    with contextlib.ExitStack() as cleanup:
-        args.cleanup = cleanup
-        try:
+    try:
+        with contextlib.ExitStack() as cleanup:
+            args.cleanup = cleanup
             return body(args)
-        except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
-            line = describe(err, getattr(args, "resume_hint", ""))
-            if line is not None:
-                print(f"{prog}: error: {line}", file=sys.stderr)
-                return 1
-            if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
-                print(f"{prog}: error: {err}", file=sys.stderr)
-                return 2
-            raise
+    except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
+        line = describe(err, getattr(args, "resume_hint", ""))
+        if line is not None:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return 2
+        raise
 
 
 def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) -> None:

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
                                  count, create_run_dir, enable_compile_cache, hold_run_dir,
                                  print_counts, resume_config, run_cli)
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
                         "value (--updates may extend the run; --home, --no-progress, "
-                        "--skip-validation, --dry-run are free)")
+                        "--skip-validation, --dry-run, --logger are free)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the dataset and config, print the parameter counts, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process-id", type=int, default=None,
                    help="several hosts: this process's index, 0 .. --num-processes - 1")
     add_cache_argument(p)
+    add_logger_argument(p)
     return p
 
 
@@ -251,7 +253,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
         args.agent = rc.agent
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("dataset", "skip_validation", "devices", "coordinator",
-                                   "num_processes", "process_id", "no_compile_cache"),
+                                   "num_processes", "process_id", "no_compile_cache", "logger"),
                              extendable=("updates",), overrides=agent_overrides(args))
     if not changes:
         return rc
@@ -272,6 +274,7 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.runs.cli_common import remove_if_unstarted, sweep_stale
 
     home = wmx_home(args.home)
+    parse_loggers(args.logger)           # a bad --logger is an error before anything runs
     args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
@@ -313,7 +316,9 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.train_offline.loop import run
     run_dir = process_run_dir(run_dir)
     try:
-        summary = run(rc, run_dir, home=home, progress=not args.no_progress)
+        loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume),
+                                   primary=_primary())
+        summary = run(rc, run_dir, home=home, progress=not args.no_progress, loggers=loggers)
     except BaseException:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"
