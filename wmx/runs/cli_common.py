@@ -77,8 +77,9 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     (`wmx.runs.loggers`) are entered on it."""
     from wmx.failures import describe
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from wmx.runs.config_file import parse_with_config
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)       # --config FILE: defaults under the flags
     args.given = given_flags(parser, argv)
     try:
         with contextlib.ExitStack() as cleanup:
@@ -287,13 +288,16 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config overrides of the flags: the agent's own flags, --model-size (as the
-    agent's size type) and --set (wins). Raises ValueError for a flag another agent
-    owns or a model size of the wrong kind."""
+    """The config overrides of the flags: a ``--config`` file's ``agent_overrides``
+    (lowest), the agent's own flags, --model-size (as the agent's size type) and --set
+    (wins). Raises ValueError for a flag another agent owns or a model size of the
+    wrong kind."""
     from wmx.agents.registry import all_flags, check_flags, get_entry
+    from wmx.runs.config_file import FILE_OVERRIDES
     given = {k: getattr(args, k, None) for k in all_flags()}
     check_flags(args.agent, given)
-    over = {k: v for k, v in given.items() if v is not None}
+    over = dict(getattr(args, FILE_OVERRIDES, None) or {})
+    over.update({k: v for k, v in given.items() if v is not None})
     if args.model_size is not None:
         typ = get_entry(args.agent).model_size
         try:

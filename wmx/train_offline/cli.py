@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
                                  count, create_run_dir, enable_compile_cache, hold_run_dir,
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="several hosts: this process's index, 0 .. --num-processes - 1")
     add_cache_argument(p)
     add_logger_argument(p)
+    add_config_argument(p, ignored=("resolved_agent_config", "taskset", "code_version",
+                                    "dataset_path", "training_hash", "created"))
     return p
 
 

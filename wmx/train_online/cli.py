@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
                                  count, create_run_dir, enable_compile_cache, hold_run_dir,
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_cache_argument(p)
     add_logger_argument(p)
+    add_config_argument(p, keys={"checkpoint_every_chunks": "checkpoint_every"},
+                        ignored=("resolved_agent_config", "derived"))
     p.add_argument("--no-export", action="store_true", help="do not write episode sets")
     return p
 
