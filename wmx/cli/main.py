@@ -1,4 +1,4 @@
-"""The `wmx` command: `wmx dataset ls|info|validate ...`, `wmx demo`."""
+"""The `wmx` command: `wmx dataset ls|info|validate ...`, `wmx runs ls|info`, `wmx demo`."""
 from __future__ import annotations
 
 import argparse
@@ -7,12 +7,13 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `wmx`; returns the exit status."""
-    from wmx.cli import dataset, demo
+    from wmx.cli import dataset, demo, runs
     ap = argparse.ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
     ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx); "
                     "accepted before or after the subcommand")
     sub = ap.add_subparsers(dest="cmd", required=True)
     dataset.add_parser(sub)
+    runs.add_parser(sub)
     demo.add_parser(sub)
     args = ap.parse_args(argv)
     return args.func(args)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from wmx.paths import wmx_home
 from wmx.runs.cli_common import add_cache_argument, enable_compile_cache
+from wmx.runs.config_file import add_config_argument, parse_with_config
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 log = logging.getLogger("wmx.evaluate")
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "<home> when RUN_DIR is <home>/runs/<name>, else $WMX_HOME or ~/.wmx)")
     p.add_argument("--force", action="store_true", help="replace an existing report directory")
     add_cache_argument(p)
+    add_config_argument(p)
     return p
 
 
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     parser = build_parser()
     try:
-        args = parser.parse_args(None if argv is None else [str(a) for a in argv])
+        args = parse_with_config(parser, sys.argv[1:] if argv is None else
+                                 [str(a) for a in argv])
     except SystemExit as exc:            # --help (0) and argparse usage errors (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:

@@ -14,6 +14,7 @@ safe (extending ``--env-steps`` / ``--updates``), see `resume_changes`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -69,14 +70,21 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     ``<prog>: error: <message>`` on stderr and exit status 2 (argparse's own
     usage errors exit 2 as well); the expected runtime failures of
     `wmx.failures.describe` (disk, permissions, memory, non-finite
-    values) one line and exit status 1."""
+    values) one line and exit status 1. ``args.cleanup`` is a
+    `contextlib.ExitStack` closed when ``body`` returns or raises (before the
+    error line is printed; what is entered on it sees the exception): the run
+    lock (`hold_run_dir`) and the loggers
+    (`wmx.runs.loggers`) are entered on it."""
     from wmx.failures import describe
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from wmx.runs.config_file import parse_with_config
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)       # --config FILE: defaults under the flags
     args.given = given_flags(parser, argv)
     try:
-        return body(args)
+        with contextlib.ExitStack() as cleanup:
+            args.cleanup = cleanup
+            return body(args)
     except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
         line = describe(err, getattr(args, "resume_hint", ""))
         if line is not None:
@@ -86,6 +94,16 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
             print(f"{prog}: error: {err}", file=sys.stderr)
             return 2
         raise
+
+
+def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) -> None:
+    """Hold ``run_dir``'s lock (`wmx.runs.owner.hold_run`) until the CLI exits
+    (``args.cleanup``), so `wmx runs` shows the run as running and a second trainer of it
+    fails at once. ``primary`` False (a secondary process of a multi-host run): no lock.
+    Raises `wmx.runs.owner.RunBusyError` (a ValueError) when another process trains it."""
+    if primary:
+        from wmx.runs.owner import hold_run
+        args.cleanup.enter_context(hold_run(run_dir))
 
 
 def resume_config(resume: str, home_flag: str | None, home: Path,
@@ -270,13 +288,16 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config overrides of the flags: the agent's own flags, --model-size (as the
-    agent's size type) and --set (wins). Raises ValueError for a flag another agent
-    owns or a model size of the wrong kind."""
+    """The config overrides of the flags: a ``--config`` file's ``agent_overrides``
+    (lowest), the agent's own flags, --model-size (as the agent's size type) and --set
+    (wins). Raises ValueError for a flag another agent owns or a model size of the
+    wrong kind."""
     from wmx.agents.registry import all_flags, check_flags, get_entry
+    from wmx.runs.config_file import FILE_OVERRIDES
     given = {k: getattr(args, k, None) for k in all_flags()}
     check_flags(args.agent, given)
-    over = {k: v for k, v in given.items() if v is not None}
+    over = dict(getattr(args, FILE_OVERRIDES, None) or {})
+    over.update({k: v for k, v in given.items() if v is not None})
     if args.model_size is not None:
         typ = get_entry(args.agent).model_size
         try:

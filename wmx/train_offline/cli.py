@@ -36,9 +36,11 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.config_file import add_config_argument
+from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 count, create_run_dir, enable_compile_cache, print_counts,
-                                 resume_config, run_cli)
+                                 count, create_run_dir, enable_compile_cache, hold_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
                         "value (--updates may extend the run; --home, --no-progress, "
-                        "--skip-validation, --dry-run are free)")
+                        "--skip-validation, --dry-run, --logger are free)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the dataset and config, print the parameter counts, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -105,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process-id", type=int, default=None,
                    help="several hosts: this process's index, 0 .. --num-processes - 1")
     add_cache_argument(p)
+    add_logger_argument(p)
+    add_config_argument(p, ignored=("resolved_agent_config", "taskset", "code_version",
+                                    "dataset_path", "training_hash", "created"))
     return p
 
 
@@ -159,6 +164,12 @@ def process_run_dir(run_dir: Path) -> Path:
     if not (own / "checkpoints").is_symlink():
         (own / "checkpoints").symlink_to(Path("..") / ".." / "checkpoints")
     return own
+
+
+def _primary() -> bool:
+    """Whether this process holds the run lock: process 0 (the only one that checkpoints)."""
+    import jax
+    return jax.process_index() == 0
 
 
 def resolve_and_validate(ref: str, home: Path, skip_validation: bool = False):
@@ -265,7 +276,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
         args.agent = rc.agent
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("dataset", "skip_validation", "devices", "coordinator",
-                                   "num_processes", "process_id", "no_compile_cache"),
+                                   "num_processes", "process_id", "no_compile_cache", "logger"),
                              extendable=("updates",), overrides=agent_overrides(args))
     if not changes:
         return rc
@@ -286,9 +297,11 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.runs.cli_common import remove_if_unstarted, sweep_stale
 
     home = wmx_home(args.home)
+    parse_loggers(args.logger)           # a bad --logger is an error before anything runs
     args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
+        hold_run_dir(args, run_dir, primary=not args.dry_run and _primary())
         rc = resumed_config(args, run_dir, cfg, home)
     else:
         if not args.dataset:
@@ -317,6 +330,7 @@ def _main(args: argparse.Namespace) -> int:
                 "training_hash": rc.training_hash(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         run_dir = create_or_join_run_dir(store.runs_dir, name, meta)
+        hold_run_dir(args, run_dir, primary=_primary())
         _print_counts(rc)
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)
@@ -325,7 +339,9 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.train_offline.loop import run
     run_dir = process_run_dir(run_dir)
     try:
-        summary = run(rc, run_dir, home=home, progress=not args.no_progress)
+        loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume),
+                                   primary=_primary())
+        summary = run(rc, run_dir, home=home, progress=not args.no_progress, loggers=loggers)
     except BaseException:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"

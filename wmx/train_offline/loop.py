@@ -127,7 +127,7 @@ class _Feed:
 
 def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,
         stop_after_chunks: int | None = None, deadline: float | None = None,
-        env_fn: Callable[[str, int, int], Any] | None = None) -> dict[str, Any]:
+        env_fn: Callable[[str, int, int], Any] | None = None, loggers=None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
@@ -142,7 +142,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     keys of later evaluations are unchanged by the stop). An early stop saves a
     checkpoint where the chunk did not. ``env_fn(task, T,
     action_repeat)`` builds an evaluation env (default: the Playground env,
-    cached). Returns the summary dict (also written to summary.json when the
+    cached). ``loggers``: a `wmx.runs.loggers.RunLoggers` (opened and closed by the
+    caller) that gets every metrics.csv row too, x axis updates. Returns the summary dict (also written to summary.json when the
     run finishes): final per-task evaluation returns per seed, mean scores.
 
     Raises ValueError, before writing anything, when the newest checkpoint
@@ -184,6 +185,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     feed = _Feed(rc, ds, host.streams, mesh)
     metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
                          keep_until=host.updates)
+    if loggers is not None:
+        metrics = loggers.attach(metrics, "updates")
     tasks_ctx = agent.task_context(cfg, rc.train_task_set)
     if mesh is not None:
         tasks_ctx = program.replicate(tasks_ctx, mesh)

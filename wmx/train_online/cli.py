@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.runs.config_file import add_config_argument
+from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 count, create_run_dir, enable_compile_cache, print_counts,
-                                 resume_config, run_cli)
+                                 count, create_run_dir, enable_compile_cache, hold_run_dir,
+                                 print_counts, resume_config, run_cli)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
                         "value (--env-steps may extend the run; --home, --no-progress, "
-                        "--no-export, --dry-run are free)")
+                        "--no-export, --dry-run, --logger are free)")
     p.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="start the agents from the newest checkpoint of RUN_DIR (or from a "
                         "checkpoint folder RUN_DIR/checkpoints/STEP): a single-task model of "
@@ -74,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_cache_argument(p)
+    add_logger_argument(p)
+    add_config_argument(p, keys={"checkpoint_every_chunks": "checkpoint_every"},
+                        ignored=("resolved_agent_config", "derived"))
     p.add_argument("--no-export", action="store_true", help="do not write episode sets")
     return p
 
@@ -167,7 +172,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     over = agent_overrides(args)
     if "batch_size" in args.given:
         over = {"batch_size": args.batch_size, **over}
-    changes = resume_changes(args, cfg, RESUME_FIELDS, free=("no_export", "no_compile_cache"),
+    changes = resume_changes(args, cfg, RESUME_FIELDS,
+                             free=("no_export", "no_compile_cache", "logger"),
                              extendable=("env_steps",), overrides=over,
                              as_overrides=("batch_size",))
     if not changes:
@@ -207,8 +213,10 @@ def _main(args: argparse.Namespace) -> int:
     from wmx.runs.cli_common import remove_if_unstarted, sweep_stale
 
     home = wmx_home(args.home)
+    parse_loggers(args.logger)           # a bad --logger is an error before anything runs
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
+        hold_run_dir(args, run_dir, primary=not args.dry_run)
         rc = resumed_config(args, run_dir, cfg)
     else:
         rc = config_from_args(args)
@@ -228,6 +236,7 @@ def _main(args: argparse.Namespace) -> int:
     if not args.resume:
         name = args.name or f"{rc.agent}-{rc.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
+        hold_run_dir(args, run_dir)
         _print_counts(rc)
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)
@@ -237,7 +246,8 @@ def _main(args: argparse.Namespace) -> int:
     try:
         export = None if args.no_export else make_export(
             store, rc, run_dir, extended=bool(args.resume) and "env_steps" in args.given)
-        summary = run(rc, run_dir, export, progress=not args.no_progress)
+        loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume))
+        summary = run(rc, run_dir, export, progress=not args.no_progress, loggers=loggers)
     except BaseException:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"

@@ -58,7 +58,7 @@ def initial_carries(rc: OnlineRunConfig, env) -> program.OnlineCarry:
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
-        deadline: float | None = None) -> dict[str, Any]:
+        deadline: float | None = None, loggers=None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until its last round.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
@@ -69,7 +69,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     after that many chunks of this call (tests of resume); ``deadline`` (a
     ``time.monotonic()`` value) stops after the first chunk that ends past it,
     evaluating there (budgeted runs; continue later with ``--resume``: the
-    schedule and keys of later evaluations are unchanged by the stop). Returns a summary
+    schedule and keys of later evaluations are unchanged by the stop). ``loggers``: a
+    `wmx.runs.loggers.RunLoggers` (opened and closed by the caller) that gets every
+    metrics.csv row too, x axis env steps. Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
     """
     env = cached_env(rc.task, rc.episode_length)
@@ -97,6 +99,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
+    if loggers is not None:
+        metrics = loggers.attach(metrics, "env_steps")
 
     chunk_fn = program.make_chunk_fn(rc, env)
     eval_fn = program.make_eval_fn(rc, env)

@@ -1,0 +1,131 @@
+"""`wmx runs ls|info` on a home with a finished, an interrupted and a running run; the run
+lock (`wmx.runs.owner`): honest "running", a second trainer refused."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tiny_runs import TINY_RC
+from wmx.cli.main import main as wmx_main
+from wmx.runs import listing
+from wmx.runs.owner import LOCK_NAME, RunBusyError, hold_run, probe
+
+
+@pytest.fixture(scope="module")
+def runs_home(tiny_online_run, tmp_path_factory):
+    """A home with the finished tiny run ("done") and the same run stopped after 2 of its
+    6 chunks ("cut": a real interrupted run, as a kill between chunks leaves it)."""
+    from wmx.train_online.loop import run
+    _, _, finished, _ = tiny_online_run
+    home = tmp_path_factory.mktemp("runs-home")
+    (home / "runs").mkdir()
+    shutil.copytree(finished, home / "runs" / "done")
+    cut = home / "runs" / "cut"
+    cut.mkdir()
+    (cut / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    summary = run(TINY_RC, cut, None, progress=False, stop_after_chunks=2)
+    assert not summary["finished"]
+    (home / "runs" / ".tmp-x~h~1~deadbeef").mkdir()      # a temporary: never listed
+    return home
+
+
+def _ls(home, capsys) -> dict[str, list[str]]:
+    assert wmx_main(["runs", "ls", "--home", str(home)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = re.split(r"\s{2,}", lines[0])
+    assert head == ["NAME", "AGENT", "TASK/DATASET", "STATUS", "PROGRESS", "LAST EVAL", "SIZE"]
+    return {ln.split()[0]: re.split(r"\s{2,}", ln) for ln in lines[1:]}
+
+
+def test_ls_finished_and_interrupted(runs_home, capsys):
+    rows = _ls(runs_home, capsys)
+    assert set(rows) == {"cut", "done"}
+    done, cut = rows["done"], rows["cut"]
+    assert done[1:4] == ["tdmpc2", "probe-action", "finished"]
+    assert cut[1:4] == ["tdmpc2", "probe-action", "interrupted"]
+    # probe-action: action repeat 1, T=20, one env: 2 chunks = 40 env steps of the 120
+    assert cut[4] == "40/120 env steps" and done[4] == "120/120 env steps"
+    m = listing.read_metrics(runs_home / "runs" / "done" / "metrics.csv")
+    last = [float(r["return"]) for r in m if r["kind"] == "eval" and r["env_steps"] == "120"]
+    assert done[5] == f"return {sum(last) / len(last):.3g} @ 120"
+    assert re.fullmatch(r"return \S+ @ 40", cut[5])                       # eval every 40
+    size = listing.disk_size(runs_home / "runs" / "done")
+    assert size > 10_000 and done[6] == listing.human_size(size)
+
+
+def test_running_is_the_live_lock(runs_home, capsys):
+    """A process holding the lock makes the run "running"; killed (-9), it is
+    "interrupted" again without any cleanup."""
+    cut = runs_home / "runs" / "cut"
+    code = ("import sys, time; from wmx.runs.owner import hold_run\n"
+            "with hold_run(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(cut)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert _ls(runs_home, capsys)["cut"][3] == "running"
+        owner = probe(cut)
+        assert owner is not None and owner.pid == proc.pid
+        with pytest.raises(RunBusyError, match=f"pid {proc.pid}"):
+            with hold_run(cut):
+                pass
+        assert wmx_main(["runs", "info", "cut", "--home", str(runs_home)]) == 0
+        assert f"status running (pid {proc.pid}" in capsys.readouterr().out
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (cut / LOCK_NAME).exists()                  # left behind, but no longer held
+    assert probe(cut) is None
+    assert _ls(runs_home, capsys)["cut"][3] == "interrupted"
+
+
+def test_second_trainer_is_refused(runs_home, capsys):
+    """train_online --resume of a run another process trains: exit 2, one line naming it,
+    before anything is read or written."""
+    from wmx.train_online.cli import main as online_main
+    cut = runs_home / "runs" / "cut"
+    before = (cut / "metrics.csv").read_text()
+    t0 = time.monotonic()
+    with hold_run(cut) as me:
+        assert online_main(["--resume", str(cut), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"being trained by pid {me.pid}" in err[0], err
+    assert time.monotonic() - t0 < 30
+    assert (cut / "metrics.csv").read_text() == before
+    assert probe(cut) is None
+
+
+def test_info(runs_home, capsys):
+    assert wmx_main(["runs", "info", "done", "--home", str(runs_home)]) == 0
+    out = capsys.readouterr().out
+    assert "online run, agent tdmpc2, status finished" in out
+    assert "episode set (seed 0): " in out and "episode set (seed 3): " in out
+    assert 'task: "probe-action"' in out and "seeds: [0, 3]" in out
+    assert "checkpoints (2):" in out and "finished" in out
+    assert "train seed 0: agent_steps=120" in out and "eval seed 3: agent_steps=120" in out
+    cut = runs_home / "runs" / "cut"
+    assert wmx_main(["runs", "info", str(cut), "--home", str(runs_home)]) == 0
+    out = capsys.readouterr().out
+    assert f"status interrupted (continue with: train_online --resume {cut})" in out
+    assert "progress: 40/120 env steps" in out
+
+
+def test_bad_input(runs_home, tmp_path, capsys):
+    assert wmx_main(["runs", "info", "nope", "--home", str(runs_home)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no run 'nope'" in err[0] and "wmx runs ls" in err[0]
+    assert wmx_main(["runs", "ls", "--home", str(tmp_path)]) == 0
+    assert "no runs in" in capsys.readouterr().out
+    bad = tmp_path / "runs" / "broken"
+    bad.mkdir(parents=True)
+    (bad / "config.json").write_text("{not json")
+    rows = _ls(tmp_path, capsys)
+    assert rows["broken"][1:4] == ["?", "?", "interrupted"]

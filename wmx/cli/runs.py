@@ -1,0 +1,132 @@
+"""`wmx runs ...`: ls and info of the training runs under ``<home>/runs``."""
+from __future__ import annotations
+
+import json
+import sys
+
+from wmx.cli.dataset import add_home
+
+
+def add_parser(sub) -> None:
+    """Register `runs` and its subcommands on an argparse subparsers object."""
+    p = sub.add_parser("runs", help="list and inspect training runs")
+    add_home(p)
+    rs = p.add_subparsers(dest="runs_cmd", required=True)
+    ls = rs.add_parser("ls", help="list runs: name, agent, task or dataset, status (finished / "
+                                  "interrupted / running), progress, last eval, size")
+    info = rs.add_parser("info", help="one run: config, lineage, progress, checkpoints, last "
+                                      "metrics")
+    info.add_argument("run", help="run name under <home>/runs, or a run directory")
+    for q in (ls, info):
+        add_home(q)
+    p.set_defaults(func=run)
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)).rstrip())
+
+
+def cmd_ls(args) -> int:
+    from wmx.paths import wmx_home
+    from wmx.runs.listing import eval_text, human_size, list_runs, progress_text
+    runs = list_runs(wmx_home(args.home))
+    if not runs:
+        print(f"no runs in {wmx_home(args.home) / 'runs'} (start one with train_online or "
+              "train_offline)")
+        return 0
+    rows = [(r.name, r.agent, r.target, r.status, progress_text(r), eval_text(r),
+             human_size(r.size)) for r in runs]
+    _table(("NAME", "AGENT", "TASK/DATASET", "STATUS", "PROGRESS", "LAST EVAL", "SIZE"), rows)
+    return 0
+
+
+def _fmt(v) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return str(int(f)) if f.is_integer() and abs(f) < 1e15 else f"{f:.4g}"
+
+
+def cmd_info(args) -> int:
+    from wmx.paths import wmx_home
+    from wmx.runs.listing import (eval_text, human_size, progress_text, read_metrics,
+                                  read_run, resolve_run)
+    r = read_run(resolve_run(args.run, wmx_home(args.home)))
+    print(f"{r.name}\n  path: {r.path}")
+    if r.error:
+        print(f"  error: {r.error}")
+    status = r.status
+    if r.owner is not None:
+        status += f" ({r.owner.describe()})"
+    elif r.status == "interrupted":
+        status += f" (continue with: train_{r.kind} --resume {r.path})"
+    print(f"  {r.kind} run, agent {r.agent}, status {status}")
+    print(f"  progress: {progress_text(r)}; last eval: {eval_text(r)}; size {human_size(r.size)}")
+    cfg = r.config
+    print("  lineage:")
+    if r.kind == "offline":
+        print(f"    dataset: {cfg.get('dataset')}")
+        if cfg.get("dataset_path"):
+            print(f"    dataset path: {cfg['dataset_path']}")
+    elif r.kind == "online":
+        print(f"    task: {cfg.get('task')}")
+        sets = (r.summary or {}).get("episode_sets") or {}
+        for seed, path in sets.items():
+            print(f"    episode set (seed {seed}): {path}")
+        if r.status == "finished" and not sets:
+            print("    episode sets: none exported (--no-export)")
+    for key in ("code_version", "created", "training_hash"):
+        if cfg.get(key):
+            print(f"    {key.replace('_', ' ')}: {cfg[key]}")
+    print("  config:")
+    for k in sorted(cfg):
+        if k in ("taskset", "dataset_path", "code_version", "created", "training_hash"):
+            continue
+        print(f"    {k}: {json.dumps(cfg[k], sort_keys=True)}")
+    if "taskset" in cfg and isinstance(cfg["taskset"], dict):
+        tasks = [t.get("name", "?") for t in cfg["taskset"].get("tasks", [])]
+        print(f"    taskset: {cfg['taskset'].get('name')} ({len(tasks)} tasks: "
+              f"{', '.join(tasks)})")
+    print(f"  checkpoints ({len(r.checkpoints)}):")
+    for name, host in r.checkpoints:
+        at = (f"updates {host.get('updates')}" if r.kind == "offline"
+              else f"tick {host.get('next_tick')}")
+        print(f"    {name}: {at}, wall {float(host.get('wall_s', 0.0)):.1f} s"
+              f"{', finished' if host.get('finished') else ''}")
+    rows = read_metrics(r.path / "metrics.csv")
+    if rows:
+        step_col = "updates" if r.kind == "offline" else "env_steps"
+        print(f"  last metrics (metrics.csv, {len(rows)} rows):")
+        for kind in ("train", "eval"):
+            ks = [x for x in rows if x.get("kind") == kind]
+            if not ks:
+                continue
+            last = max(int(float(x[step_col])) for x in ks if x.get(step_col))
+            for x in ks:
+                if x.get(step_col) and int(float(x[step_col])) != last:
+                    continue
+                vals = ", ".join(f"{k}={_fmt(v)}" for k, v in x.items()
+                                 if v not in ("", None) and k not in ("kind", "seed"))
+                print(f"    {kind} seed {x.get('seed')}: {vals}")
+    if r.summary is not None and r.summary.get("final_score") is not None:
+        print(f"  final score: {float(r.summary['final_score']):.4g}")
+    return 0
+
+
+def run(args) -> int:
+    """Dispatch `wmx runs <cmd>`; an unknown run prints the error, exit 2."""
+    from wmx.failures import describe
+    try:
+        return {"ls": cmd_ls, "info": cmd_info}[args.runs_cmd](args)
+    except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
+        line = describe(e)
+        if line is not None:
+            print(f"error: {line}", file=sys.stderr)
+            return 1
+        if isinstance(e, (ValueError, FileNotFoundError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

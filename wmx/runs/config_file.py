@@ -1,0 +1,206 @@
+"""``--config FILE``: flag values from a YAML or JSON file, below the flags typed.
+
+Precedence, highest first: a flag typed on the command line > the config
+file > the preset (``--preset``, the agent's hyperparameters) > the defaults.
+The file is a mapping whose keys are flag names without the dashes
+(``env_steps: 20000`` or ``env-steps: 20000``; ``seeds: [0, 1]``), plus
+
+- ``agent_overrides``: {field: value} of the agent's config, applied over the
+  preset and under ``--set`` and the agent flags typed (what ``--set`` writes
+  into a run's config.json);
+- a trainer's own aliases (`add_config_argument` ``keys``), so a run's saved
+  ``config.json`` can be given back as it is: its keys are the run config's
+  fields (``checkpoint_every_chunks`` -> ``--checkpoint-every``), and the
+  fields derived from others (``ignored``: e.g. the TaskSet, the code
+  version) are skipped.
+
+The file's values become the parser's defaults before the command line is
+parsed (`parse_with_config`), so a typed flag overrides them and
+``--resume`` (whose flags are checked against the run's saved config) refuses
+``--config`` like any other flag that does not apply to a resumed run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+PRECEDENCE = "precedence: a flag typed > --config FILE > --preset > the defaults"
+FILE_OVERRIDES = "config_agent_overrides"
+"""Namespace dest holding the file's ``agent_overrides`` (`wmx.runs.cli_common.agent_overrides`
+merges them under the typed agent flags)."""
+
+
+def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None = None,
+                        ignored: Iterable[str] = ()) -> None:
+    """Add ``--config FILE`` to a parser; ``keys``: file key -> flag dest aliases (a saved
+    config.json's field names), ``ignored``: file keys skipped (derived fields)."""
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="YAML (.yaml/.yml) or JSON file of flag values: keys are flag names "
+                        "without dashes (e.g. env_steps: 20000, seeds: [0, 1]) and "
+                        "agent_overrides: {field: value}; a run's saved config.json works "
+                        f"as it is; {PRECEDENCE}")
+    p.set_defaults(**{FILE_OVERRIDES: {}})
+    p._wmx_config_keys = (dict(keys or {}), frozenset(ignored))   # read by parse_with_config
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML or JSON file (JSON for .json, YAML otherwise: YAML reads
+    JSON too). Raises FileNotFoundError for a missing file, ValueError (naming the file
+    and the parser's message) for unparsable text or a top level that is not a mapping."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--config {path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot read it ({e.strerror})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+            data = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - json / yaml syntax errors of any kind
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--config {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}"
+                         f" ({first})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: the top level must be a mapping of flag names to "
+                         f"values, got {type(data).__name__}")
+    return data
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions
+            if a.option_strings and a.dest not in ("help", "config")}
+
+
+def _convert(action: argparse.Action, key: str, value: Any, path: str) -> Any:
+    """A file value as the flag would have parsed it: ``type`` applied to strings (and to
+    each element of a list flag), booleans for switches, choices checked."""
+    flag = action.option_strings[-1] if action.option_strings else key
+    bad = f"--config {path}: {key}: "
+    if value is None:                     # JSON null / YAML ~: the flag's own default
+        return action.default
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            raise ValueError(bad + f"{flag} is a switch: write true or false, got {value!r}")
+        return value
+    if isinstance(action, argparse._AppendAction):
+        value = value if isinstance(value, list) else [value]
+        return [str(v) if action.type is None else _typed(action, v, bad) for v in value]
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    if many:
+        value = value if isinstance(value, list) else [value]
+        if action.nargs == "+" and not value:
+            raise ValueError(bad + f"{flag} needs at least one value")
+        out = [_typed(action, v, bad) for v in value]
+    else:
+        if isinstance(value, (list, dict)):
+            raise ValueError(bad + f"{flag} takes one value, got {value!r}")
+        out = _typed(action, value, bad)
+    if action.choices is not None:
+        for v in (out if many else [out]):
+            if v not in action.choices:
+                raise ValueError(bad + f"{v!r} is not one of {list(action.choices)}")
+    return out
+
+
+def _typed(action: argparse.Action, v: Any, bad: str) -> Any:
+    """One value through the flag's ``type`` (numbers kept as they are, booleans refused
+    where a number or a name is expected)."""
+    if v is None or action.type is None:
+        return v
+    if isinstance(v, bool):
+        raise ValueError(bad + f"expected a value for {action.option_strings[-1]}, got {v!r}")
+    if action.type is int and isinstance(v, int):
+        return v
+    if action.type is float and isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return action.type(str(v))
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+        raise ValueError(bad + f"{v!r}: {e}") from None
+
+
+def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
+                    path: str) -> dict[str, Any]:
+    """{dest: value} of a config file's mapping for ``parser`` (`add_config_argument`'s
+    aliases and ignored keys applied). Raises ValueError naming the file and the key for
+    an unknown key (listing the known ones) or a value of the wrong kind."""
+    keys, ignored = getattr(parser, "_wmx_config_keys", ({}, frozenset()))
+    actions = _actions(parser)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        k = str(key)
+        if k in ignored:
+            continue
+        if k == "agent_overrides":
+            if not isinstance(value, dict):
+                raise ValueError(f"--config {path}: agent_overrides must be a mapping of the "
+                                 f"agent's config fields to values, got {value!r}")
+            out[FILE_OVERRIDES] = {str(f).replace("-", "_"): v for f, v in value.items()}
+            continue
+        dest = keys.get(k, k.replace("-", "_"))
+        dest = "set_" if dest == "set" else dest
+        action = actions.get(dest)
+        if action is None:
+            known = sorted({d.replace("set_", "set") for d in actions} | set(keys)
+                           | {"agent_overrides"})
+            raise ValueError(f"--config {path}: unknown key {k!r}; known keys: "
+                             f"{', '.join(known)}")
+        out[dest] = _convert(action, k, value, path)
+    return out
+
+
+def parse_with_config(parser: argparse.ArgumentParser,
+                      argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` with the values of ``--config FILE`` (when typed) as
+    defaults under the flags typed. A bad file (missing, unparsable, an unknown key, a
+    wrong value) prints ``<prog>: error: <one line>`` and exits with status 2, as
+    argparse's own usage errors."""
+    argv = list(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(argv)
+    if known.config is not None and hasattr(parser, "_wmx_config_keys"):
+        try:
+            defaults = config_defaults(parser, load_config_file(known.config), known.config)
+        except (ValueError, FileNotFoundError) as e:
+            print(f"{parser.prog}: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        parser.set_defaults(**defaults)
+        _relax_required(parser, defaults)
+        args = parser.parse_args(argv)
+        _typed_member_wins(parser, args, defaults, argv)
+        return args
+    return parser.parse_args(argv)
+
+
+def _relax_required(parser: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    """A required flag (or required group) that the file gives is no longer required on
+    the command line."""
+    for a in parser._actions:
+        if a.required and a.dest in defaults:
+            a.required = False
+    for g in parser._mutually_exclusive_groups:
+        if g.required and any(a.dest in defaults for a in g._group_actions):
+            g.required = False
+
+
+def _typed_member_wins(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                       defaults: dict[str, Any], argv: Sequence[str]) -> None:
+    """In a mutually exclusive group, a flag typed replaces the file's choice (e.g.
+    ``evaluate --runs A B`` over a file's ``run: C``): the file's member goes back to None."""
+    from wmx.runs.cli_common import given_flags
+    typed = given_flags(parser, argv)
+    for g in parser._mutually_exclusive_groups:
+        dests = {a.dest for a in g._group_actions}
+        if dests & typed:
+            for d in (dests - typed) & set(defaults):
+                setattr(args, d, None)

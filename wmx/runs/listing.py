@@ -1,0 +1,236 @@
+"""What a run directory says about its run: kind, status, progress, last evaluation, size.
+
+`wmx runs ls` / `wmx runs info` read only files (config.json, summary.json,
+metrics.csv, checkpoints/*/host.json, run.lock); nothing here imports JAX or
+an agent. A run is
+
+- **online** (``train_online``: config.json has ``task``) or **offline**
+  (``train_offline``: config.json has ``dataset``);
+- **finished** when summary.json says so (the trainers write it last, after
+  the final evaluation and the episode-set export), else **running** while a
+  live process holds its lock (`wmx.runs.owner`), else **interrupted**
+  (stopped or killed before its end: ``--resume`` continues it from its newest
+  checkpoint, or from the start when it has none).
+
+Progress is counted on the run's x axis: env steps online (agent steps x
+action repeat, the metrics.csv column ``env_steps``), updates offline;
+``done`` is the newest metrics.csv row, which for an interrupted run may lie
+past its newest checkpoint (a resume drops those rows and redoes them).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wmx.runs.owner import Owner, probe
+
+FINISHED, RUNNING, INTERRUPTED = "finished", "running", "interrupted"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run directory, read.
+
+    kind: "online" | "offline" | "?" (config.json unreadable); target:
+    the task (online) or dataset ``name@hash`` (offline); unit: "env steps" |
+    "updates"; done / total: progress on that axis (total from the config,
+    None when unknown); last_eval: (step, metric name "return" | "score",
+    mean over seeds and, offline, tasks) or None; owner: the live trainer
+    when running; checkpoints: [(step folder name, host.json dict)], oldest
+    first; size: bytes on disk (files under the run, links not followed).
+    """
+
+    name: str
+    path: Path
+    kind: str
+    agent: str
+    target: str
+    status: str
+    unit: str
+    done: int
+    total: int | None
+    last_eval: tuple[int, str, float] | None
+    size: int
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+    owner: Owner | None = None
+    checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    error: str = ""
+
+
+def runs_dir(home: Path) -> Path:
+    """``<home>/runs``: where the trainers create runs."""
+    return Path(home) / "runs"
+
+
+def list_runs(home: Path) -> list[RunInfo]:
+    """Every run directory under ``<home>/runs`` (hidden names skipped: temporaries),
+    sorted by name. A missing ``runs/`` is an empty list."""
+    root = runs_dir(home)
+    try:
+        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except FileNotFoundError:
+        return []
+    return [read_run(p) for p in entries]
+
+
+def resolve_run(ref: str, home: Path) -> Path:
+    """The run directory of ``ref``: a run name under ``<home>/runs`` or a path.
+
+    Raises FileNotFoundError naming both places when neither holds a
+    config.json."""
+    for cand in (runs_dir(home) / ref, Path(ref).expanduser()):
+        if (cand / "config.json").is_file():
+            return cand.resolve()
+    raise FileNotFoundError(f"no run {ref!r}: neither {runs_dir(home) / ref} nor {ref} is a run "
+                            "directory (one with config.json); list runs with `wmx runs ls`")
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def disk_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (symbolic links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(root, f)):
+                total += st.st_size
+    return total
+
+
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    """The complete rows of a metrics.csv (a last line without its newline, as a killed
+    writer leaves it, is dropped); [] when missing or unreadable."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    text = text[:text.rfind("\n") + 1]
+    try:
+        return [r for r in csv.DictReader(io.StringIO(text, newline="")) if None not in r]
+    except csv.Error:
+        return []
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def last_eval(rows: list[dict[str, str]], kind: str) -> tuple[int, str, float] | None:
+    """(step, metric, value) of the newest evaluation in metrics rows: online the mean
+    ``return`` over seeds, offline the mean ``score`` of the task "mean" rows."""
+    step_col = "env_steps" if kind == "online" else "updates"
+    evals = [r for r in rows if r.get("kind") == "eval" and _int(r.get(step_col)) is not None]
+    if kind == "offline":
+        evals = [r for r in evals if r.get("task") == "mean"]
+    if not evals:
+        return None
+    step = max(_int(r[step_col]) for r in evals)
+    metric = "return" if kind == "online" else "score"
+    vals = [_float(r.get(metric)) for r in evals if _int(r[step_col]) == step]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return step, metric, sum(vals) / len(vals)
+
+
+def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """[(folder name, host.json)] of the run's complete checkpoints, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    try:
+        names = sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for n in names:
+        h = _json(root / n / "host.json")
+        if h is not None:
+            out.append((n, h))
+    return out
+
+
+def read_run(run_dir: Path) -> RunInfo:
+    """Read one run directory (never raises for a damaged one: ``kind`` "?" and
+    ``error`` say what is wrong)."""
+    run_dir = Path(run_dir)
+    cfg = _json(run_dir / "config.json")
+    summary = _json(run_dir / "summary.json")
+    owner = probe(run_dir)
+    if summary is not None and summary.get("finished"):
+        status = FINISHED
+    elif owner is not None:
+        status = RUNNING
+    else:
+        status = INTERRUPTED
+    size = disk_size(run_dir)
+    error = ""
+    if cfg is None:
+        error = "config.json missing or unreadable"
+        return RunInfo(run_dir.name, run_dir, "?", "?", "?", status, "", 0, None, None, size,
+                       summary=summary, owner=owner, error=error)
+    if "dataset" in cfg:
+        kind, unit, step_col, target = "offline", "updates", "updates", str(cfg["dataset"])
+        total = _int(cfg.get("updates"))
+    else:
+        kind, unit, step_col, target = "online", "env steps", "env_steps", str(cfg.get("task", "?"))
+        total = _int(cfg.get("env_steps"))
+    rows = read_metrics(run_dir / "metrics.csv")
+    steps = [s for s in (_int(r.get(step_col)) for r in rows) if s is not None]
+    done = max(steps, default=0)
+    if summary is not None and _int(summary.get(step_col)) is not None:
+        done = max(done, _int(summary[step_col]))
+        if status == FINISHED:       # online totals are rounded up to whole rounds
+            total = _int(summary[step_col])
+    return RunInfo(run_dir.name, run_dir, kind, str(cfg.get("agent", "?")), target, status,
+                   unit, done, total, last_eval(rows, kind), size, config=cfg,
+                   summary=summary, owner=owner, checkpoints=checkpoints(run_dir), error=error)
+
+
+def human_size(n: float) -> str:
+    """``512 B``, ``1.5 KB``, ``3.2 MB``, ... (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def progress_text(r: RunInfo) -> str:
+    """``120/120 env steps``, ``4/6 updates`` (``?`` for an unknown total)."""
+    if r.kind == "?":
+        return "?"
+    total = "?" if r.total is None else f"{r.total:,d}"
+    return f"{r.done:,d}/{total} {r.unit}"
+
+
+def eval_text(r: RunInfo) -> str:
+    """``return 12.3 @ 80`` / ``score 4.56 @ 6``, or ``-`` before the first evaluation."""
+    if r.last_eval is None:
+        return "-"
+    step, metric, value = r.last_eval
+    return f"{metric} {value:.3g} @ {step:,d}"
