@@ -99,11 +99,19 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
 def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) -> None:
     """Hold ``run_dir``'s lock (`wmx.runs.owner.hold_run`) until the CLI exits
     (``args.cleanup``), so `wmx runs` shows the run as running and a second trainer of it
-    fails at once. ``primary`` False (a secondary process of a multi-host run): no lock.
-    Raises `wmx.runs.owner.RunBusyError` (a ValueError) when another process trains it."""
-    if primary:
+    fails at once; a second call for the same run does nothing. A trainer takes it after
+    checking its flags (bad input writes nothing, not even the lock file) and before it
+    writes anything in the run. ``primary`` False (a dry run; a secondary process of a
+    multi-host run): no lock. Raises `wmx.runs.owner.RunBusyError` (a ValueError) when
+    another process trains it."""
+    held = getattr(args, "held_runs", None)
+    if held is None:
+        held = args.held_runs = set()
+    key = str(Path(run_dir).resolve())
+    if primary and key not in held:
         from wmx.runs.owner import hold_run
         args.cleanup.enter_context(hold_run(run_dir))
+        held.add(key)
 
 
 def resume_config(resume: str, home_flag: str | None, home: Path,

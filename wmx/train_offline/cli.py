@@ -288,6 +288,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
                          "exactly; start a new run")
     new = dataclasses.replace(rc, **changes)
     if not args.dry_run:
+        hold_run_dir(args, run_dir, primary=_primary())   # no other trainer while it changes
         rewrite_config(run_dir, {**cfg, **changes})
     return new
 
@@ -301,8 +302,8 @@ def _main(args: argparse.Namespace) -> int:
     args.devices = start_devices(args)
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_offline")
-        hold_run_dir(args, run_dir, primary=not args.dry_run and _primary())
         rc = resumed_config(args, run_dir, cfg, home)
+        hold_run_dir(args, run_dir, primary=not args.dry_run and _primary())
     else:
         if not args.dataset:
             raise ValueError("--dataset is required (e.g. --dataset mt19@3fa2c1d0); list the "

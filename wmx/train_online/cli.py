@@ -181,6 +181,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     new = dataclasses.replace(rc, **changes)
     _check_extension(rc, new, run_dir)
     if not args.dry_run:
+        hold_run_dir(args, run_dir)          # no other trainer of the run while it changes
         rewrite_config(run_dir, {**cfg, **new.to_json()})
     return new
 
@@ -216,8 +217,8 @@ def _main(args: argparse.Namespace) -> int:
     parse_loggers(args.logger)           # a bad --logger is an error before anything runs
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
-        hold_run_dir(args, run_dir, primary=not args.dry_run)
         rc = resumed_config(args, run_dir, cfg)
+        hold_run_dir(args, run_dir, primary=not args.dry_run)
     else:
         rc = config_from_args(args)
         check_init_from(rc)
