@@ -101,3 +101,26 @@ def test_dreamerv3_split_run_equals_uninterrupted(full_run):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert int(np.asarray(a["loop"]["n_updates"])[0]) == 4
     assert ha["last_eval"] == hb["last_eval"]
+
+
+@pytest.mark.slow
+def test_dreamerv3_streaming_single_task_split_run_equals_uninterrupted(tiny_offline_dataset):
+    """--stream with --tasks cheetah-run (the single-task model at the task's widths, the
+    streamed records of that task only): a split run equals the uninterrupted one (another
+    compile of the update: slow)."""
+    home, ds = tiny_offline_dataset
+    base = ["--dataset", str(ds), "--home", str(home), "--stream", "--skip-validation",
+            "--tasks", "cheetah-run", *ARGS[:ARGS.index("--eval-tasks")],
+            "--episode-length", "6", "--seeds", "0", "1", "--no-progress"]
+    assert cli.main([*base, "--name", "dv3-sfull"]) == 0
+    sfull = home / "runs" / "dv3-sfull"
+    rc = OfflineRunConfig.from_json(json.loads((sfull / "config.json").read_text()))
+    assert rc.stream and not rc.multitask and rc.agent_config.obs_dim == 17
+    ssplit = home / "runs" / "dv3-ssplit"
+    ssplit.mkdir()
+    shutil.copy(sfull / "config.json", ssplit / "config.json")
+    loop.run(rc, ssplit, home=home, progress=False, stop_after_chunks=1)
+    assert cli.main(["--resume", str(ssplit), "--no-progress"]) == 0
+    assert _metrics(ssplit) == _metrics(sfull)
+    evals = [r for r in _metrics(sfull) if r["kind"] == "eval" and r["task"] != "mean"]
+    assert {r["task"] for r in evals} == {"cheetah-run"}
