@@ -215,7 +215,7 @@ def test_train_online_logs_tensorboard(tiny_online_run, tmp_path, capsys):
     assert [s for s, _ in want[("seed_3", "eval/return")]] == [40, 80, 120]
     assert ("seed_0", "train/total_loss") in want
     assert_same(read_tensorboard(run / "tensorboard"), want)
-    assert probe(run) is None and (run / "run.lock").exists()       # released at exit
+    assert probe(run) is None and not (run / "run.lock").exists()   # released at exit
 
 
 def test_train_offline_logs_tensorboard(tiny_offline_dataset, tmp_path):

@@ -83,9 +83,13 @@ def cmd_info(args) -> int:
             print(f"    {key.replace('_', ' ')}: {cfg[key]}")
     print("  config:")
     for k in sorted(cfg):
-        if k in ("taskset", "dataset_path", "code_version", "created", "training_hash"):
+        if k in ("taskset", "dataset_path", "code_version", "created", "training_hash",
+                 "resolved_agent_config"):
             continue
         print(f"    {k}: {json.dumps(cfg[k], sort_keys=True)}")
+    if isinstance(cfg.get("resolved_agent_config"), dict):
+        print(f"    resolved_agent_config: {len(cfg['resolved_agent_config'])} fields "
+              f"(the preset with agent_overrides; in {r.path / 'config.json'})")
     if "taskset" in cfg and isinstance(cfg["taskset"], dict):
         tasks = [t.get("name", "?") for t in cfg["taskset"].get("tasks", [])]
         print(f"    taskset: {cfg['taskset'].get('name')} ({len(tasks)} tasks: "

@@ -11,8 +11,12 @@ one line instead of interleaving checkpoints. `probe` asks without taking
 the lock for more than an instant; a trainer that meets a probe's instant
 retries for `ACQUIRE_RETRY_S` before it calls the run busy.
 
-The file stays when the trainer ends (empty of meaning without the lock);
-``wmx runs`` reads the owner from it only while the lock is held.
+The trainer removes the file (still holding the lock) when it ends, so a run
+it trained, or refused to train (bad input found after the lock was taken),
+is left as it was; a killed trainer leaves it behind, unlocked, which reads
+as "not running". A trainer that locks a file another one removed meanwhile
+sees that the path no longer names its file and starts over, so two trainers
+never hold two different files of one run.
 """
 from __future__ import annotations
 
@@ -76,9 +80,18 @@ def hold_run(run_dir: str | os.PathLike) -> Iterator[Owner]:
     goes ahead unlocked and `probe` falls back to the pid in the file.
     """
     path = Path(run_dir) / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + ACQUIRE_RETRY_S
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            locked = _acquire(fd, path, deadline)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not locked or _same_file(fd, path):
+            break
+        os.close(fd)                  # its holder removed it on release: lock the new one
     try:
-        locked = _acquire(fd, path)
         me = Owner(host=socket.gethostname(), pid=os.getpid(),
                    started=time.strftime("%Y-%m-%dT%H:%M:%S"),
                    command=" ".join(os.path.basename(a) if i == 0 else a
@@ -86,19 +99,26 @@ def hold_run(run_dir: str | os.PathLike) -> Iterator[Owner]:
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(me.__dict__).encode())
-        try:
-            yield me
-        finally:
-            if locked:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)      # no stale owner for the unlocked fallback
+        yield me
     finally:
+        with contextlib.suppress(OSError):
+            if not locked or _same_file(fd, path):
+                os.unlink(path)              # removed while still held
         os.close(fd)                         # drops the lock
 
 
-def _acquire(fd: int, path: Path) -> bool:
-    """Take the exclusive lock; False when the filesystem has no flock."""
-    deadline = time.monotonic() + ACQUIRE_RETRY_S
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _acquire(fd: int, path: Path, deadline: float) -> bool:
+    """Take the exclusive lock, retrying until ``deadline`` (``time.monotonic()``);
+    False when the filesystem has no flock."""
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
