@@ -17,6 +17,7 @@ from tiny_runs import TINY_RC
 from wmx.cli.main import main as wmx_main
 from wmx.runs import listing
 from wmx.runs.owner import LOCK_NAME, RunBusyError, hold_run, probe
+from wmx.sizes import human_size
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_ls_finished_and_interrupted(runs_home, capsys):
     assert done[5] == f"return {sum(last) / len(last):.3g} @ 120"
     assert re.fullmatch(r"return \S+ @ 40", cut[5])                       # eval every 40
     size = listing.disk_size(runs_home / "runs" / "done")
-    assert size > 10_000 and done[6] == listing.human_size(size)
+    assert size > 10_000 and done[6] == human_size(size)
 
 
 def test_running_is_the_live_lock(runs_home, capsys):

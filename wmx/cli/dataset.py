@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from wmx.sizes import human_size
 
 
 def add_parser(sub) -> None:
@@ -42,14 +43,6 @@ def _size(path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
-
-
 def cmd_ls(args) -> int:
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import DatasetManifest
@@ -62,7 +55,7 @@ def cmd_ls(args) -> int:
                 eps += " (changed after the build: validate it)"
         except ValueError:
             tasks, eps = "?", "? (bad manifest)"
-        rows.append((e.name, e.content_hash[:10], tasks, eps, _human(_size(e.path)),
+        rows.append((e.name, e.content_hash[:10], tasks, eps, human_size(_size(e.path)),
                      e.created[:19].replace("T", " ")))
     if not rows:
         print("no datasets (build one with: beam run pipelines/build_mt19.py)")
@@ -80,7 +73,7 @@ def cmd_info(args) -> int:
     m = ds.manifest
     print(f"{m.name}@{m.content_hash}\n  path: {ds.path}\n  created: {m.created}")
     print(f"  episodes: {m.episode_count} in {len(m.shards)} shards, "
-          f"{_human(sum(s.size_bytes for s in m.shards))}")
+          f"{human_size(sum(s.size_bytes for s in m.shards))}")
     print(f"  TaskSet {m.taskset.name}: {len(m.taskset)} tasks, max obs dim "
           f"{m.taskset.max_obs_dim}, max action dim {m.taskset.max_action_dim}")
     print(f"  {'id':>3} {'task':<26}{'obs':>4}{'act':>4}{'T':>5}{'episodes':>9}"
@@ -114,23 +107,13 @@ def cmd_synth(args) -> int:
         episode_length=args.episode_length, seed=args.seed, num_shards=args.num_shards,
         progress=lambda msg: print(msg, flush=True))
     print(f"dataset {args.name}@{r.content_hash[:10]} at {r.path}: {r.episodes} episodes, "
-          f"{r.rows} rows, {_human(r.bytes)} ({r.digest_s + r.write_s:.0f} s)")
+          f"{r.rows} rows, {human_size(r.bytes)} ({r.digest_s + r.write_s:.0f} s)")
     return 0
 
 
 def run(args) -> int:
     """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2; an
     unreadable store (permissions, I/O) one line, exit 1."""
-    from wmx.failures import describe
-    try:
-        return {"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate,
-                "synth": cmd_synth}[args.dataset_cmd](args)
-    except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
-        line = describe(e)
-        if line is not None:
-            print(f"error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(e, (ValueError, FileNotFoundError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    from wmx.cli.dispatch import dispatch
+    return dispatch({"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate,
+                     "synth": cmd_synth}, args.dataset_cmd, args)

@@ -30,7 +30,8 @@ def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 def cmd_ls(args) -> int:
     from wmx.paths import wmx_home
-    from wmx.runs.listing import eval_text, human_size, list_runs, progress_text
+    from wmx.runs.listing import eval_text, list_runs, progress_text
+    from wmx.sizes import human_size
     runs = list_runs(wmx_home(args.home))
     if not runs:
         print(f"no runs in {wmx_home(args.home) / 'runs'} (start one with train_online or "
@@ -52,8 +53,9 @@ def _fmt(v) -> str:
 
 def cmd_info(args) -> int:
     from wmx.paths import wmx_home
-    from wmx.runs.listing import (eval_text, human_size, progress_text, read_metrics,
-                                  read_run, resolve_run)
+    from wmx.runs.listing import (eval_text, progress_text, read_metrics, read_run,
+                                  resolve_run)
+    from wmx.sizes import human_size
     r = read_run(resolve_run(args.run, wmx_home(args.home)))
     print(f"{r.name}\n  path: {r.path}")
     if r.error:
@@ -122,15 +124,5 @@ def cmd_info(args) -> int:
 
 def run(args) -> int:
     """Dispatch `wmx runs <cmd>`; an unknown run prints the error, exit 2."""
-    from wmx.failures import describe
-    try:
-        return {"ls": cmd_ls, "info": cmd_info}[args.runs_cmd](args)
-    except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
-        line = describe(e)
-        if line is not None:
-            print(f"error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(e, (ValueError, FileNotFoundError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    from wmx.cli.dispatch import dispatch
+    return dispatch({"ls": cmd_ls, "info": cmd_info}, args.runs_cmd, args)

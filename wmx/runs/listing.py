@@ -211,13 +211,6 @@ def read_run(run_dir: Path) -> RunInfo:
                    summary=summary, owner=owner, checkpoints=checkpoints(run_dir), error=error)
 
 
-def human_size(n: float) -> str:
-    """``512 B``, ``1.5 KB``, ``3.2 MB``, ... (powers of 1024)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
 
 
 def progress_text(r: RunInfo) -> str:
