@@ -101,7 +101,7 @@ def test_second_trainer_is_refused(runs_home, capsys):
     assert len(err) == 1 and f"being trained by pid {me.pid}" in err[0], err
     assert time.monotonic() - t0 < 30
     assert (cut / "metrics.csv").read_text() == before
-    assert probe(cut) is None
+    assert probe(cut) is None and not (cut / LOCK_NAME).exists()     # removed on release
 
 
 def test_info(runs_home, capsys):
