@@ -48,11 +48,12 @@ def test_config_and_task_context(taskset, cfg):
     ctx = agent.task_context(cfg, taskset)
     np.testing.assert_array_equal(np.asarray(ctx.obs_masks).sum(1), [5, 17])
     np.testing.assert_array_equal(np.asarray(ctx.action_masks), [[1, 0, 0, 0, 0, 0], [1] * 6])
-    np.testing.assert_allclose(np.asarray(ctx.discounts), [1 - 1 / 333] * 2, rtol=1e-7)
-    tsd = agent.task_context(agent.make_config("tiny", {"task_discount": "taskset"},
-                                               taskset=taskset), taskset)
-    np.testing.assert_allclose(np.asarray(tsd.discounts), [t.discount for t in taskset.tasks],
+    np.testing.assert_allclose(np.asarray(ctx.discounts), [t.discount for t in taskset.tasks],
                                rtol=1e-7)
+    assert all(abs(t.discount - (1 - 1 / 333)) > 1e-3 for t in taskset.tasks)  # tells them apart
+    hor = agent.task_context(agent.make_config("tiny", {"task_discount": "horizon"},
+                                               taskset=taskset), taskset)
+    np.testing.assert_allclose(np.asarray(hor.discounts), [1 - 1 / 333] * 2, rtol=1e-7)
     # a one-task TaskSet is the online agent's single-task config of that task
     one = agent.make_config("tiny", {}, taskset=taskset.subset([TASKS[0]]))
     assert one == agent.make_config("tiny", {}, task=get_task(TASKS[0]))

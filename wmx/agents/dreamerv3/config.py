@@ -71,9 +71,10 @@ class DreamerV3Config:
     makes a model over the zero-padded widths obs_dim / action_dim of a
     TaskSet, with a learned task embedding of `task_dim` (96, as TD-MPC2's,
     T14) given to the encoder, the dynamics, the actor and the critic;
-    `task_discount` picks the per-task discount table: "horizon" (every task
-    1 - 1/return_horizon, the reference's fixed gamma) or "taskset" (each
-    task's stored TaskSet discount). 0 tasks (the default) is the reference's
+    `task_discount` picks the per-task discount table: "taskset" (each
+    task's stored TaskSet discount, the default, as the DreamerV3-offline
+    issue asks) or "horizon" (every task 1 - 1/return_horizon, the
+    reference's fixed gamma). 0 tasks (the default) is the reference's
     single-task agent, unchanged.
 
     Numerics: float32 everywhere (deviation D4).
@@ -159,7 +160,7 @@ class DreamerV3Config:
     # multi-task (wmx extension, W-D8)
     num_tasks: int = 0
     task_dim: int = 96
-    task_discount: str = "horizon"
+    task_discount: str = "taskset"
 
     def __post_init__(self) -> None:
         def need(cond: bool, field: str, msg: str) -> None:

@@ -89,9 +89,10 @@ def _prefix(dims: list[int], width: int) -> np.ndarray:
 def make_task_context(cfg: DreamerV3Config, taskset: Any) -> TaskContext:
     """The `TaskContext` of a TaskSet (task id = position) for the multi-task config.
 
-    Discounts: cfg.task_discount "horizon" gives every task γ = 1 − 1/return_horizon
-    (DreamerV3's fixed discount, spec 3.6; the default), "taskset" each task's
-    stored TaskSet discount (TD-MPC2's T heuristic, tdmpc2_spec 2.20); float32.
+    Discounts: cfg.task_discount "taskset" (the default) gives each task its
+    stored TaskSet discount (TD-MPC2's T heuristic, tdmpc2_spec 2.20), "horizon"
+    every task γ = 1 − 1/return_horizon (DreamerV3's fixed discount, spec 3.6);
+    float32.
     Raises ValueError when the config is single-task, or its number of tasks or
     padded widths do not fit the TaskSet.
     """
