@@ -491,7 +491,7 @@ BAD_INPUTS = [
     ("offline-resume-other-batch", OFFLINE, "--resume {offrun} --batch-size 8",
      "--batch-size 8 conflicts with the run's saved batch_size 16"),
     ("offline-resume-other-tasks", OFFLINE, "--resume {offrun} --tasks cartpole-balance",
-     "--tasks cartpole-balance conflicts with the run's saved tasks None"),
+     "--tasks cartpole-balance conflicts with the run's saved train_tasks None"),
     ("beam-unknown-option", BEAM, "run {job} --taskset {ts} --home {dshome} --no_such_option=1",
      "unknown option(s) --no_such_option=1"),
     ("beam-unknown-runner", BEAM, "run {job} --taskset {ts} --home {dshome} "

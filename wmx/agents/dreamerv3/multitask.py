@@ -25,7 +25,7 @@ path). Where the task enters:
   the continue head's prediction, spec 3.6).
 
 So a padded observation or action dimension changes no loss and no gradient
-(tests/agents/dreamerv3/test_multitask.py).
+(tests/agents/dreamerv3/test_dreamerv3_multitask.py).
 
 Task embedding: a learned table ``params["task_emb"]`` f32[n_tasks, task_dim]
 (unit-variance init), looked up with a max-norm-1 projection
