@@ -218,6 +218,10 @@ def test_train_online_logs_tensorboard(tiny_online_run, tmp_path, capsys):
     assert probe(run) is None and not (run / "run.lock").exists()   # released at exit
 
 
+# slow: it compiles the offline trainer's programs a second time in its process (~4 min
+# on 2 cores); the default run keeps the online trainer's case and the logger's own
+# resume / backfill cases, which read the event files back the same way.
+@pytest.mark.slow
 def test_train_offline_logs_tensorboard(tiny_offline_dataset, tmp_path):
     """The tiny offline run with --logger tensorboard: event files == metrics.csv, x axis
     updates, per-task evaluation tags."""
