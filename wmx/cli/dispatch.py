@@ -1,7 +1,6 @@
 """Run one subcommand of a `wmx` command group with the CLI's error contract."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Mapping
 
 
@@ -11,16 +10,13 @@ def dispatch(commands: Mapping[str, Callable[[Any], int]], name: str, args: Any)
     An expected failure of the machine (disk, memory, permissions; see
     `wmx.failures.describe`) prints one line and returns 1; a ValueError or
     FileNotFoundError (a bad name, path or value) prints its message and
-    returns 2; anything else is re-raised."""
-    from wmx.failures import describe
+    returns 2 (`wmx.failures.report_failure`, lines without a program name);
+    anything else is re-raised."""
+    from wmx.failures import report_failure
     try:
         return commands[name](args)
     except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
-        line = describe(e)
-        if line is not None:
-            print(f"error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(e, (ValueError, FileNotFoundError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+        status = report_failure(None, e, bad_input=(ValueError, FileNotFoundError))
+        if status is None:
+            raise
+        return status

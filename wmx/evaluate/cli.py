@@ -177,15 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = _run(args) if args.run is not None else _runs(args)
     except Exception as err:  # noqa: BLE001 - only the expected failures, the rest re-raised
-        from wmx.failures import describe
-        line = describe(err, "run the same command again")
-        if line is not None:
-            print(f"evaluate: error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
-            print(f"evaluate: error: {err}", file=sys.stderr)
-            return 2
-        raise
+        from wmx.failures import report_failure
+        status = report_failure("evaluate", err, "run the same command again")
+        if status is None:
+            raise
+        return status
     print(path)
     return 0
 

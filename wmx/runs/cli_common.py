@@ -70,12 +70,12 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     ``<prog>: error: <message>`` on stderr and exit status 2 (argparse's own
     usage errors exit 2 as well); the expected runtime failures of
     `wmx.failures.describe` (disk, permissions, memory, non-finite
-    values) one line and exit status 1. ``args.cleanup`` is a
-    `contextlib.ExitStack` closed when ``body`` returns or raises (before the
-    error line is printed; what is entered on it sees the exception): the run
-    lock (`hold_run_dir`) and the loggers
+    values) one line and exit status 1 (`wmx.failures.report_failure`).
+    ``args.cleanup`` is a `contextlib.ExitStack` closed when ``body`` returns
+    or raises (before the error line is printed; what is entered on it sees
+    the exception): the run lock (`hold_run_dir`) and the loggers
     (`wmx.runs.loggers`) are entered on it."""
-    from wmx.failures import describe
+    from wmx.failures import report_failure
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from wmx.runs.config_file import parse_with_config
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -86,14 +86,10 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
             args.cleanup = cleanup
             return body(args)
     except Exception as err:   # noqa: BLE001 - only the expected failures, the rest re-raised
-        line = describe(err, getattr(args, "resume_hint", ""))
-        if line is not None:
-            print(f"{prog}: error: {line}", file=sys.stderr)
-            return 1
-        if isinstance(err, (ValueError, FileExistsError, FileNotFoundError)):
-            print(f"{prog}: error: {err}", file=sys.stderr)
-            return 2
-        raise
+        status = report_failure(prog, err, getattr(args, "resume_hint", ""))
+        if status is None:
+            raise
+        return status
 
 
 def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) -> None:
