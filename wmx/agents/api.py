@@ -20,7 +20,8 @@ seams), so a run's key streams are fixed by the callers' ``fold_in`` tags.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import jax
 
@@ -60,6 +61,25 @@ class Schedule(Protocol):
 
     def n_updates(self, tick: Any) -> Any:
         """Updates to run right after the row of ``tick`` was added to the replay."""
+
+
+@dataclass(frozen=True)
+class BoundSchedule:
+    """A `Schedule` from an agent's static schedule and its two functions.
+
+    inner: the agent's schedule value (e.g. its ``make_schedule(...)``);
+    action_mode_fn / n_updates_fn: ``f(tick, inner)``, the agent's arithmetic.
+    """
+
+    inner: Any
+    action_mode_fn: Callable[[Any, Any], Any]
+    n_updates_fn: Callable[[Any, Any], Any]
+
+    def action_mode(self, tick: Any) -> Any:
+        return self.action_mode_fn(tick, self.inner)
+
+    def n_updates(self, tick: Any) -> Any:
+        return self.n_updates_fn(tick, self.inner)
 
 
 @runtime_checkable

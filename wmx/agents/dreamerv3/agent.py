@@ -39,13 +39,12 @@ deviations D1-D3, D26, D27, W-D5, W-D6, W-D8 (docs/deviations.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from wmx.agents.api import BatchSpec
+from wmx.agents.api import BatchSpec, BoundSchedule
 from wmx.agents.dreamerv3 import config as config_lib
 from wmx.agents.dreamerv3 import params as params_lib
 from wmx.agents.dreamerv3 import replay as replay_lib
@@ -271,28 +270,16 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 
 # ---- online -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Schedule:
-    """`schedule.Schedule` with the protocol's methods (train-ratio gate; D3, D26)."""
-
-    inner: sched_lib.Schedule
-
-    def action_mode(self, tick):
-        return sched_lib.action_mode(tick, self.inner)
-
-    def n_updates(self, tick):
-        return sched_lib.n_updates(tick, self.inner)
-
-
-def schedule(cfg: DreamerV3Config, episode_length: int, n_envs: int) -> Schedule:
-    """The train-ratio schedule of n_envs lockstep envs (episode_length plays no part:
-    the stream replay takes any episode boundary)."""
+def schedule(cfg: DreamerV3Config, episode_length: int, n_envs: int) -> BoundSchedule:
+    """The train-ratio schedule of n_envs lockstep envs (D3, D26; episode_length plays
+    no part: the stream replay takes any episode boundary)."""
     del episode_length
     c = cfg.resolved()
-    return Schedule(sched_lib.make_schedule(n_envs, batch_size=c.batch_size,
-                                            batch_length=c.batch_length,
-                                            replay_context=c.replay_context,
-                                            train_ratio=c.train_ratio))
+    return BoundSchedule(sched_lib.make_schedule(n_envs, batch_size=c.batch_size,
+                                                 batch_length=c.batch_length,
+                                                 replay_context=c.replay_context,
+                                                 train_ratio=c.train_ratio),
+                         sched_lib.action_mode, sched_lib.n_updates)
 
 
 def init_replay(cfg: DreamerV3Config, n_envs: int, episode_length: int,

@@ -12,14 +12,13 @@ Source: tdmpc2_spec §1-§4 (PE); deviations T7, T9, T14-T16, T26 (docs/deviatio
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from wmx.agents.api import BatchSpec
+from wmx.agents.api import BatchSpec, BoundSchedule
 from wmx.agents.tdmpc2 import buffer as buffer_lib
 from wmx.agents.tdmpc2 import schedule as sched_lib
 from wmx.agents.tdmpc2 import world_model as wm
@@ -146,21 +145,11 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 
 # ---- online -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Schedule:
-    """`schedule.Schedule` with the protocol's methods (seed phase, burst, UTD 1; T7)."""
-
-    inner: sched_lib.Schedule
-
-    def action_mode(self, tick):
-        return sched_lib.action_mode(tick, self.inner)
-
-    def n_updates(self, tick):
-        return sched_lib.n_updates(tick, self.inner)
-
-
-def schedule(cfg: TDMPC2Config, episode_length: int, n_envs: int) -> Schedule:
-    return Schedule(sched_lib.make_schedule(episode_length, n_envs, cfg.resolved().seed_steps))
+def schedule(cfg: TDMPC2Config, episode_length: int, n_envs: int) -> BoundSchedule:
+    """The seed phase, burst and UTD-1 schedule (`schedule`, T7) as the protocol's."""
+    return BoundSchedule(sched_lib.make_schedule(episode_length, n_envs,
+                                                 cfg.resolved().seed_steps),
+                         sched_lib.action_mode, sched_lib.n_updates)
 
 
 @struct.dataclass
