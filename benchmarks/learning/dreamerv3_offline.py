@@ -3,13 +3,13 @@
 Pools the full training histories (every exported episode set) of finished
 single-task ``train_online`` runs (the TD-MPC2 offline check's sources, or
 DreamerV3 online runs) into one dataset with the Beam build, exactly as
-``tdmpc2_offline.py`` does (its source, pooling and build functions are
-reused; the same sources give the same dataset hash), trains multi-task
-DreamerV3 on it with ``train_offline``'s loop (deviations W-D5, W-D8),
-evaluates every task on its real Playground env, and compares with each
-source agent's final return. With ``--tdmpc2-run`` (the TD-MPC2 offline
-check's run on the same dataset) its curves go beside DreamerV3's in the
-JSON and the plot, and ``evaluate --runs`` writes the side-by-side report.
+``tdmpc2_offline.py`` does (both use `offline_check`; the same sources give
+the same dataset hash), trains multi-task DreamerV3 on it with
+``train_offline``'s loop (deviations W-D5, W-D8), evaluates every task on its
+real Playground env, and compares with each source agent's final return.
+With ``--tdmpc2-run`` (the TD-MPC2 offline check's run on the same dataset)
+its curves go beside DreamerV3's in the JSON and the plot, and ``evaluate
+--runs`` writes the side-by-side report.
 Writes ``benchmarks/results/dreamerv3_offline.json`` and ``.png``;
 ``docs/validation.md`` records the results.
 
@@ -29,47 +29,19 @@ Nothing here runs in the test suite (a check takes hours of CPU).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tdmpc2_offline import (RATIO, build_dataset, eval_curves, pooled_sources,  # noqa: E402
-                            source_run)
+from offline_check import (RATIO, eval_curves, parser, plot, reaches_ratio,  # noqa: E402
+                           run_fields, start_or_resume, task_result, train)
 
-REPO = Path(__file__).resolve().parents[2]
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MIN = 100.0
 """Source final return from which a task counts as learned (normalised score 10)."""
-
-
-def new_offline_run(home: Path, ref: str, args, episode_length: int | None) -> Path:
-    """Validate the dataset and write a DreamerV3 offline run directory's config.json (as
-    train_offline does; batch: the preset's windows unless --batch-size) and return it."""
-    from wmx.datasets.store import Store
-    from wmx.runs.offline_config import OfflineRunConfig
-    from wmx.train_offline.cli import resolve_and_validate
-    from wmx.version import code_version
-    ds = resolve_and_validate(ref, home)
-    rc = OfflineRunConfig(
-        dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-        agent="dreamerv3", seeds=tuple(args.seeds), updates=args.updates,
-        batch_size=args.batch_size, preset=args.preset,
-        log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
-        checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
-        episode_length=episode_length)
-    run_dir = Store(home).ensure_layout().runs_dir / \
-        f"dv3-offline-check-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True)
-    meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
-            "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    (run_dir / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-    return run_dir
 
 
 def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
@@ -80,20 +52,10 @@ def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
     not learn). Overall pass: every learned task passes, and at least one was learned."""
     per = {}
     for name, t in tasks.items():
-        curve = {u: float(np.mean(v)) for u, v in curves.get(name, {}).items()}
-        final = curve[max(curve)] if curve else None
-        src = t["final_return"]
-        learned = src >= learned_min
-        per[name] = {"source_runs": t["runs"], "source_final_return": src,
-                     "source_final_return_per_seed": t["per_seed"], "source_learned": learned,
-                     "offline_eval_return": {str(u): v for u, v in curve.items()},
-                     "offline_eval_return_per_seed": {str(u): v for u, v in
-                                                      curves.get(name, {}).items()},
-                     "offline_final_return": final,
-                     "offline_best_return": max(curve.values()) if curve else None,
-                     "ratio": None if final is None or src <= 0 else final / src,
-                     "pass": None if not learned else bool(final is not None
-                                                           and final >= RATIO * src)}
+        r = task_result(t, curves.get(name, {}))
+        learned = t["final_return"] >= learned_min
+        per[name] = {**r, "source_learned": learned,
+                     "pass": reaches_ratio(r) if learned else None}
     learned = [p for p in per.values() if p["source_learned"]]
     return {"tasks": per, "tasks_learned_by_source": len(learned),
             "tasks_passing": sum(p["pass"] is True for p in learned),
@@ -126,122 +88,40 @@ def compare_report(home: Path, runs: list[str], out: Path, episodes: int) -> str
     return str(out / "compare.md") if evaluate_cli.main(argv) == 0 else None
 
 
-def plot(res: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tasks, beside = res["tasks"], (res.get("tdmpc2") or {}).get("eval_return", {})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
-    for ax, (name, t) in zip(axes[0], tasks.items()):
-        per_seed = {int(u): v for u, v in t["offline_eval_return_per_seed"].items()}
-        top = [t["source_final_return"], 1.0]
-        if per_seed:
-            xs = np.array(sorted(per_seed))
-            ax.plot(xs, [np.mean(per_seed[x]) for x in xs], "o-", label="offline DreamerV3")
-            if any(len(v) > 1 for v in per_seed.values()):
-                ax.fill_between(xs, [min(per_seed[x]) for x in xs],
-                                [max(per_seed[x]) for x in xs], alpha=0.2, label="seed range")
-            top += [max(v) for v in per_seed.values()]
-        if beside.get(name):
-            c = {int(u): v for u, v in beside[name].items()}
-            ax.plot(sorted(c), [c[u] for u in sorted(c)], "s--", label="offline TD-MPC2")
-            top += list(c.values())
-        src = t["source_final_return"]
-        ax.axhline(src, color="k", lw=1, label=f"source agent {src:.0f}")
-        ax.axhline(RATIO * src, color="gray", ls="--", lw=1,
-                   label=f"{RATIO:g} x source {RATIO * src:.0f}")
-        verdict = {True: "pass", False: "fail", None: "not learned by the source"}[t["pass"]]
-        ax.set_title(f"{name}: {verdict}", fontsize=10)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("eval return")
-        ax.set_ylim(0, 1.1 * max(top))
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"offline DreamerV3 vs source agents: {res['tasks_passing']}/"
-                 f"{res['tasks_learned_by_source']} learned tasks at >= {RATIO:g}x")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
-    p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
-                   help="finished train_online runs (their episode sets are in the store)")
+    p = parser(__doc__, batch_size=None, log_every=500,
+               batch_help="windows per update (default: the preset's, 16 x 65 rows)")
     p.add_argument("--tdmpc2-run", default=None, metavar="RUN_DIR",
                    help="the TD-MPC2 offline run on the same dataset, shown beside")
-    p.add_argument("--updates", type=int, default=20_000)
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="windows per update (default: the preset's, 16 x 65 rows)")
-    p.add_argument("--preset", default="cpu")
-    p.add_argument("--eval-every", type=int, default=5_000)
-    p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--log-every", type=int, default=500,
-                   help="updates per chunk (reduced to divide --eval-every)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--learned-min", type=float, default=LEARNED_MIN,
                    help="source final return from which a task counts as learned")
-    p.add_argument("--budget-min", type=float, default=None,
-                   help="stop after this many minutes (whole chunks); record as far as reached")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue an earlier (budget-stopped) check run")
-    p.add_argument("--out", default=str(REPO / "benchmarks/results"))
     args = p.parse_args(argv)
 
-    from wmx.paths import wmx_home
     from wmx.runs.offline_config import OfflineRunConfig
-    from wmx.train_offline.loop import run
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.resume:
-        run_dir = Path(args.resume).expanduser().resolve()
-        home = run_dir.parent.parent
-        bench = json.loads((run_dir / "benchmark.json").read_text())
-    else:
-        if not args.sources:
-            p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
-        home = wmx_home(args.home)
-        bench = {"sources": [str(Path(s).expanduser().resolve()) for s in args.sources],
-                 "tdmpc2_run": args.tdmpc2_run and str(Path(args.tdmpc2_run).resolve()),
-                 "learned_min": args.learned_min}
-    runs = [source_run(Path(s)) for s in bench["sources"]]
-    tasks = pooled_sources(runs)
-    if not args.resume:
-        Ts = {r["episode_length"] for r in runs}
-        if len(Ts) > 1:
-            raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
-                             "give runs with one T")
-        ref = build_dataset(home, tasks, out)
-        run_dir = new_offline_run(home, ref, args, Ts.pop())
-        (run_dir / "benchmark.json").write_text(json.dumps({**bench, "dataset": ref},
-                                                           indent=1))
+    run_dir, home, bench, tasks = start_or_resume(
+        p, args, "dreamerv3", "dv3-offline-check",
+        {"tdmpc2_run": args.tdmpc2_run and str(Path(args.tdmpc2_run).resolve()),
+         "learned_min": args.learned_min})
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
     beside = tdmpc2_beside(bench.get("tdmpc2_run") and Path(bench["tdmpc2_run"]), rc.dataset)
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
-    t0 = time.perf_counter()
-    deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-    summary = run(rc, run_dir, home=home, progress=True, deadline=deadline)
-    wall = time.perf_counter() - t0
+    summary, wall = train(rc, run_dir, home, args.budget_min)
     res = judge(tasks, eval_curves(run_dir), bench.get("learned_min", LEARNED_MIN))
     report = None
     if beside is not None and summary["finished"]:
         report = compare_report(home, [beside["run_dir"], str(run_dir)],
                                 out / f"{RESULT_NAME}_report", rc.eval_episodes)
-    res.update({"dataset": rc.dataset, "run_dir": str(run_dir), "preset": rc.preset,
-                "seeds": list(rc.seeds), "batch_size": rc.batch,
-                "updates_planned": rc.updates, "updates_reached": summary["updates"],
-                "finished": summary["finished"], "eval_every": rc.eval_every,
-                "eval_episodes": rc.eval_episodes, "wall_s_this_call": round(wall, 1),
-                "run_wall_s": summary.get("wall_s"), "tdmpc2": beside,
-                "comparison_report": report,
+    res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,
+                "tdmpc2": beside, "comparison_report": report,
                 "criterion": f"on every task the source learned (final return >= "
                              f"{res['learned_min']:g}), offline final eval return >= {RATIO:g}"
-                             " x source final return",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                             " x source final return"})
     (out / f"{RESULT_NAME}.json").write_text(json.dumps(res, indent=1))
-    plot(res, out / f"{RESULT_NAME}.png")
+    plot(res, out / f"{RESULT_NAME}.png", "offline DreamerV3", "not learned by the source",
+         f"offline DreamerV3 vs source agents: {res['tasks_passing']}/"
+         f"{res['tasks_learned_by_source']} learned tasks at >= {RATIO:g}x")
     print(json.dumps({k: {"source": v["source_final_return"], "learned": v["source_learned"],
                           "offline": v["offline_final_return"], "ratio": v["ratio"],
                           "pass": v["pass"]} for k, v in res["tasks"].items()}, indent=1))

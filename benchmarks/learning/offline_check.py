@@ -1,0 +1,307 @@
+"""The offline learning check of any agent: does it learn from the online agents' data?
+
+What ``tdmpc2_offline.py`` and ``dreamerv3_offline.py`` share: the source runs
+(finished single-task ``train_online`` runs) and their final returns, the
+dataset pooling their full training histories (every exported episode set;
+the Beam build, ``pipelines/build_mt19.py --tasks ... --sources ...``, so the
+same sources give the same dataset hash), the check's offline run directory
+with its ``benchmark.json``, ``--resume``, the common flags, the training call,
+the per-task eval curves and result fields, and the per-task plot. Each entry
+point adds its criterion (``judge``), its own flags and its result file.
+
+A source agent's final return is the mean over its seeds of the last eval row
+of each seed in its metrics.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+RATIO = 0.5
+"""Offline final return / source final return needed for a task to pass."""
+
+
+# ---- source runs --------------------------------------------------------------------------
+def source_run(run_dir: Path) -> dict:
+    """Task, episode sets and final return of one finished train_online run.
+
+    Raises ValueError when the run is unfinished, exported nothing or has no eval row.
+    """
+    run_dir = Path(run_dir).expanduser().resolve()
+    cfg = json.loads((run_dir / "config.json").read_text())
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise ValueError(f"source run {run_dir} is not finished (no summary.json); finish it "
+                         "with train_online --resume first")
+    sets = json.loads(summary_path.read_text()).get("episode_sets") or {}
+    if not sets:
+        raise ValueError(f"source run {run_dir} exported no episode sets")
+    last: dict[str, float] = {}
+    with (run_dir / "metrics.csv").open() as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "eval":
+                last[r["seed"]] = float(r["return"])       # rows are in env-step order
+    if not last:
+        raise ValueError(f"source run {run_dir} has no eval row in metrics.csv")
+    return {"run_dir": str(run_dir), "task": cfg["task"],
+            "episode_length": cfg.get("episode_length"),
+            "final_return_per_seed": last,
+            "final_return": float(np.mean(list(last.values()))),
+            "episode_sets": [sets[k] for k in sorted(sets, key=int)]}
+
+
+def pooled_sources(runs: list[dict]) -> dict[str, dict]:
+    """Per task (mt30 order): the runs, their episode sets and the source final return
+    (mean over every seed of the task's runs)."""
+    from wmx.envs.registry import task_names
+    out: dict[str, dict] = {}
+    for r in runs:
+        t = out.setdefault(r["task"], {"runs": [], "episode_sets": [], "per_seed": []})
+        t["runs"].append(r["run_dir"])
+        t["episode_sets"] += r["episode_sets"]
+        t["per_seed"] += list(r["final_return_per_seed"].values())
+    order = task_names()
+    return {k: {**v, "final_return": float(np.mean(v["per_seed"]))}
+            for k, v in sorted(out.items(), key=lambda kv: order.index(kv[0]))}
+
+
+# ---- dataset ------------------------------------------------------------------------------
+def taskset_for(tasks: dict[str, dict]):
+    """The TaskSet to build: the mt19 subset of the tasks, with each task's T, action
+    repeat and discount taken from its episode sets when a source run overrode T."""
+    from wmx.schemas.manifest import EpisodeSetManifest
+    from wmx.schemas.taskset import TaskSet, mt19
+    sub = mt19().subset(list(tasks))
+    infos = []
+    for t in sub.tasks:
+        found = {EpisodeSetManifest.load(Path(d)).task for d in tasks[t.name]["episode_sets"]}
+        if len(found) != 1:
+            raise ValueError(f"task {t.name}: the source episode sets disagree on the task "
+                             f"description {sorted(map(str, found))}")
+        infos.append(found.pop())
+    if tuple(infos) == sub.tasks:
+        return sub, False
+    Ts = "-".join(str(i.episode_length) for i in infos)
+    return TaskSet(name=f"{sub.name}-T{Ts}", tasks=tuple(infos),
+                   reference_scores=sub.reference_scores,
+                   reference_source=sub.reference_source), True
+
+
+def build_dataset(home: Path, tasks: dict[str, dict], out_dir: Path) -> str:
+    """``name@<hash>`` of the dataset pooling exactly the sources' episode sets; built
+    with the Beam job (build_mt19.py --tasks --sources, or build_taskset.py for runs
+    with a T override) unless it is in the store already."""
+    from wmx.cli import beam
+    from wmx.cli.demo import find_dataset
+    ts, custom = taskset_for(tasks)
+    set_dirs = [Path(d) for t in tasks.values() for d in t["episode_sets"]]
+    ref = find_dataset(home, ts.name, set_dirs)
+    if ref is not None:
+        print(f"dataset {ref} pools these episode sets already; not rebuilt")
+        return ref
+    sources = [f"{d.parent.name}/{d.name}" for d in set_dirs]
+    if custom:
+        spec = out_dir / f"{ts.name}.taskset.json"
+        spec.write_text(ts.to_json())
+        argv = ["run", str(REPO / "pipelines/build_taskset.py"), "--taskset", str(spec)]
+    else:
+        argv = ["run", str(REPO / "pipelines/build_mt19.py"), "--tasks", ",".join(ts.names)]
+    argv += ["--home", str(home), "--sources", *sources]
+    print("$ beam " + " ".join(argv))
+    if beam.main(argv) != 0:
+        raise SystemExit("the dataset build failed")
+    ref = find_dataset(home, ts.name, set_dirs)
+    if ref is None:
+        raise SystemExit(f"the build finished but no dataset {ts.name} is in {home}")
+    return ref
+
+
+# ---- the check's run ----------------------------------------------------------------------
+def parser(doc: str, *, batch_size: int | None, log_every: int,
+           batch_help: str | None = None) -> argparse.ArgumentParser:
+    """The flags every offline check takes (the entry point adds its own); ``doc`` is the
+    entry point's module doc, its first paragraph the description."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
+    p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
+                   help="finished train_online runs (their episode sets are in the store)")
+    p.add_argument("--updates", type=int, default=20_000)
+    p.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--eval-every", type=int, default=5_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=log_every,
+                   help="updates per chunk (reduced to divide --eval-every)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--budget-min", type=float, default=None,
+                   help="stop after this many minutes (whole chunks); record as far as reached")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue an earlier (budget-stopped) check run")
+    p.add_argument("--out", default=str(REPO / "benchmarks/results"))
+    return p
+
+
+def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agent: str,
+                    run_prefix: str) -> Path:
+    """Validate the dataset and write the run directory's config.json (as train_offline
+    does; batch: --batch-size, None for the agent preset's) and return the new
+    ``<home>/runs/<run_prefix>-<time>``."""
+    from wmx.datasets.store import Store
+    from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.train_offline.cli import resolve_and_validate
+    from wmx.version import code_version
+    ds = resolve_and_validate(ref, home)
+    rc = OfflineRunConfig(
+        dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+        agent=agent, seeds=tuple(args.seeds), updates=args.updates,
+        batch_size=args.batch_size, preset=args.preset,
+        log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
+        checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
+        episode_length=episode_length)
+    run_dir = Store(home).ensure_layout().runs_dir / \
+        f"{run_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True)
+    meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
+            "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (run_dir / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return run_dir
+
+
+def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
+                    extra: dict) -> tuple[Path, Path, dict, dict[str, dict]]:
+    """(run_dir, home, the run's benchmark.json, the pooled sources per task).
+
+    ``--resume RUN_DIR``: that run and its benchmark.json. Otherwise ``--sources``
+    (required) are pooled into a dataset (built unless stored), and a new run
+    ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
+    ``{"sources", **extra, "dataset"}``. ``--out`` is created."""
+    from wmx.paths import wmx_home
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.resume:
+        run_dir = Path(args.resume).expanduser().resolve()
+        home = run_dir.parent.parent
+        bench = json.loads((run_dir / "benchmark.json").read_text())
+    else:
+        if not args.sources:
+            p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
+        home = wmx_home(args.home)
+        bench = {"sources": [str(Path(s).expanduser().resolve()) for s in args.sources],
+                 **extra}
+    runs = [source_run(Path(s)) for s in bench["sources"]]
+    tasks = pooled_sources(runs)
+    if not args.resume:
+        Ts = {r["episode_length"] for r in runs}
+        if len(Ts) > 1:
+            raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
+                             "give runs with one T")
+        ref = build_dataset(home, tasks, out)
+        run_dir = new_offline_run(home, ref, args, Ts.pop(), agent, run_prefix)
+        bench = {**bench, "dataset": ref}
+        (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
+    return run_dir, home, bench, tasks
+
+
+def train(rc, run_dir: Path, home: Path, budget_min: float | None) -> tuple[dict, float]:
+    """(summary, wall seconds) of `train_offline`'s loop on ``run_dir`` (progress bar on;
+    stopped after the first chunk past ``budget_min`` minutes)."""
+    from wmx.train_offline.loop import run
+    t0 = time.perf_counter()
+    deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
+    summary = run(rc, run_dir, home=home, progress=True, deadline=deadline)
+    return summary, time.perf_counter() - t0
+
+
+def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
+    """The result entries every check records about its run."""
+    return {"dataset": rc.dataset, "run_dir": str(run_dir), "preset": rc.preset,
+            "seeds": list(rc.seeds), "updates_planned": rc.updates,
+            "updates_reached": summary["updates"], "finished": summary["finished"],
+            "eval_every": rc.eval_every, "eval_episodes": rc.eval_episodes,
+            "wall_s_this_call": round(wall, 1), "run_wall_s": summary.get("wall_s"),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+# ---- results ------------------------------------------------------------------------------
+def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:
+    """{task: {updates: [eval return per seed]}} from an offline run's metrics.csv."""
+    out: dict[str, dict[int, list[float]]] = {}
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return out
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "eval" and r["task"] != "mean":
+                out.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
+                    float(r["return"]))
+    return {t: dict(sorted(c.items())) for t, c in out.items()}
+
+
+def task_result(t: dict, per_seed: dict[int, list[float]]) -> dict:
+    """One task's entries: the source runs and final return (``t``, a `pooled_sources`
+    value), the offline eval curve (mean over seeds; ``per_seed``: {updates: returns}),
+    final and best offline return and the ratio final / source (None when either is
+    missing or the source return is <= 0). The check adds its verdict ("pass")."""
+    curve = {u: float(np.mean(v)) for u, v in per_seed.items()}
+    final = curve[max(curve)] if curve else None
+    src = t["final_return"]
+    return {"source_runs": t["runs"], "source_final_return": src,
+            "source_final_return_per_seed": t["per_seed"],
+            "offline_eval_return": {str(u): v for u, v in curve.items()},
+            "offline_eval_return_per_seed": {str(u): v for u, v in per_seed.items()},
+            "offline_final_return": final,
+            "offline_best_return": max(curve.values()) if curve else None,
+            "ratio": None if final is None or src <= 0 else final / src}
+
+
+def reaches_ratio(task: dict) -> bool:
+    """Whether a `task_result`'s final offline return is at least RATIO x the source's."""
+    final = task["offline_final_return"]
+    return bool(final is not None and final >= RATIO * task["source_final_return"])
+
+
+def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None:
+    """One panel per task: the offline eval curve (``label``; seed mean and range), the
+    source's final return and RATIO x it, TD-MPC2's curve when ``res["tdmpc2"]`` holds
+    one, the task's verdict (``no_verdict`` for a pass of None) as its title."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tasks, beside = res["tasks"], (res.get("tdmpc2") or {}).get("eval_return", {})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    for ax, (name, t) in zip(axes[0], tasks.items()):
+        per_seed = {int(u): v for u, v in t["offline_eval_return_per_seed"].items()}
+        top = [t["source_final_return"], 1.0]
+        if per_seed:
+            xs = np.array(sorted(per_seed))
+            ax.plot(xs, [np.mean(per_seed[x]) for x in xs], "o-", label=label)
+            if any(len(v) > 1 for v in per_seed.values()):
+                ax.fill_between(xs, [min(per_seed[x]) for x in xs],
+                                [max(per_seed[x]) for x in xs], alpha=0.2, label="seed range")
+            top += [max(v) for v in per_seed.values()]
+        if beside.get(name):
+            c = {int(u): v for u, v in beside[name].items()}
+            ax.plot(sorted(c), [c[u] for u in sorted(c)], "s--", label="offline TD-MPC2")
+            top += list(c.values())
+        src = t["source_final_return"]
+        ax.axhline(src, color="k", lw=1, label=f"source agent {src:.0f}")
+        ax.axhline(RATIO * src, color="gray", ls="--", lw=1,
+                   label=f"{RATIO:g} x source {RATIO * src:.0f}")
+        verdict = {True: "pass", False: "fail", None: no_verdict}[t["pass"]]
+        ax.set_title(f"{name}: {verdict}", fontsize=10)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("eval return")
+        ax.set_ylim(0, 1.1 * max(top))
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
