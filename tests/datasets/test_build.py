@@ -231,6 +231,36 @@ def test_corrupt_source_fails_the_build_and_writes_nothing(tmp_path):
     assert not list((tmp_path / "datasets" / ".staging").iterdir())
 
 
+@pytest.mark.parametrize("tmpdir_env", [True, False], ids=["TMPDIR", "no-TMPDIR"])
+def test_builds_leave_no_temporaries_and_restore_the_temp_dir(store, tmp_path, monkeypatch,
+                                                               tmpdir_env):
+    """A build that succeeds and one that fails leave nothing in the system temporary
+    directory (Beam's beam-temp* and tmp* folders go to an owned folder under
+    datasets/.staging, removed after the build) and nothing in datasets/.staging; the
+    process's temporary directory (tempfile.tempdir, TMPDIR) is what it was."""
+    import tempfile
+    home, ts, _ = store
+    system_tmp = tmp_path / "tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    if tmpdir_env:
+        monkeypatch.setenv("TMPDIR", str(system_tmp))
+    else:
+        monkeypatch.delenv("TMPDIR", raising=False)
+    work = tmp_path / "h"
+    shutil.copytree(home / "episodes", work / "episodes")
+    run_build(make_plan(work, ts, num_shards=1))
+    plan = make_plan(work, ts, num_shards=2)
+    shard = next((work / "episodes").glob("*/*/*.array_record"))
+    shard.write_bytes(shard.read_bytes()[:-7])  # the source breaks after planning
+    with pytest.raises(Exception, match="sha256"):
+        run_build(plan)
+    assert list(system_tmp.iterdir()) == []
+    assert list((work / "datasets" / ".staging").iterdir()) == []
+    assert tempfile.tempdir == str(system_tmp)
+    assert os.environ.get("TMPDIR") == (str(system_tmp) if tmpdir_env else None)
+
+
 def test_staging_left_by_a_killed_build_is_invisible(built):
     d3 = built[0]
     home = d3.parents[2]

@@ -307,16 +307,33 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
 @contextlib.contextmanager
 def _beam_tempdir(parent: Path):
     """Point the process's temporary directory (``tempfile.tempdir`` and
-    ``TMPDIR``, for Beam's job server, pipeline and worker processes) at an
-    owned folder under ``parent`` for the build, and remove it afterwards:
-    Beam leaves ``beam-temp*`` folders in the system temporary directory
-    otherwise. A killed build's folder is swept by the next build."""
+    ``TMPDIR``) at an owned folder under ``parent`` for the build, and remove
+    the folder afterwards, so that a build leaves nothing in the system
+    temporary directory; a killed build's folder is swept by the next build.
+
+    Why process globals: no Beam option or argument places these temporaries.
+    wmx's pipeline has no file sink (``--temp_location`` only serves those; the
+    shards are written by `wmx.pipelines.transforms` into the plan's staging
+    directory). Beam's DirectRunner first tries the Prism runner, and that
+    attempt calls ``tempfile.mkdtemp()`` without a directory (the SDK
+    dependency staging of ``environments.python_sdk_dependencies``, the job
+    server's ``beam-temp*`` root) and creates ``beam-requirements-cache`` in
+    ``tempfile.gettempdir()``; where Prism cannot start (no binary, no
+    network) they are left behind. The processes a build starts inherit
+    ``TMPDIR`` (the DirectRunner's SDK workers; a local Dask cluster's
+    workers, which put their scratch space in the temporary directory).
+
+    Both values are set inside the ``try`` and restored exactly in its
+    ``finally`` (``TMPDIR`` unset again when it was unset), on success, on an
+    exception and on an interrupt. They are process-wide: one build at a time
+    per process (as the ``beam run`` jobs do), and other threads of the process
+    see the folder while the build runs."""
     import tempfile
     path = temporaries.make_dir(parent, "beam-tmp", prefix="")
     old_dir, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
-    tempfile.tempdir = str(path)
-    os.environ["TMPDIR"] = str(path)
     try:
+        tempfile.tempdir = str(path)
+        os.environ["TMPDIR"] = str(path)
         yield path
     finally:
         tempfile.tempdir = old_dir
