@@ -166,7 +166,7 @@ def run_stage(argv: list[str], env: dict, log: Path, timeout_s: float) -> dict:
     with open(log, "w") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": path, **env},
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
         timed_out = False
         try:
             proc.wait(timeout=max(timeout_s, 1.0))
@@ -178,6 +178,21 @@ def run_stage(argv: list[str], env: dict, log: Path, timeout_s: float) -> dict:
             raise
     return {"returncode": proc.returncode, "timed_out": timed_out,
             "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def _die_with_parent() -> None:
+    """In the stage's process: SIGKILL it when the check's process dies (Linux
+    prctl PR_SET_PDEATHSIG), so a killed check leaves no stage running."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _exit_on_signal(signum, frame) -> None:
+    """SIGTERM/SIGHUP: unwind (the running stage is killed, the JSON written)."""
+    raise SystemExit(128 + signum)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -394,6 +409,8 @@ def main(argv=None) -> int:
         print_plan(plan, args.total_s, only)
         return 0
 
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     t_start = time.monotonic()
     deadline = t_start + args.total_s
     env_cpu = {"JAX_PLATFORMS": "cpu"} if args.force_cpu else {}
@@ -487,6 +504,8 @@ def main(argv=None) -> int:
                   f"in {res['wall_s']:.0f} s", flush=True)
             write_json(json_path, record)
     finally:
+        for entry in record["stages"]:
+            entry.setdefault("status", "interrupted")   # the check itself was stopped
         if learning and plot(learning, out / "gpu_check.png"):
             record["plot"] = "gpu_check.png"
         record["wall_s"] = round(time.monotonic() - t_start, 1)

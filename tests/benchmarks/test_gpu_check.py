@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -92,6 +93,38 @@ def test_a_stuck_stage_is_killed_with_its_children(tmp_path):
     ).split()[2]
     ok = gpu_check.run_stage([sys.executable, "-c", "pass"], {}, tmp_path / "t.log", 30)
     assert ok == {"returncode": 0, "timed_out": False, "wall_s": ok["wall_s"]}
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_stage_does_not_outlive_a_killed_check(tmp_path, sig):
+    pid_file = tmp_path / "stage.pid"
+    stage = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    check = (f"import sys; sys.modules['gpu_check'] = m = __import__('importlib.util').util"
+             f".module_from_spec(s := __import__('importlib.util').util.spec_from_file_location("
+             f"'gpu_check', {str(SCRIPT)!r})); s.loader.exec_module(m); import signal; "
+             f"signal.signal(signal.SIGTERM, m._exit_on_signal); "
+             f"m.run_stage([sys.executable, '-c', {stage!r}], {{}}, "
+             f"m.Path({str(tmp_path / 's.log')!r}), 60)")
+    proc = subprocess.Popen([sys.executable, "-c", check])
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    stage_pid = int(pid_file.read_text())
+    proc.send_signal(getattr(signal, sig))
+    proc.wait(timeout=30)
+    for _ in range(100):
+        if not _alive(stage_pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(stage_pid), f"the stage outlived the check ({sig})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
 
 
 def test_learning_results_fall_back_to_metrics_csv(tmp_path):
