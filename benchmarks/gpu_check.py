@@ -299,7 +299,7 @@ def learning_results(raw: Path, home: Path, agent: str, task: str) -> dict | Non
             "eval_curve": curves["eval"], "train_curve": curves["train"]}
 
 
-def plot(results: dict, path: Path) -> bool:
+def plot(results: dict, path: Path, title: str = "gpu_check") -> bool:
     """Return against env steps of both learning runs (seed means; eval solid, training
     episodes dashed). False (nothing written) without a curve to draw."""
     series = [(agent, kind, r[f"{kind}_curve"]) for agent, r in results.items() if r
@@ -320,8 +320,7 @@ def plot(results: dict, path: Path) -> bool:
                 label=f"{labels.get(agent, agent)} {'eval' if kind == 'eval' else 'training episodes'}")
     ax.set_xlabel("env steps")
     ax.set_ylabel("return (mean over seeds)")
-    ax.set_title(f"gpu_check: paper protocol, {next(iter(results.values()))['task']}"
-                 if all(results.values()) else "gpu_check: paper protocol")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -506,7 +505,10 @@ def main(argv=None) -> int:
     finally:
         for entry in record["stages"]:
             entry.setdefault("status", "interrupted")   # the check itself was stopped
-        if learning and plot(learning, out / "gpu_check.png"):
+        title = (f"gpu_check on {record['device']}: "
+                 + ("--force-cpu smoke, tiny preset, probe-action" if args.force_cpu
+                    else f"paper protocol, {TASK}"))
+        if learning and plot(learning, out / "gpu_check.png", title):
             record["plot"] = "gpu_check.png"
         record["wall_s"] = round(time.monotonic() - t_start, 1)
         if args.keep_home:
