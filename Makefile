@@ -3,14 +3,17 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOME_DIR ?= $(CURDIR)/wmx_home
+# the pinned dependencies: requirements-lock.txt (CPU), or, on an NVIDIA GPU,
+# make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12 (README, "On a GPU")
+LOCK ?= requirements-lock.txt
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: install test test-slow demo clean
+.PHONY: install test test-slow demo clean lock-cuda12
 
-$(VENV)/.installed: requirements-lock.txt pyproject.toml
+$(VENV)/.installed: $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements-lock.txt
+	$(PY) -m pip install -r $(LOCK)
 	$(PY) -m pip install --no-deps -e .
 	touch $@
 
@@ -33,6 +36,11 @@ test-slow: install
 DEMO_ARGS ?=
 demo: install
 	$(VENV)/bin/wmx demo --home $(HOME_DIR) $(DEMO_ARGS)
+
+## make lock-cuda12: regenerate requirements-lock-cuda12.txt from requirements-lock.txt
+## by resolution (pip --dry-run --report; tools/lock_cuda12.py).
+lock-cuda12: install
+	$(PY) tools/lock_cuda12.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
