@@ -53,9 +53,10 @@ def squash(u: jnp.ndarray) -> jnp.ndarray:
     XLA's CPU tanh is up to 5 ulp off near +-1, where the squash correction
     log(1 - tanh(u)^2 + 1e-6) amplifies one ulp of tanh into ~1e-3 of log_pi;
     torch's tanh (the reference) is within 1 ulp. For |u| > 0.5 this uses
-    1 - 2 / (exp(2|u|) + 1) (|u| clamped at 20, where tanh is 1 in float32, so
-    the gradient stays finite); below, jnp.tanh. Gradient: that of the formula.
+    sign(u) (1 - 2 / (exp(2|u|) + 1)) (|u| clamped at 20, where tanh is 1 in
+    float32, so the gradient stays finite); below, jnp.tanh(u), so the gradient
+    at u = 0 is tanh's (1; sign(u) would make it 0). Gradient: that of the formula.
     """
     au = jnp.abs(u)
     big = 1.0 - 2.0 / (jnp.exp(2.0 * jnp.minimum(au, 20.0)) + 1.0)
-    return jnp.sign(u) * jnp.where(au > 0.5, big, jnp.tanh(au))
+    return jnp.where(au > 0.5, jnp.sign(u) * big, jnp.tanh(u))
