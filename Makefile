@@ -22,9 +22,14 @@ install: $(VENV)/.installed
 ## make test: install and run the default test suite (the command CI runs),
 ## in TEST_WORKERS processes (pytest-xdist; one test module stays in one process,
 ## so module fixtures compile once). TEST_WORKERS=0 runs in this process.
+## Two passes: everything but the parity tests compiled at XLA's optimisation
+## level 0 (half the compile time; tests/conftest.py), then the parity tests
+## (recordings of the official code) at the default level.
 TEST_WORKERS ?= 2
+PYTEST_RUN = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: install
-	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+	WMX_TEST_XLA_OPT=0 $(PYTEST_RUN) --durations=25 -m "not slow and not parity"
+	$(PYTEST_RUN) --durations=10 -m "parity and not slow"
 
 ## make test-slow: the long real-environment tests left out of the default run.
 test-slow: install
