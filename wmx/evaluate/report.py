@@ -401,7 +401,7 @@ def _videos_markdown(report: dict) -> list[str]:
     lines = ["## Videos", "",
              f"The first {report['evaluation']['video']['episodes']} evaluation episode(s) of "
              f"seed {v0['seed']} per task, rendered from camera `{v0['camera']}` at "
-             f"{v0['width']} x {v0['height']} (one frame per agent step, from the reset "
+             f"{v0['width']} x {v0['height']} pixels (one frame per agent step, from the reset "
              "state on).", "",
              "| task | seed | episode | return | frames | fps | video |",
              "|---|---|---|---|---|---|---|"]

@@ -7,8 +7,8 @@ gets its qpos (and mocap poses), ``mj_forward`` places the bodies, and a
 ``mujoco.Renderer`` draws the scene from the model's first camera (DMC
 models define a fixed or tracking view as camera 0; a model without
 cameras gets the free camera) at Playground's default render size,
-240 x 320. One frame per agent step plus the reset state: T+1 frames,
-played at 1 / (control dt x action repeat) frames per second.
+320 x 240 (width x height). One frame per agent step plus the reset state:
+T+1 frames, played at 1 / (control dt x action repeat) frames per second.
 
 Encoding: imageio with the imageio-ffmpeg binary, H.264 (libx264,
 yuv420p). The GL backend must be chosen before ``mujoco`` is imported
