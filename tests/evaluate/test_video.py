@@ -229,6 +229,29 @@ def test_videos_go_to_tensorboard_and_wandb(reports):
     assert "tensorboard --logdir tensorboard" in md and f"wandb sync {wb['dir']}" in md
 
 
+@needs_gl
+def test_a_failure_while_rendering_leaves_no_report(reports, tmp_path, monkeypatch):
+    from wmx.evaluate import report as rep
+    from wmx.evaluate import video
+    report = rep.load_report(reports[0])
+    done = []
+
+    def encode(path, frames, fps):        # the first video is written, the second fails
+        if done:
+            raise RuntimeError("encoder died")
+        done.append(Path(path).write_bytes(b"x"))
+        return 1
+
+    monkeypatch.setattr(video, "write_mp4", encode)
+    rec = video.Recording("probe-action", 0, {"qpos": np.zeros((2, 3, 1), np.float32)},
+                          np.zeros(2, np.float32), hinge_probe("probe-action", T, 1).mj_model,
+                          25.0)
+    with pytest.raises(RuntimeError, match="encoder died"):
+        rep.write_report(report, tmp_path / "r", media=lambda d: {
+            "videos": video.write_videos([rec], d)})
+    assert done and list(tmp_path.iterdir()) == []            # no report, no temporary
+
+
 # ---- bad input --------------------------------------------------------------------------------
 def test_bad_video_input_is_one_line_exit_2_and_writes_nothing(dv3_run, tmp_path, capsys,
                                                               monkeypatch):
