@@ -75,7 +75,7 @@ def rollout_key(key: jax.Array, index: Any, task_id: int | None = None) -> jax.A
 
 
 def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
-                     task_id: int | None = None) -> Callable[..., jax.Array]:
+                     task_id: int | None = None, record: int = 0) -> Callable[..., Any]:
     """Jitted ``evaluate(params, keys u32[S,2], tasks, index i32[]) -> returns f32[S, E]``.
 
     params: seed-stacked policy parameters (`agent.policy_params` of each
@@ -85,15 +85,26 @@ def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
     (`rollout_key`). Returns undiscounted episode returns, float32, in the
     env's reward units.
 
-    Cached per (agent, config, episodes, env, task id): env instances hash by
-    identity, so pass the same env object to reuse the compiled program.
-    Raises ValueError for episodes < 1, a task id that does not fit the
-    config, or env dims that do not fit the config (multi-task: within the
-    padded widths; single-task: equal).
+    record: with R > 0 the program also returns the physics of the first R
+    episodes of each seed, ``(returns, physics)`` with physics[name]
+    f32[S, R, T+1, ...] (`Env.physics`: row 0 the reset state, row t the state
+    after agent step t), for rendering on the host. Recording adds outputs
+    only; the episodes and returns are those of ``record=0``.
+
+    Cached per (agent, config, episodes, env, task id, record): env instances
+    hash by identity, so pass the same env object to reuse the compiled
+    program. Raises ValueError for episodes < 1, a task id that does not fit
+    the config, env dims that do not fit the config (multi-task: within the
+    padded widths; single-task: equal), or record outside [0, episodes] or
+    > 0 for an env without a MuJoCo model.
     """
-    episodes = int(episodes)
+    episodes, record = int(episodes), int(record)
     if episodes < 1:
         raise ValueError(f"evaluation needs at least 1 episode, got {episodes}")
+    if not 0 <= record <= episodes:
+        raise ValueError(f"record must be in [0, {episodes}] (the episodes), got {record}")
+    if record and env.mj_model is None:
+        raise ValueError(f"env {env.name} has no MuJoCo model: its episodes cannot be recorded")
     num_tasks = int(getattr(cfg, "num_tasks", 0) or 0)
     multitask = num_tasks > 0
     if multitask != (task_id is not None):
@@ -110,12 +121,17 @@ def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
     elif (env.obs_dim, env.action_dim) != (cfg.obs_dim, cfg.action_dim):
         raise ValueError(f"env {env.name} (obs {env.obs_dim}, action {env.action_dim}) does not "
                          f"match the config ({cfg.obs_dim}, {cfg.action_dim})")
-    return _evaluate_fn(agent, cfg, episodes, env, task_id)
+    return _evaluate_fn(agent, cfg, episodes, env, task_id, record)
 
 
 @functools.lru_cache(maxsize=64)
-def _evaluate_fn(agent: ModuleType, cfg: Any, E: int, env: Env, task_id: int | None):
+def _evaluate_fn(agent: ModuleType, cfg: Any, E: int, env: Env, task_id: int | None,
+                 record: int):
     A = env.action_dim
+
+    def physics(states):      # {name: [record, ...]} of the first `record` envs
+        first = jax.tree_util.tree_map(lambda x: x[:record], states)
+        return jax.vmap(env.physics)(first)
 
     def one_seed(params, key, tasks, index):
         k_reset, k_act = jax.random.split(rollout_key(key, index, task_id))
@@ -129,10 +145,15 @@ def _evaluate_fn(agent: ModuleType, cfg: Any, E: int, env: Env, task_id: int | N
                                            jax.random.fold_in(k_act, t), A, eval_mode=True,
                                            tasks=tasks, task_id=task_id)
             states = jax.vmap(env.step)(states, action)
-            return (states, carry, ret + states.reward), None
+            return (states, carry, ret + states.reward), (physics(states) if record else None)
 
-        (_, _, ret), _ = jax.lax.scan(step, (states, carry, jnp.zeros((E,), jnp.float32)),
-                                      jnp.arange(env.T))
-        return ret
+        (_, _, ret), traj = jax.lax.scan(step, (states, carry, jnp.zeros((E,), jnp.float32)),
+                                         jnp.arange(env.T))
+        if not record:
+            return ret
+        traj = jax.tree_util.tree_map(       # [T+1, R, ...] -> [R, T+1, ...]
+            lambda x0, xs: jnp.moveaxis(jnp.concatenate([x0[None], xs]), 0, 1),
+            physics(states), traj)
+        return ret, traj
 
     return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)))

@@ -71,8 +71,10 @@ class Env:
     Attributes: spec (TaskSpec with the effective T and action_repeat),
     name, obs_dim, action_dim, T (agent steps per episode), action_repeat.
     Subclasses implement `reset(key u32[2] or typed key) -> EnvState` and
-    `step(state, action f32[A] in [-1, 1]) -> EnvState`. Instances hash by
-    identity, so they can be closed over or passed as a static jit argument.
+    `step(state, action f32[A] in [-1, 1]) -> EnvState`; an env that can be
+    rendered also sets ``mj_model`` and implements ``agent_dt`` and
+    ``physics``. Instances hash by identity, so they can be closed over or
+    passed as a static jit argument.
     """
 
     spec: TaskSpec
@@ -102,6 +104,26 @@ class Env:
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         raise NotImplementedError
+
+    # ---- rendering (host side; envs without a MuJoCo model keep the defaults) ----
+    mj_model: Any = None
+    """The host ``mujoco.MjModel`` a frame is rendered with; None: the env cannot be
+    rendered (probes)."""
+
+    @property
+    def agent_dt(self) -> float | None:
+        """Simulated seconds per agent step (control dt x action repeat); None without a
+        simulator."""
+        return None
+
+    def physics(self, state: EnvState) -> dict[str, jax.Array]:
+        """What places the bodies of one env's state for rendering (jittable).
+
+        Returns {"qpos": f32[nq]}, plus "mocap_pos" f32[nmocap, 3] and "mocap_quat"
+        f32[nmocap, 4] when the model has mocap bodies. Raises NotImplementedError
+        for an env without a MuJoCo model (``mj_model`` None).
+        """
+        raise NotImplementedError(f"env {self.name!r} has no MuJoCo model to render")
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.name!r}, obs_dim={self.obs_dim}, "

@@ -78,6 +78,25 @@ class PlaygroundEnv(Env):
             return jnp.concatenate(parts)
         return jnp.ravel(jnp.asarray(obs, jnp.float32))
 
+    @property
+    def mj_model(self):
+        """The Playground env's host ``mujoco.MjModel`` (rendering)."""
+        return self.pg_env.mj_model
+
+    @property
+    def agent_dt(self) -> float:
+        """Simulated seconds per agent step: the env's control dt x action repeat."""
+        return float(self.pg_env.dt) * self.action_repeat
+
+    def physics(self, state: EnvState) -> dict[str, jax.Array]:
+        """qpos f32[nq] (and mocap_pos / mocap_quat when the model has mocap bodies) of
+        the MJX data inside ``state``: what a renderer needs to place the bodies."""
+        data = state.inner.data
+        out = {"qpos": data.qpos}
+        if self.mj_model.nmocap:
+            out.update(mocap_pos=data.mocap_pos, mocap_quat=data.mocap_quat)
+        return out
+
     def to_env_action(self, action: jax.Array) -> jax.Array:
         """f32[A] agent action in [-1, 1] -> env units c + h·clip(a, −1, 1)."""
         a = check_action(action, self.action_dim, self.name)

@@ -5,13 +5,16 @@ Examples::
     evaluate --run ~/.wmx/runs/tdmpc2-mt19-20260101-120000 --episodes 10
     evaluate --run ~/.wmx/runs/<run> --tasks cartpole-balance cheetah-run --out /tmp/rep
     evaluate --runs ~/.wmx/runs/<a> ~/.wmx/runs/<b> --out /tmp/a-vs-b
+    evaluate --run ~/.wmx/runs/<run> --video 2 --logger tensorboard
 
 ``--run``: every task of an offline run's TaskSet (or the ``--tasks``
 subset), or an online run's task, is evaluated with ``--episodes`` eval_mode
 episodes per seed from fresh initial states on the real Playground envs (the
 run's T and action repeat); the report (report.md, report.json,
 per_task.csv, aggregates.csv, scores.png, learning_curves.png) goes to
-``--out`` (default ``<RUN_DIR>/report/``). ``--runs``: a comparison of the
+``--out`` (default ``<RUN_DIR>/report/``); ``--video N`` adds MP4s of the
+first N episodes of the run's first seed per task (videos/, linked from
+report.md). ``--runs``: a comparison of the
 runs' reports (a run without one is evaluated first). Standard output is one
 line, the path of the written report.md (compare.md for ``--runs``); progress
 goes to standard error. Bad input exits with status 2 and writes nothing; an
@@ -65,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data root holding the dataset and episode sets (default: the run's "
                         "<home> when RUN_DIR is <home>/runs/<name>, else $WMX_HOME or ~/.wmx)")
     p.add_argument("--force", action="store_true", help="replace an existing report directory")
+    p.add_argument("--video", type=int, default=0, metavar="N",
+                   help="with --run: render the first N evaluation episodes of the run's first "
+                        "seed per task to <out>/videos/<task>_seed<k>_ep<i>.mp4, linked from "
+                        "report.md (default 0: none; needs an OpenGL backend, MUJOCO_GL, see "
+                        "README.md); returns are unchanged")
+    p.add_argument("--logger", default=None, metavar="NAMES",
+                   help="with --video: also log the videos to tensorboard (<out>/tensorboard/, "
+                        "animated GIFs) and/or wandb (a W&B run <run>-evaluate; offline mode "
+                        "without an API key or network), comma-separated; csv (the report "
+                        "itself) is always on")
     add_cache_argument(p)
     add_config_argument(p)
     return p
@@ -92,41 +105,92 @@ def _check_out(out: Path, force: bool) -> None:
                          "directory")
 
 
+def _check_video(video: int, episodes: int, logger: str | None) -> tuple[str, ...]:
+    """The loggers of ``--logger`` (`parse_loggers`), after the --video checks."""
+    from wmx.runs.loggers import parse_loggers
+    if video < 0:
+        raise UsageError(f"--video must be >= 0 (episodes to render per task), got {video}")
+    if video > episodes:
+        raise UsageError(f"--video {video} is more than --episodes {episodes}; render at most "
+                         "the evaluated episodes")
+    names = parse_loggers(logger)
+    if len(names) > 1 and not video:
+        raise UsageError(f"--logger {logger} logs the evaluation videos: add --video N, or "
+                         "omit --logger")
+    return names
+
+
+def _media(recordings, loggers, info, report):
+    """``write_report``'s media step: render the videos, then log them."""
+    def media(d: Path) -> dict:
+        from wmx.evaluate.video import write_videos
+        from wmx.evaluate.video_loggers import log_videos
+        videos = write_videos(recordings, d)
+        extra = {"videos": videos}
+        if len(loggers) > 1:
+            x = "env_steps" if info.kind == "online" else "updates"
+            step = (info.env_steps if info.kind == "online" else info.updates) or 0
+            extra["loggers"] = log_videos(loggers, videos, d, run_name=info.name,
+                                          run_dir=info.run_dir, x=x, step=step,
+                                          config={"run": report["run"],
+                                                  "evaluation": report["evaluation"]})
+        return extra
+    return media
+
+
 def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
                        seeds_from_checkpoint: bool = False, out: str | Path | None = None,
                        home: str | Path | None = None, force: bool = False,
-                       env_fn=None, compile_cache: bool = True) -> Path:
+                       env_fn=None, compile_cache: bool = True, video: int = 0,
+                       logger: str | None = None) -> Path:
     """Evaluate ``run_dir`` and write its report; returns the path of report.md.
 
     The Python entry of ``evaluate --run`` (see the module doc); ``env_fn``
     replaces the evaluation envs (tests); ``compile_cache`` False turns off
-    the persistent compilation cache in ``<home>/cache/jax``. Raises UsageError / RunError (both
-    ValueError) for bad input before anything is written, FileExistsError
-    for an existing ``out`` without ``force``.
+    the persistent compilation cache in ``<home>/cache/jax``; ``video`` N
+    renders the first N episodes of the first seed per task into the report
+    (``logger``: "tensorboard", "wandb", comma-separated, also logs them).
+    Raises UsageError / RunError (both ValueError) for bad input, and
+    NoGLBackend (a ValueError) when ``video`` > 0 and no OpenGL backend
+    renders, before anything is written; FileExistsError for an existing
+    ``out`` without ``force``.
     """
     from wmx.evaluate.report import build_report, write_report
-    from wmx.evaluate.runs import evaluate_run, open_run, select_tasks
+    from wmx.evaluate.runs import check_renderable, evaluate_run, open_run, select_tasks
     if episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {episodes}")
+    loggers = _check_video(video, episodes, logger)
     info = open_run(run_dir)
     chosen = select_tasks(info, tasks)
     out = Path(out).expanduser().resolve() if out is not None else info.run_dir / "report"
     _check_out(out, force)
+    backend = None
+    if video:
+        from wmx.evaluate.gl_backend import choose_gl_backend
+        backend = choose_gl_backend()         # before the envs import mujoco
+        check_renderable(info, chosen, env_fn)
     home = run_home(home, info.run_dir)
     enable_compile_cache(home, compile_cache)
     log.info("evaluating %s run %s at checkpoint %s: tasks %s", info.kind, info.run_dir,
              info.checkpoint.name, list(chosen))
-    returns, meta = evaluate_run(info, chosen, episodes,
-                                 seeds_from_checkpoint=seeds_from_checkpoint, env_fn=env_fn)
+    returns, meta, recordings = evaluate_run(info, chosen, episodes,
+                                             seeds_from_checkpoint=seeds_from_checkpoint,
+                                             env_fn=env_fn, video=video)
+    if video:
+        meta = {**meta, "video": {"episodes": video, "seed": info.seeds[0],
+                                  "gl_backend": backend}}
+        log.info("rendering %d video(s) per task with MUJOCO_GL=%s ...", video, backend)
     report = build_report(info, returns, meta, home)
-    return write_report(report, out, force)
+    media = _media(recordings, loggers, info, report) if video else None
+    return write_report(report, out, force, media)
 
 
 def _run(args: argparse.Namespace) -> Path:
     return evaluate_to_report(args.run, episodes=args.episodes, tasks=args.tasks,
                               seeds_from_checkpoint=args.seeds_from_checkpoint, out=args.out,
                               home=args.home, force=args.force,
-                              compile_cache=not args.no_compile_cache)
+                              compile_cache=not args.no_compile_cache, video=args.video,
+                              logger=args.logger)
 
 
 def _runs(args: argparse.Namespace) -> Path:
@@ -138,6 +202,9 @@ def _runs(args: argparse.Namespace) -> Path:
     if args.tasks is not None:
         raise UsageError("--tasks applies to --run only; evaluate a subset with "
                          "`evaluate --run RUN_DIR --tasks ...` first, then compare")
+    if args.video or args.logger is not None:
+        raise UsageError("--video and --logger apply to --run only; render a run's videos "
+                         "with `evaluate --run RUN_DIR --video N` first, then compare")
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     out = Path(args.out).expanduser().resolve()

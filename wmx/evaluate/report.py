@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -348,7 +348,9 @@ def _markdown(report: dict) -> str:
                      for s in ("mean", "median", "iqm")]
             lines.append(f"| {who} | {a['mean']['n_tasks']} | " + " | ".join(cells) + " |")
     lines += ["", "![scores per task](scores.png)", "",
-              "![learning curves](learning_curves.png)", "", "## Lineage", "",
+              "![learning curves](learning_curves.png)", ""]
+    lines += _videos_markdown(report)
+    lines += ["## Lineage", "",
               f"- run directory: `{lin_['run_dir']}`",
               f"- checkpoint: `{lin_['checkpoint']}` (step {lin_['checkpoint_step']})",
               f"- code version: {lin_['code_version']} ({lin_['code_version_basis']}); "
@@ -391,6 +393,33 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _videos_markdown(report: dict) -> list[str]:
+    videos = report.get("videos") or []
+    if not videos:
+        return []
+    v0 = videos[0]
+    lines = ["## Videos", "",
+             f"The first {report['evaluation']['video']['episodes']} evaluation episode(s) of "
+             f"seed {v0['seed']} per task, rendered from camera `{v0['camera']}` at "
+             f"{v0['width']} x {v0['height']} pixels (one frame per agent step, from the reset "
+             "state on).", "",
+             "| task | seed | episode | return | frames | fps | video |",
+             "|---|---|---|---|---|---|---|"]
+    for v in videos:
+        lines.append(f"| {v['task']} | {v['seed']} | {v['episode']} | {v['return']:.1f} | "
+                     f"{v['frames']} | {v['fps']:g} | [{v['path']}]({v['path']}) |")
+    logged = report.get("loggers") or {}
+    if "tensorboard" in logged:
+        lines += ["", f"TensorBoard (animated GIFs, half size): `tensorboard --logdir "
+                      f"{logged['tensorboard']}` in this directory."]
+    if "wandb" in logged:
+        wb = logged["wandb"]
+        lines += ["", f"W&B: run `{wb['id']}` of project `{wb['project']}` ({wb['mode']}"
+                      + (f"; upload with `wandb sync {wb['dir']}`" if wb["mode"] == "offline"
+                         else "") + ")."]
+    return lines + [""]
+
+
 def _fill(report: dict, d: Path) -> None:
     (d / "report.json").write_text(json.dumps(_finite(report), indent=1, allow_nan=False)
                                    + "\n")
@@ -403,14 +432,23 @@ def _fill(report: dict, d: Path) -> None:
     (d / "report.md").write_text(_markdown(report))
 
 
-def write_report(report: dict, out: Path, force: bool = False) -> Path:
+def write_report(report: dict, out: Path, force: bool = False,
+                 media: Callable[[Path], dict[str, Any]] | None = None) -> Path:
     """Write ``report`` into directory ``out`` atomically (see `write_dir_atomically`).
 
-    Files: FILES. Returns the path of ``out/report.md``. Raises
-    FileExistsError when ``out`` exists and not ``force``.
+    Files: FILES, and what ``media`` writes: ``media(tmp_dir)`` runs first in
+    the temporary directory (videos, logger files) and returns report keys
+    ("videos": `video.write_videos` entries, "loggers") merged into the
+    report before report.json and report.md are written; a failure in it
+    leaves no report, like any other. Returns the path of ``out/report.md``.
+    Raises FileExistsError when ``out`` exists and not ``force``.
     """
     out = Path(out).expanduser().resolve()
-    write_dir_atomically(out, lambda d: _fill(report, d), force)
+
+    def fill(d: Path) -> None:
+        _fill({**report, **media(d)} if media is not None else report, d)
+
+    write_dir_atomically(out, fill, force)
     return out / "report.md"
 
 

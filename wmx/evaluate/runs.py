@@ -32,6 +32,7 @@ import numpy as np
 from wmx.acting import make_evaluate_fn
 from wmx.checkpoint import list_checkpoints, restore_checkpoint
 from wmx.envs.base import Env
+from wmx.evaluate.video import Recording
 
 log = logging.getLogger("wmx.evaluate")
 
@@ -42,7 +43,7 @@ EnvFn = Callable[[str, int, int], Env]
 """``env_fn(task, T agent steps, action_repeat) -> Env`` (a test seam)."""
 
 __all__ = ["RunError", "RunInfo", "EVALUATE_TAG", "open_run", "select_tasks", "eval_env",
-           "restore_policy", "evaluate_run"]
+           "restore_policy", "check_renderable", "evaluate_run"]
 
 
 class RunError(ValueError):
@@ -208,33 +209,55 @@ def _keys(info: RunInfo, ckpt_keys: jax.Array, seeds_from_checkpoint: bool):
     return jax.device_put(keys, jax.devices()[0]), 0
 
 
+def check_renderable(info: RunInfo, tasks: Sequence[str], env_fn: EnvFn | None = None) -> None:
+    """Raise RunError when an env of ``tasks`` has no MuJoCo model (a probe) to render."""
+    flat = [t for t in tasks if eval_env(info, t, env_fn).mj_model is None]
+    if flat:
+        raise RunError(f"--video: {', '.join(flat)} cannot be rendered (no MuJoCo model: a "
+                       "probe env); omit --video, or pick Playground tasks with --tasks")
+
+
 def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
-                 seeds_from_checkpoint: bool = False, env_fn: EnvFn | None = None
-                 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                 seeds_from_checkpoint: bool = False, env_fn: EnvFn | None = None,
+                 video: int = 0) -> tuple[dict[str, np.ndarray], dict[str, Any], list[Recording]]:
     """Evaluate the run's newest checkpoint on ``tasks``.
 
-    Returns (returns, meta): returns[task] is float32 [n_seeds, episodes]
-    of undiscounted episode returns (seeds in the run's order); meta holds
-    the key mode ("fresh" or "checkpoint"), the evaluation index, and per
-    task the wall seconds and (T, action repeat). Logs one line per task.
-    Raises ValueError for episodes < 1 or a checkpoint that does not match.
+    Returns (returns, meta, recordings): returns[task] is float32
+    [n_seeds, episodes] of undiscounted episode returns (seeds in the run's
+    order); meta holds the key mode ("fresh" or "checkpoint"), the
+    evaluation index, and per task the wall seconds and (T, action repeat);
+    recordings: with ``video`` N > 0, per task the physics of the first N
+    episodes of the run's first seed (`video.Recording`, to render on the
+    host), else empty. Recording does not change the episodes or returns.
+    Logs one line per task. Raises ValueError for episodes < 1, video
+    outside [0, episodes], a checkpoint that does not match, or (video) an
+    env without a MuJoCo model.
     """
     if int(episodes) < 1:
         raise RunError(f"--episodes must be >= 1, got {episodes}")
+    if not 0 <= int(video) <= int(episodes):
+        raise RunError(f"--video must be in [0, --episodes={episodes}], got {video}")
     params, ckpt_keys = restore_policy(info)
     keys, index = _keys(info, ckpt_keys, seeds_from_checkpoint)
     agent, cfg = info.rc.agent_module, info.rc.agent_config
     tasks_ctx = (agent.task_context(cfg, info.rc.train_task_set) if info.kind == "offline"
                  else None)
-    out, per_task = {}, {}
+    out, per_task, recordings = {}, {}, []
     for n, task in enumerate(tasks, 1):
         env = eval_env(info, task, env_fn)
         task_id = info.rc.model_task_id(task) if info.kind == "offline" else None
         log.info("evaluating %s (%d/%d): %d seeds x %d episodes of T=%d ...", task, n,
                  len(tasks), len(info.seeds), episodes, env.T)
         t0 = time.perf_counter()
-        fn = make_evaluate_fn(agent, cfg, int(episodes), env, task_id)
-        rets = np.asarray(jax.device_get(fn(params, keys, tasks_ctx, index)), np.float32)
+        fn = make_evaluate_fn(agent, cfg, int(episodes), env, task_id, record=int(video))
+        result = jax.device_get(fn(params, keys, tasks_ctx, index))
+        if video:
+            result, physics = result
+            recordings.append(Recording(
+                task=task, seed=info.seeds[0], mj_model=env.mj_model, fps=1.0 / env.agent_dt,
+                physics={k: np.asarray(v[0]) for k, v in physics.items()},
+                returns=np.asarray(result[0, :video], np.float32)))
+        rets = np.asarray(result, np.float32)
         wall = time.perf_counter() - t0
         out[task] = rets
         per_task[task] = {"wall_s": round(wall, 2), "episode_length": env.T,
@@ -243,4 +266,4 @@ def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
                  float(rets.std()), "/".join(f"{x:.1f}" for x in rets.mean(axis=1)), wall)
     meta = {"keys": "checkpoint" if seeds_from_checkpoint else "fresh", "eval_index": index,
             "episodes": int(episodes), "tasks": per_task}
-    return out, meta
+    return out, meta, recordings
