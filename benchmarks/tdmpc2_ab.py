@@ -1,0 +1,123 @@
+"""A/B timing of two wmx checkouts' TD-MPC2 update and planning decision.
+
+Each checkout runs in its own worker process (``PYTHONPATH=<checkout>``);
+the driver alternates blocks (A, B, A, B, ...) and reports per quantity the
+median process CPU time per call (and wall time) over all blocks, after one
+warm-up call. Programs as in `tdmpc2_speed.py` (paper config, walker dims
+O=24, A=6; update batch 256 with the state fed back; decision with fresh
+draws per call).
+
+    python benchmarks/tdmpc2_ab.py --a /work/main --b . --sizes 1 5 \\
+        --what plan update --rounds 4 --calls 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+WORKER = r"""
+import json, sys, time
+import jax, jax.numpy as jnp
+from wmx.agents.tdmpc2.config import make_config
+from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
+from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
+
+def mk_update(size):
+    cfg = make_config("paper", model_size=size, obs_dim=24, action_dim=6)
+    st = [init_train_state(jax.random.PRNGKey(0), cfg)]
+    H, B = cfg.horizon, cfg.batch_size
+    k = jax.random.split(jax.random.PRNGKey(1), 4)
+    b = Batch(obs=jax.random.normal(k[0], (H + 1, B, 24)),
+              action=jax.random.uniform(k[1], (H, B, 6), minval=-1, maxval=1),
+              reward=jax.random.normal(k[2], (H, B)))
+    n = draw_update_noise(k[3], cfg)
+    def call():
+        st[0], m = update(st[0], b, n, cfg)
+        jax.block_until_ready(m["total_loss"])
+    return call
+
+def mk_plan(size):
+    cfg = make_config("paper", model_size=size, obs_dim=24, action_dim=6)
+    params = init_train_state(jax.random.PRNGKey(0), cfg).params
+    obs = jax.random.normal(jax.random.PRNGKey(2), (24,))
+    prev = jnp.zeros((cfg.horizon, 6))
+    @jax.jit
+    def decide(params, obs, prev, key):
+        noise = draw_plan_noise(key, cfg, False)
+        return plan(params, obs, prev, jnp.bool_(False), noise, cfg, eval_mode=False)
+    key = [jax.random.PRNGKey(3)]
+    def call():
+        key[0], sub = jax.random.split(key[0])
+        jax.block_until_ready(decide(params, obs, prev, sub)[0])
+    return call
+
+fns = {}
+for line in sys.stdin:
+    q, n = json.loads(line)
+    if q not in fns:
+        what, size = q.split(":")
+        fns[q] = (mk_update if what == "update" else mk_plan)(int(size))
+        fns[q]()
+    cpu, wall = [], []
+    for _ in range(n):
+        c0, w0 = time.process_time(), time.perf_counter()
+        fns[q]()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    print(json.dumps({"cpu": cpu, "wall": wall}), flush=True)
+"""
+
+
+def start(path: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
+    return subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=os.path.abspath(path))
+
+
+def ask(p: subprocess.Popen, q: str, n: int) -> dict:
+    p.stdin.write(json.dumps([q, n]) + "\n")
+    p.stdin.flush()
+    return json.loads(p.stdout.readline())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", default="/work/main")
+    ap.add_argument("--b", default=".")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5])
+    ap.add_argument("--what", nargs="+", default=["plan", "update"])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--calls", type=int, default=3)
+    args = ap.parse_args()
+    workers = {"A": start(args.a), "B": start(args.b)}
+    res = {}
+    for what in args.what:
+        for size in args.sizes:
+            q = f"{what}:{size}"
+            got = {"A": {"cpu": [], "wall": []}, "B": {"cpu": [], "wall": []}}
+            for r in range(args.rounds):
+                for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
+                    x = ask(workers[side], q, args.calls)
+                    got[side]["cpu"] += x["cpu"]
+                    got[side]["wall"] += x["wall"]
+            med = {s: {k: 1e3 * statistics.median(v) for k, v in d.items()}
+                   for s, d in got.items()}
+            res[q] = med
+            print(f"{q}: A cpu {med['A']['cpu']:.1f} ms wall {med['A']['wall']:.1f} | "
+                  f"B cpu {med['B']['cpu']:.1f} ms wall {med['B']['wall']:.1f} | "
+                  f"B/A cpu {med['B']['cpu'] / med['A']['cpu']:.3f} "
+                  f"wall {med['B']['wall'] / med['A']['wall']:.3f} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    for p in workers.values():
+        p.stdin.close()
+        p.wait()
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The bits of jax's "rbg" keys, computed without XLA's RngBitGenerator expansion.
+
+`jax.random.bits(wrap_key_data(k, impl="rbg"), shape, uint32)` is
+`lax.rng_bit_generator` with the default algorithm, which XLA (CPU and GPU)
+expands to Philox-4x32-10: counter c = (state[1] + i, state[0] + carry) for
+i = 0, 1, ... as four 32-bit words, key (k[0], k[1]), output word j of
+counter i at flat position 4 i + j. On the CPU that expansion lands in one
+loop fusion whose final interleave evaluates the whole ten-round chain once
+per output word (and unrolled jnp code is worse: each round's fusion
+re-evaluates its inputs). Here the rounds run in a `fori_loop`, so each
+round's four words are materialised once: the same bits at about half the
+CPU time (`tests/nn/test_rbg_bits.py` checks them against
+`jax.random.bits` on the running backend).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+_U = jnp.uint32
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57          # Philox-4x32 multipliers
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85          # key schedule increments
+
+
+def _mulhilo(a: int, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(high, low) 32-bit halves of the 64-bit product a * b; a a constant, b u32[n]."""
+    al, ah = _U(a & 0xFFFF), _U(a >> 16)
+    bl, bh = b & _U(0xFFFF), b >> _U(16)
+    ll, lh, hl, hh = al * bl, al * bh, ah * bl, ah * bh
+    mid = (ll >> _U(16)) + (lh & _U(0xFFFF)) + (hl & _U(0xFFFF))
+    hi = hh + (lh >> _U(16)) + (hl >> _U(16)) + (mid >> _U(16))
+    return hi, _U(a) * b
+
+
+def rbg_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """u32[*shape]: `jax.random.bits(wrap_key_data(key_data, impl="rbg"), shape, uint32)`.
+
+    key_data u32[4] (the rbg key's data). Bit-identical to that call.
+    """
+    key_data = jnp.asarray(key_data, _U)
+    n = math.prod(shape)
+    nc = -(-n // 4)                                     # counters, 4 words each
+    lo = key_data[2] + lax.iota(_U, nc)
+    c1 = (lo < key_data[2]).astype(_U)                  # carry out of word 0
+    x1 = key_data[3] + c1
+    c2 = ((c1 == 1) & (x1 == 0)).astype(_U)
+    x2 = key_data[0] + c2
+    x3 = key_data[1] + ((c2 == 1) & (x2 == 0)).astype(_U)
+
+    def round_(_, carry):
+        (x0, x1, x2, x3), k0, k1 = carry
+        hi0, lo0 = _mulhilo(_M0, x0)
+        hi1, lo1 = _mulhilo(_M1, x2)
+        return (hi1 ^ x1 ^ k0, lo1, hi0 ^ x3 ^ k1, lo0), k0 + _U(_W0), k1 + _U(_W1)
+
+    x, _, _ = lax.fori_loop(0, 10, round_, ((lo, x1, x2, x3), key_data[0], key_data[1]))
+    return jnp.stack(x, axis=-1).reshape(-1)[:n].reshape(shape)
+
+
+def rbg_bernoulli(key_data: jax.Array, p: float, shape: tuple[int, ...]) -> jax.Array:
+    """bool[*shape]: `jax.random.bernoulli(wrap_key_data(key_data, impl="rbg"), p, shape)`.
+
+    p a Python float (rounded to float32 as bernoulli does). bernoulli keeps
+    u < p with u = (bits >> 9) * 2^-23 exactly, i.e. bits < ceil(p 2^23) * 2^9:
+    one integer compare, the same mask.
+    """
+    m = math.ceil(float(np.float32(p)) * 2.0 ** 23)    # exact: p32 * 2^23 is a float64
+    if m >= 2 ** 23:
+        return jnp.ones(shape, bool)
+    if m <= 0:
+        return jnp.zeros(shape, bool)
+    return rbg_bits(key_data, shape) < _U(m << 9)
