@@ -136,16 +136,46 @@ def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     return _post(p, x @ p["kernel"] + p["bias"], eps)
 
 
+def block_dot(x: jnp.ndarray, kernel: jnp.ndarray) -> jnp.ndarray:
+    """Block-diagonal product without bias: x f32[..., g*i], kernel f32[g, i, o] ->
+    f32[..., g*o] (block k: x[..., k*i:(k+1)*i] @ kernel[k]).
+
+    One dot_general with the input first and the blocks as the batch dimension
+    ([rows, g, i] x [g, i, o] -> [g, rows, o]), then [rows, g, o]: on XLA's CPU
+    backend ~2x faster than einsum('...ki,kio->...ko'), which puts the kernel first.
+    """
+    g, i, o = kernel.shape
+    lead = x.shape[:-1]
+    xb = x.reshape(-1, g, i)
+    y = jax.lax.dot_general(xb, kernel, (((2,), (1,)), ((1,), (0,))))
+    return jnp.swapaxes(y, 0, 1).reshape(*lead, g * o)
+
+
 def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     """x f32[..., I] -> f32[..., U] block-diagonally, g = kernel.shape[0] blocks:
-    einsum('...ki,kio->...ko', x.reshape(..., g, I/g), W).reshape(..., U) + b,
-    then RMSNorm over the full U vector -> SiLU if normed (block_norm False).
+    einsum('...ki,kio->...ko', x.reshape(..., g, I/g), W).reshape(..., U) + b
+    (computed by `block_dot`), then RMSNorm over the full U vector -> SiLU if
+    normed (block_norm False).
 
     Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
     """
-    g, i, o = p["kernel"].shape
-    xb = x.reshape(*x.shape[:-1], g, i)
-    y = jnp.einsum("...ki,kio->...ko", xb, p["kernel"]).reshape(*x.shape[:-1], g * o)
+    return _post(p, block_dot(x, p["kernel"]) + p["bias"], eps)
+
+
+def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
+                        eps: float = 1e-4) -> jnp.ndarray:
+    """`block_linear` of concat per block [x block k (i), shared (s)] without
+    building it: x f32[..., g*i], shared f32[..., s], kernel f32[g, i + s, o]
+    -> f32[..., g*o].
+
+    = block_dot(x, W[:, :i]) + shared @ W[:, i:] laid out [s, g*o] (one dense
+    matmul, the same FLOPs as repeating `shared` to every block); equal to
+    `block_linear` up to float summation order.
+    """
+    g, io, o = p["kernel"].shape
+    i = x.shape[-1] // g
+    w_shared = jnp.swapaxes(p["kernel"][:, i:], 0, 1).reshape(io - i, g * o)
+    y = block_dot(x, p["kernel"][:, :i]) + shared @ w_shared
     return _post(p, y + p["bias"], eps)
 
 
