@@ -136,17 +136,54 @@ def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     return _post(p, x @ p["kernel"] + p["bias"], eps)
 
 
-def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """x f32[..., I] -> f32[..., U] block-diagonally, g = kernel.shape[0] blocks:
-    einsum('...ki,kio->...ko', x.reshape(..., g, I/g), W).reshape(..., U) + b,
-    then RMSNorm over the full U vector -> SiLU if normed (block_norm False).
+def to_groups(x: jnp.ndarray, g: int) -> jnp.ndarray:
+    """f32[..., g*i] -> f32[g, R, i] (R = prod(...)): the block-major layout of
+    `block_linear`, blocks as the leading (batch) axis."""
+    return jnp.swapaxes(x.reshape(-1, g, x.shape[-1] // g), 0, 1)
 
+
+def from_groups(x: jnp.ndarray, lead: tuple[int, ...]) -> jnp.ndarray:
+    """f32[g, R, o] -> f32[*lead, g*o], the inverse of `to_groups`."""
+    g, _, o = x.shape
+    return jnp.swapaxes(x, 0, 1).reshape(*lead, g * o)
+
+
+def _block_post(p: Layer, y: jnp.ndarray, eps: float) -> jnp.ndarray:
+    g, _, o = y.shape
+    y = y + p["bias"].reshape(g, 1, o)
+    if "norm_scale" in p:   # RMSNorm over the full g*o vector of each row
+        mult = jax.lax.rsqrt(jnp.mean(y * y, axis=(0, 2), keepdims=True) + eps)
+        return jax.nn.silu(y * (mult * p["norm_scale"].reshape(g, 1, o)))
+    return y
+
+
+def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+    """BlockLinear in the block-major layout: x f32[g, R, i] -> f32[g, R, o],
+    block k: x[k] @ W[k] + b[k*o:(k+1)*o] (W = kernel f32[g, i, o]), then RMSNorm
+    over the full g*o vector of each row -> SiLU if normed (block_norm False).
+
+    = einsum('...ki,kio->...ko') of the flat layout (`to_groups` / `from_groups`)
+    up to float summation order; one dot_general with the blocks as leading batch
+    dims, which XLA's CPU backend runs ~2x faster than that einsum (kernel first).
     Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
     """
-    g, i, o = p["kernel"].shape
-    xb = x.reshape(*x.shape[:-1], g, i)
-    y = jnp.einsum("...ki,kio->...ko", xb, p["kernel"]).reshape(*x.shape[:-1], g * o)
-    return _post(p, y + p["bias"], eps)
+    y = jax.lax.dot_general(x, p["kernel"], (((2,), (1,)), ((0,), (0,))))
+    return _block_post(p, y, eps)
+
+
+def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
+                        eps: float = 1e-4) -> jnp.ndarray:
+    """`block_linear` of block k's input concat(x[k], shared) without building it:
+    x f32[g, R, i], shared f32[R, s], kernel f32[g, i + s, o] -> f32[g, R, o].
+
+    = x[k] @ W[k, :i] + shared @ W[k, i:] (the shared part one dot for all blocks,
+    the same FLOPs as repeating `shared` to every block).
+    """
+    i = x.shape[-1]
+    w = p["kernel"]
+    y = jax.lax.dot_general(x, w[:, :i], (((2,), (1,)), ((0,), (0,))))
+    ys = jax.lax.dot_general(shared, w[:, i:], (((1,), (1,)), ((), ())))   # [R, g, o]
+    return _block_post(p, y + jnp.swapaxes(ys, 0, 1), eps)
 
 
 def mlp(layers: dict[str, Layer], x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:

@@ -131,7 +131,9 @@ def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray
     sg(max(1, |a|)) here); task: multi-task inputs with leaves [...] (the action
     is masked to the task's dims and the embedding appended, W-D8) or None.
     The input embeddings of deter, stoch and action are
-    repeated to every block next to the block's own deter slice; the reset gate
+    fed to every block next to the block's own deter slice (hid0 as
+    `nets.block_linear_shared`, no repeated copy; the block layers work in the
+    block-major layout [g, R, .] of `nets.to_groups`); the reset gate
     scales the whole candidate pre-activation; u = sigmoid(u_pre - 1);
     h' = u cand + (1 - u) h.
     Source: dreamerv3_spec Algorithm A, 2.3, 2.4.
@@ -145,16 +147,16 @@ def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray
     x = jnp.concatenate([nets.linear(p["in_deter"], deter, eps),
                          nets.linear(p["in_stoch"], stoch.reshape(*lead, -1), eps),
                          nets.linear(p["in_action"], action, eps)], -1)
-    x = jnp.broadcast_to(x[..., None, :], (*lead, g, x.shape[-1]))
-    x = jnp.concatenate([deter.reshape(*lead, g, -1), x], -1).reshape(*lead, -1)
-    for i in range(c.dyn_layers):
+    h = nets.to_groups(deter, g)                                   # [g, R, D/g]
+    x = nets.block_linear_shared(p["hid0"], h, x.reshape(-1, x.shape[-1]), eps)
+    for i in range(1, c.dyn_layers):
         x = nets.block_linear(p[f"hid{i}"], x, eps)
-    x = nets.block_linear(p["gates"], x, eps).reshape(*lead, g, -1)
-    reset, cand, update = (y.reshape(*lead, -1) for y in jnp.split(x, 3, -1))
+    x = nets.block_linear(p["gates"], x, eps)                      # [g, R, 3 D/g]
+    reset, cand, update = jnp.split(x, 3, -1)
     reset = jax.nn.sigmoid(reset)
     cand = jnp.tanh(reset * cand)
     update = jax.nn.sigmoid(update - 1.0)
-    return update * cand + (1.0 - update) * deter
+    return nets.from_groups(update * cand + (1.0 - update) * h, lead)
 
 
 def _logits(p: nets.Layer, x: jnp.ndarray, cfg: DreamerV3Config) -> jnp.ndarray:
