@@ -3,7 +3,7 @@
 Each checkout runs in its own worker process (``PYTHONPATH=<checkout>``);
 the driver alternates blocks (A, B, A, B, ...) and reports per quantity the
 median process CPU time per call (and wall time) over all blocks, after one
-warm-up call. Programs as in `tdmpc2_speed.py` (paper config, walker dims
+warm-up call. The programs are `tdmpc2_speed.py`'s (paper config, walker dims
 O=24, A=6; update batch 256 with the state fed back; decision with fresh
 draws per call).
 
@@ -18,42 +18,20 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+BENCH_DIR = str(Path(__file__).resolve().parent)
 
 WORKER = r"""
 import json, sys, time
-import jax, jax.numpy as jnp
-from wmx.agents.tdmpc2.config import make_config
-from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
-from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
+sys.path.insert(0, BENCH_DIR)
+from tdmpc2_speed import wmx_plan, wmx_update   # wmx from the checkout on PYTHONPATH
 
 def mk_update(size):
-    cfg = make_config("paper", model_size=size, obs_dim=24, action_dim=6)
-    st = [init_train_state(jax.random.PRNGKey(0), cfg)]
-    H, B = cfg.horizon, cfg.batch_size
-    k = jax.random.split(jax.random.PRNGKey(1), 4)
-    b = Batch(obs=jax.random.normal(k[0], (H + 1, B, 24)),
-              action=jax.random.uniform(k[1], (H, B, 6), minval=-1, maxval=1),
-              reward=jax.random.normal(k[2], (H, B)))
-    n = draw_update_noise(k[3], cfg)
-    def call():
-        st[0], m = update(st[0], b, n, cfg)
-        jax.block_until_ready(m["total_loss"])
-    return call
+    return wmx_update(size)[0]
 
 def mk_plan(size):
-    cfg = make_config("paper", model_size=size, obs_dim=24, action_dim=6)
-    params = init_train_state(jax.random.PRNGKey(0), cfg).params
-    obs = jax.random.normal(jax.random.PRNGKey(2), (24,))
-    prev = jnp.zeros((cfg.horizon, 6))
-    @jax.jit
-    def decide(params, obs, prev, key):
-        noise = draw_plan_noise(key, cfg, False)
-        return plan(params, obs, prev, jnp.bool_(False), noise, cfg, eval_mode=False)
-    key = [jax.random.PRNGKey(3)]
-    def call():
-        key[0], sub = jax.random.split(key[0])
-        jax.block_until_ready(decide(params, obs, prev, sub)[0])
-    return call
+    return wmx_plan(size)[0]
 
 fns = {}
 for line in sys.stdin:
@@ -74,7 +52,8 @@ for line in sys.stdin:
 
 def start(path: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
-    return subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c",
+                             f"BENCH_DIR = {BENCH_DIR!r}\n" + WORKER], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env,
                             cwd=os.path.abspath(path))
 
