@@ -112,13 +112,16 @@ def init_mlp(draw: Draw, in_dim: int, units: int, layers: int) -> dict[str, Laye
 
 
 # ---- apply -------------------------------------------------------------------
-def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """RMSNorm over the last axis: x * (rsqrt(mean(x^2) + eps) * scale), f32[..., F].
+def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4,
+             axis: int | tuple[int, ...] = -1) -> jnp.ndarray:
+    """RMSNorm over ``axis`` (default the last): x * (rsqrt(mean(x^2) + eps) * scale),
+    f32[..., F]; scale broadcasts against x (the block-major layout passes
+    axis=(0, 2) and scale f32[g, 1, o]).
 
     Statistics in float32 (the input is float32, D4); learned scale, no shift.
     Source: dreamerv3_spec 1.3 (2411f7d Norm 'rms').
     """
-    mult = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+    mult = jax.lax.rsqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps) * scale
     return x * mult
 
 
@@ -152,8 +155,7 @@ def _block_post(p: Layer, y: jnp.ndarray, eps: float) -> jnp.ndarray:
     g, _, o = y.shape
     y = y + p["bias"].reshape(g, 1, o)
     if "norm_scale" in p:   # RMSNorm over the full g*o vector of each row
-        mult = jax.lax.rsqrt(jnp.mean(y * y, axis=(0, 2), keepdims=True) + eps)
-        return jax.nn.silu(y * (mult * p["norm_scale"].reshape(g, 1, o)))
+        return jax.nn.silu(rms_norm(y, p["norm_scale"].reshape(g, 1, o), eps, axis=(0, 2)))
     return y
 
 
