@@ -75,6 +75,9 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                    help="which return the threshold applies to")
     p.add_argument("--budget-min", type=float, default=None,
                    help="stop after this many minutes (whole chunks); record as far as reached")
+    p.add_argument("--chunk-ticks", type=int, default=None,
+                   help="train_online --chunk-ticks: device parts of a round, a checkpoint after "
+                        "each (a budget stop or a killed process then loses at most one part)")
     p.add_argument("--home", default=None)
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) learning run")
@@ -92,7 +95,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         rc = OnlineRunConfig(task=args.task, agent=agent, seeds=tuple(args.seeds),
                              env_steps=args.env_steps, preset=args.preset,
                              agent_overrides=over, eval_every=args.eval_every,
-                             eval_episodes=args.eval_episodes, n_envs=args.envs or 1)
+                             eval_episodes=args.eval_episodes, n_envs=args.envs or 1,
+                             chunk_ticks=args.chunk_ticks)
         if args.envs is None:
             rc = dataclasses.replace(rc, n_envs=int(getattr(rc.agent_module.make_config(
                 args.preset, over, task=rc.task_spec), "n_envs", 1)))

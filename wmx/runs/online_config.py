@@ -27,6 +27,13 @@ class OnlineRunConfig:
     [0, 2**32) (`wmx.runs.seeds`); unknown tasks raise
     the registry's ValueError listing the known tasks.
 
+    ``chunk_ticks``: when set, the device runs a round in parts of this many
+    ticks (agent steps of the n_envs envs) and the host checkpoints after each
+    part (`checkpoint_every_chunks` then counts parts), so a long round (many envs, many
+    updates per tick) loses little when stopped; results are exactly those of
+    whole-round chunks. Left out of config.json when None and out of the config
+    hash always.
+
     ``init_from``: the checkpoint folder (``<run>/checkpoints/<step>``, resolved
     when the run is created: `wmx.runs.init_from.resolve_source`) whose agent
     states the run starts from (fine-tuning a single-task model trained
@@ -47,6 +54,7 @@ class OnlineRunConfig:
     checkpoint_every_chunks: int = 1
     episode_length: int | None = None   # override of T (agent steps), for short smoke runs only
     init_from: str | None = None        # a checkpoint folder: the agents start from its states
+    chunk_ticks: int | None = None      # ticks per device chunk within a round (None: whole rounds)
 
     def __post_init__(self) -> None:
         agent = get_agent(self.agent, "online")   # raises with the known agents
@@ -58,8 +66,8 @@ class OnlineRunConfig:
         if self.episode_length is not None and self.episode_length < 4:
             raise ValueError(f"--episode-length must be >= 4 agent steps, got {self.episode_length}")
         for name in ("env_steps", "n_envs", "eval_every", "eval_episodes", "chunk_episodes",
-                     "checkpoint_every_chunks"):
-            if getattr(self, name) <= 0:
+                     "checkpoint_every_chunks", "chunk_ticks"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be > 0, got {getattr(self, name)}")
 
@@ -109,8 +117,9 @@ class OnlineRunConfig:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["seeds"] = list(self.seeds)
-        if d["init_from"] is None:
-            del d["init_from"]
+        for name in ("init_from", "chunk_ticks"):
+            if d[name] is None:
+                del d[name]
         d["resolved_agent_config"] = dataclasses.asdict(self.agent_config)
         d["derived"] = {"rounds": self.rounds, "total_agent_steps": self.total_agent_steps,
                         "total_env_steps": self.total_env_steps,
@@ -127,5 +136,7 @@ class OnlineRunConfig:
 
     def config_hash(self) -> str:
         """sha256 (hex, 16 digits) of the agent config and the run protocol."""
-        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        d = self.to_json()
+        d.pop("chunk_ticks", None)      # how the device splits a round changes no result
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-episodes", type=int, default=1,
                    help="rounds of episodes per jitted chunk (host work happens between chunks)")
     p.add_argument("--checkpoint-every", type=int, default=1, help="chunks between checkpoints")
+    p.add_argument("--chunk-ticks", type=int, default=None, metavar="N",
+                   help="run each round on the device in parts of N ticks (agent steps of the "
+                        "envs) and checkpoint after each part: a stop loses at most one part. "
+                        "Same results as whole rounds. For long rounds on a CPU, e.g. DreamerV3 "
+                        "with 16 envs (8 updates per tick): --chunk-ticks 50. Default: whole "
+                        "rounds")
     p.add_argument("--episode-length", type=int, default=None,
                    help="override T in agent steps (short smoke runs only)")
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
@@ -111,7 +117,7 @@ def config_from_args(args: argparse.Namespace):
         n_envs=n_envs, preset=args.preset, agent_overrides=overrides,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         chunk_episodes=args.chunk_episodes, checkpoint_every_chunks=args.checkpoint_every,
-        episode_length=args.episode_length, init_from=init_from)
+        episode_length=args.episode_length, init_from=init_from, chunk_ticks=args.chunk_ticks)
 
 
 def check_init_from(rc) -> None:
@@ -149,7 +155,7 @@ RESUME_FIELDS = {"agent": "agent", "preset": "preset", "task": "task", "seeds": 
                  "env_steps": "env_steps", "n_envs": "n_envs", "eval_every": "eval_every",
                  "eval_episodes": "eval_episodes", "chunk_episodes": "chunk_episodes",
                  "checkpoint_every": "checkpoint_every_chunks",
-                 "episode_length": "episode_length"}
+                 "episode_length": "episode_length", "chunk_ticks": "chunk_ticks"}
 """train_online flag -> config.json key, compared on --resume (`resume_changes`)."""
 
 

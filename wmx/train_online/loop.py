@@ -56,6 +56,19 @@ def initial_carries(rc: OnlineRunConfig, env) -> program.OnlineCarry:
     return carries._replace(agent=states)
 
 
+def _pending_like(rc: OnlineRunConfig, env, like_carries, filled: int):
+    """Shapes of the rows of a round's first ``filled`` ticks, [S, filled, n_envs, ...]
+    (the "pending" item of a checkpoint inside a round)."""
+    L = rc.chunk_ticks
+    if L is None:
+        raise ValueError("the newest checkpoint is inside a round (saved by a run with "
+                         "--chunk-ticks); resume with the run's own config")
+    rows = jax.eval_shape(program.make_part_fn(rc, env), like_carries,
+                          jax.ShapeDtypeStruct((L,), np.int32), jax.ShapeDtypeStruct((L,), bool))[1]
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0], filled) + x.shape[2:],
+                                                       x.dtype), rows)
+
+
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
         deadline: float | None = None, loggers=None) -> dict[str, Any]:
@@ -83,11 +96,19 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
     last_ckpt = ckpts[-1] if ckpts else None
+    pending = None      # rows of the round in progress (chunk_ticks runs), [S, ticks so far, ...]
     if not ckpts:
         carries = initial_carries(rc, env)
     else:
-        like = program.checkpoint_items(jax.eval_shape(lambda: program.init_carries(rc, env)))
+        like_carries = jax.eval_shape(lambda: program.init_carries(rc, env))
+        like = program.checkpoint_items(like_carries)
+        filled = HostState.from_json(json.loads((ckpts[-1] / "host.json").read_text())
+                                     ).next_tick % ticks_per_round
+        if filled:
+            like["pending"] = _pending_like(rc, env, like_carries, filled)
         items, h = restore_checkpoint(ckpts[-1], like)
+        if filled:
+            pending = jax.tree.map(np.asarray, items.pop("pending"))
         carries, host = program.from_checkpoint_items(items), HostState.from_json(h)
         log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
@@ -102,7 +123,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     if loggers is not None:
         metrics = loggers.attach(metrics, "env_steps")
 
-    chunk_fn = program.make_chunk_fn(rc, env)
+    chunk_fn = program.make_chunk_fn(rc, env) if rc.chunk_ticks is None else None
+    part_fn = None if rc.chunk_ticks is None else program.make_part_fn(rc, env)
     eval_fn = program.make_eval_fn(rc, env)
 
     def agent_steps_at(tick: int) -> int:        # per run (all envs), at a round boundary
@@ -115,29 +137,64 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                    unit="env step", unit_scale=True, dynamic_ncols=True,
                    desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
 
+    def env_steps_at(tick: int) -> int:          # inside a round too (progress bar)
+        into = min(tick % ticks_per_round, T)
+        return (agent_steps_at(tick) + into * n_envs) * ar
+
+    def save(with_pending: bool) -> Path:
+        items = program.checkpoint_items(carries)
+        if with_pending:
+            items["pending"] = pending
+        return save_checkpoint(run_dir, host.next_tick, items, host.to_json())
+
     chunks_done = 0
     while host.next_tick < total_ticks:
         t_start = time.perf_counter()
-        end = min(host.next_tick + rc.chunk_episodes * ticks_per_round, total_ticks)
-        ticks = np.arange(host.next_tick, end, dtype=np.int32)
+        start = host.next_tick
         updates_before = int(np.asarray(jax.device_get(carries.n_updates)).max())
-        carries, rows = chunk_fn(carries, ticks)
-        rows = jax.device_get(rows)
+        if part_fn is None:
+            end = min(start + rc.chunk_episodes * ticks_per_round, total_ticks)
+            carries, rows = chunk_fn(carries, np.arange(start, end, dtype=np.int32))
+            rows = new_rows = jax.device_get(rows)
+        else:                               # a part of the round; rows gather in `pending`
+            end = min(start + rc.chunk_ticks, (start // ticks_per_round + 1) * ticks_per_round)
+            ticks = np.arange(start, start + rc.chunk_ticks, dtype=np.int32)
+            carries, rows = part_fn(carries, ticks, ticks < end)
+            new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
+                                    jax.device_get(rows))
+            pending = new_rows if pending is None else jax.tree.map(
+                lambda a, b: np.concatenate([a, b], 1), pending, new_rows)
+            rows = pending
+        rows_start = end - rows.reward.shape[1]
         agent_steps = agent_steps_at(end)
         env_steps = agent_steps * ar
-        span = (f"the chunk of env steps {agent_steps_at(host.next_tick) * ar:,d}.."
-                f"{env_steps:,d} (updates {updates_before}.."
+        span = (f"the chunk of env steps {env_steps_at(start):,d}.."
+                f"{env_steps_at(end):,d} (updates {updates_before}.."
                 f"{int(np.asarray(carries.n_updates).max())})")
         check_finite(span, rc.seeds, jax.device_get(carries.metrics), carries.agent, last_ckpt,
-                     extra={f"collected {f}": getattr(rows, f)
+                     extra={f"collected {f}": getattr(new_rows, f)
                             for f in ("obs", "action", "reward")})
         host.next_tick = end
 
-        # the chunk's episodes: rounds ticks[0] // (T+1) .. end // (T+1) - 1
+        if end % ticks_per_round:           # inside a round: checkpoint only
+            host.wall_s += time.perf_counter() - t_start
+            chunks_done += 1
+            stop = ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
+                    or (deadline is not None and time.monotonic() > deadline))
+            if stop or chunks_done % rc.checkpoint_every_chunks == 0:
+                last_ckpt = save(with_pending=True)
+            if bar is not None:
+                bar.update(env_steps_at(end) - bar.n)
+            if stop:
+                break
+            continue
+        pending = None
+
+        # the chunk's episodes: rounds rows_start // (T+1) .. end // (T+1) - 1
         end_round = end // ticks_per_round
         episodes = episodes_per_seed(rows, T)
         if export is not None:
-            export.add_episodes(episodes, int(ticks[0]) // ticks_per_round)
+            export.add_episodes(episodes, rows_start // ticks_per_round)
         train_returns = [episode_returns(eps) for eps in episodes]
         host.exported_rounds = end_round
         host.wall_s += time.perf_counter() - t_start
@@ -181,21 +238,19 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if final:
             host.finished = True
         if final or chunks_done % rc.checkpoint_every_chunks == 0:
-            last_ckpt = save_checkpoint(run_dir, host.next_tick,
-                                        program.checkpoint_items(carries), host.to_json())
+            last_ckpt = save(with_pending=False)
         if bar is not None:
             last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
             post = {"train": "/".join(_fmt(x) for x in last_train)}
             if host.last_eval:
                 post["eval"] = "/".join(_fmt(float(np.mean(v))) for v in host.last_eval.values())
-            post["sps"] = f"{(end - ticks[0]) * n_envs * len(rc.seeds) * ar / max(time.perf_counter() - t_start, 1e-9):.0f}"
+            post["sps"] = f"{(end - start) * n_envs * len(rc.seeds) * ar / max(time.perf_counter() - t_start, 1e-9):.0f}"
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
         if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
                           or past_deadline):
             if chunks_done % rc.checkpoint_every_chunks:
-                save_checkpoint(run_dir, host.next_tick, program.checkpoint_items(carries),
-                                host.to_json())
+                save(with_pending=False)
             break
 
     if bar is not None:

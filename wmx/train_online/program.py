@@ -174,6 +174,36 @@ def _chunk_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
     return jax.jit(jax.vmap(one_seed, in_axes=(0, None)), donate_argnums=0)
 
 
+def make_part_fn(rc: OnlineRunConfig, env: Env):
+    """Jitted ``part(carries, ticks i32[L], valid bool[L]) -> (carries, rows)``, L =
+    ``rc.chunk_ticks``: `make_chunk_fn` for a part of a round. A tick whose ``valid``
+    is False leaves the carries as they are and gives a zero row (the padding of a
+    round's last part), so one program of fixed length serves every part. The
+    carries after a part are exactly those of the whole-round chunk at that tick
+    (all randomness is keyed by the absolute tick).
+    """
+    return _part_fn(rc.agent_module, rc.agent_config, rc.n_envs, env)
+
+
+@functools.lru_cache(maxsize=8)
+def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
+    tick_fn = make_tick_fn(agent, cfg, n_envs, env)
+
+    def masked_tick(carry, xs):
+        tick, valid = xs
+        row_like = jax.eval_shape(lambda c, t: tick_fn(c, t)[1], carry, tick)
+
+        def skip(c, _):
+            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), row_like)
+
+        return jax.lax.cond(valid, tick_fn, skip, carry, tick)
+
+    def one_seed(carry, ticks, valid):
+        return jax.lax.scan(masked_tick, carry, (ticks, valid))
+
+    return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None)), donate_argnums=0)
+
+
 def make_eval_fn(rc: OnlineRunConfig, env: Env):
     """Jitted ``evaluate(agent_states, keys u32[S,2], index i32[]) -> returns f32[S, E]``.
 
