@@ -4,7 +4,10 @@ The device does everything between chunk boundaries (wmx.train_online.program);
 the host runs only between chunks (DESIGN.md §3 principle 1): it shows a
 progress bar, runs evaluations, appends metrics, exports the episodes that
 were completed in the chunk and checkpoints. Chunks are whole rounds of
-n_envs episodes, so every chunk boundary is an episode boundary.
+n_envs episodes, so every chunk boundary is an episode boundary; with
+``rc.chunk_ticks`` a round runs in parts, and a boundary inside a round only
+checkpoints (the round's rows so far go into the checkpoint as "pending";
+export, metrics and evaluation wait for the round's end).
 """
 from __future__ import annotations
 
