@@ -7,7 +7,8 @@ speed benchmarks (`tdmpc2_speed.py`, `dreamerv3_speed.py` and its workers).
 - `bench_matmul`: the baseline, one jitted float32 matmul in XLA (GFLOP/s);
 - `program_flops`: matmul FLOPs (2·M·N·K per dot) of a program, from its jaxpr,
   so a time also reads as a multiple of its matmul floor;
-- `median_ms`: median wall and process-CPU time of a call after a warm-up;
+- `time_calls`: wall and process-CPU time of each of repeated calls;
+  `median_ms`: their medians after a warm-up;
 - `machine_busy`, `LoadProbe`: how much CPU other processes take (cores), so a
   block timed on a busy machine says so;
 - `peak_rss_mib`: the process's peak resident memory.
@@ -30,22 +31,29 @@ import numpy as np
 
 
 # ---- timing -------------------------------------------------------------------------
+def time_calls(fn, repeats: int) -> dict:
+    """Wall and process-CPU milliseconds of ``repeats`` calls of ``fn`` (which must
+    block until its result is ready): {"wall_ms": [...], "cpu_ms": [...]}."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        c = time.process_time()
+        t = time.perf_counter()
+        fn()
+        wall.append((time.perf_counter() - t) * 1e3)
+        cpu.append((time.process_time() - c) * 1e3)
+    return {"wall_ms": wall, "cpu_ms": cpu}
+
+
 def median_ms(fn, repeats: int, warmup: int = 1) -> tuple[float, list[float], float]:
     """(median wall ms, wall ms list, median process CPU ms) of ``fn()`` after
-    ``warmup`` untimed calls (the first compiles).
+    ``warmup`` untimed calls (the first compiles); the calls are `time_calls`'.
 
     The CPU time (all threads of this process) is the steadier figure on a
     machine with other work running; on an idle machine wall is the target."""
     for _ in range(warmup):
         fn()
-    times, cpu = [], []
-    for _ in range(repeats):
-        c = time.process_time()
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-        cpu.append((time.process_time() - c) * 1e3)
-    return statistics.median(times), times, statistics.median(cpu)
+    t = time_calls(fn, repeats)
+    return statistics.median(t["wall_ms"]), t["wall_ms"], statistics.median(t["cpu_ms"])
 
 
 # ---- the machine's matmul ceiling ---------------------------------------------------

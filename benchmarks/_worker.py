@@ -15,7 +15,8 @@ log file.
 
 Also here: `synthetic_windows`, the one synthetic window batch both workers
 train on (numpy, the reference's replay layout), so wmx and the official code
-time the same inputs.
+time the same inputs. A worker times its items with `_machine.time_calls`
+(imported once JAX is set up).
 
 Needs only numpy and the standard library on the worker side.
 """
@@ -25,7 +26,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -67,19 +67,6 @@ def serve(handlers: dict[str, Callable[..., Any]]) -> None:
         except Exception as e:  # noqa: BLE001 - reported to the orchestrator
             reply.write(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}",
                                     "traceback": traceback.format_exc()}) + "\n")
-
-
-def time_calls(fn: Callable[[], Any], repeats: int) -> dict:
-    """Wall and process-CPU milliseconds of ``repeats`` calls of ``fn`` (which must
-    block until its result is ready): {"wall_ms": [...], "cpu_ms": [...]}."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        c = time.process_time()
-        t = time.perf_counter()
-        fn()
-        wall.append((time.perf_counter() - t) * 1e3)
-        cpu.append((time.process_time() - c) * 1e3)
-    return {"wall_ms": wall, "cpu_ms": cpu}
 
 
 def synthetic_windows(batch_size: int, length: int, obs_dim: int, action_dim: int,

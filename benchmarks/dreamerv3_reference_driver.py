@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _worker import protect_stdout, serve, synthetic_obs, synthetic_windows, time_calls  # noqa: E402,I001
+from _worker import protect_stdout, serve, synthetic_obs, synthetic_windows  # noqa: E402,I001
 
 # The 1m widths: the reference's later size1m (HEAD configs.yaml), absent at 29eb964.
 SIZE_1M = {r".*\.rssm": {"deter": 512, "hidden": 64, "classes": 4},
@@ -198,7 +198,8 @@ class Reference:
                              "numpy": np.__version__, "python": sys.version.split()[0]}}
 
     def time(self, item: str, repeats: int) -> dict:
-        """`_worker.time_calls` of one item ("train" or "policy")."""
+        """`_machine.time_calls` of one item ("train" or "policy")."""
+        from _machine import time_calls
         return time_calls(self.items[item], repeats)
 
     def stats(self) -> dict:

@@ -70,7 +70,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]   # _worker/_machine, and this checkout's wmx
-from _worker import Worker, WorkerError, serve, synthetic_obs, synthetic_windows, time_calls  # noqa: E402,I001
+from _worker import Worker, WorkerError, serve, synthetic_obs, synthetic_windows  # noqa: E402,I001
 
 OBS_DIM, ACTION_DIM = 24, 6           # walker-walk
 BATCH_SIZE, BATCH_LENGTH = 16, 64     # + replay_context 1 = 65 rows per window
@@ -165,7 +165,8 @@ class WmxWorker:
                              "python": sys.version.split()[0]}}
 
     def time(self, item: str, repeats: int) -> dict:
-        """`_worker.time_calls` of one item ("train" or "policy")."""
+        """`_machine.time_calls` of one item ("train" or "policy")."""
+        from _machine import time_calls
         return time_calls(self.items[item], repeats)
 
     def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0

@@ -185,7 +185,7 @@ class Driver:
             fn()
             wall.append((time.perf_counter() - t) * 1e3)
             cpu.append((time.process_time() - c) * 1e3)
-        return {"wall_ms": wall, "cpu_ms": cpu}   # as _worker.time_calls
+        return {"wall_ms": wall, "cpu_ms": cpu}   # as _machine.time_calls (no jax here)
 
     def matmul(self, n: int = 2048, repeats: int = 9) -> dict:
         torch = self.torch

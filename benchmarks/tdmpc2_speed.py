@@ -86,8 +86,8 @@ from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import LoadProbe, cpu_info, median_ms, peak_rss_mib, program_flops  # noqa: E402
-from _worker import time_calls  # noqa: E402
+from _machine import (LoadProbe, cpu_info, median_ms, peak_rss_mib,  # noqa: E402
+                      program_flops, time_calls)
 
 # official time / wmx time asked for (issue 16), per quantity and model size
 TARGET_RATIO = {"update": {1: 1.5, 5: 2.0}, "plan": {1: 2.0, 5: 2.0}}

@@ -5,11 +5,15 @@ tests/reliability share through conftest.py's session fixture
 and env) compile once per session; `TINY_ONLINE_ARGV` is the same run as
 train_online flags. `TINY_OFFLINE_ARGS` and `build_offline_dataset`: the tiny
 offline run of tests/train_offline (a real Beam build of the stored
-Playground episodes, cartpole-balance + cheetah-run, T=20)."""
+Playground episodes, cartpole-balance + cheetah-run, T=20);
+`train_offline_on_stand_ins` trains such a run through the CLI and
+`last_offline_checkpoint` reads it back."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from wmx.datasets.store import Store
 from wmx.train_online import cli as online_cli
@@ -57,3 +61,28 @@ def train_tiny(home: Path, name: str) -> tuple[Store, Path, dict]:
     summary = run(TINY_RC, run_dir, online_cli.make_export(store, TINY_RC, run_dir),
                   progress=False)
     return store, run_dir, summary
+
+
+def train_offline_on_stand_ins(argv: list[str]) -> int:
+    """train_offline's CLI on ``argv`` with every evaluation env a stand-in of the task's
+    dims (tests/stand_in_env.py: no MJX compile), outside any test's monkeypatch (for
+    module-scoped fixtures). Returns the CLI's exit code."""
+    from stand_in_env import stand_in_env
+    from wmx.train_offline import cli, loop
+    mp = pytest.MonkeyPatch()
+    mp.setattr(loop, "cached_env", stand_in_env)
+    try:
+        return cli.main(argv)
+    finally:
+        mp.undo()
+
+
+def last_offline_checkpoint(run_dir: Path, rc) -> tuple[dict, dict]:
+    """(checkpoint items, host state) of the latest checkpoint of offline run ``run_dir``
+    with config ``rc`` (an OfflineRunConfig)."""
+    import jax
+    from wmx.checkpoint import list_checkpoints, restore_checkpoint
+    from wmx.train_offline import program
+    like = program.checkpoint_items(
+        jax.eval_shape(lambda: program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)))
+    return restore_checkpoint(list_checkpoints(run_dir)[-1], like)

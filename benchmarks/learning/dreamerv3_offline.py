@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parser, plot, reaches_ratio,  # noqa: E402
-                           run_fields, start_or_resume, task_result, train)
+from offline_check import (RATIO, eval_curves, parser, reaches_ratio,  # noqa: E402
+                           run_fields, start_or_resume, task_result, train, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MIN = 100.0
@@ -118,16 +118,13 @@ def main(argv=None) -> int:
                 "criterion": f"on every task the source learned (final return >= "
                              f"{res['learned_min']:g}), offline final eval return >= {RATIO:g}"
                              " x source final return"})
-    (out / f"{RESULT_NAME}.json").write_text(json.dumps(res, indent=1))
-    plot(res, out / f"{RESULT_NAME}.png", "offline DreamerV3", "not learned by the source",
-         f"offline DreamerV3 vs source agents: {res['tasks_passing']}/"
-         f"{res['tasks_learned_by_source']} learned tasks at >= {RATIO:g}x")
-    print(json.dumps({k: {"source": v["source_final_return"], "learned": v["source_learned"],
-                          "offline": v["offline_final_return"], "ratio": v["ratio"],
-                          "pass": v["pass"]} for k, v in res["tasks"].items()}, indent=1))
-    print(f"passed: {res['passed']} ({res['tasks_passing']}/{res['tasks_learned_by_source']} "
-          f"learned tasks); updates {summary['updates']:,d}/{rc.updates:,d}; results in "
-          f"{out / (RESULT_NAME + '.json')}")
+    write_results(res, out, RESULT_NAME, label="offline DreamerV3",
+                  no_verdict="not learned by the source",
+                  title=f"offline DreamerV3 vs source agents: {res['tasks_passing']}/"
+                        f"{res['tasks_learned_by_source']} learned tasks at >= {RATIO:g}x",
+                  columns={"source": "source_final_return", "learned": "source_learned",
+                           "offline": "offline_final_return", "ratio": "ratio", "pass": "pass"},
+                  tally=f"{res['tasks_passing']}/{res['tasks_learned_by_source']} learned tasks")
     return 0
 
 

@@ -6,8 +6,9 @@ dataset pooling their full training histories (every exported episode set;
 the Beam build, ``pipelines/build_mt19.py --tasks ... --sources ...``, so the
 same sources give the same dataset hash), the check's offline run directory
 with its ``benchmark.json``, ``--resume``, the common flags, the training call,
-the per-task eval curves and result fields, and the per-task plot. Each entry
-point adds its criterion (``judge``), its own flags and its result file.
+the per-task eval curves and result fields, the per-task plot, and the writing
+and printing of the results. Each entry point adds its criterion (``judge``) and
+its own flags.
 
 A source agent's final return is the mean over its seeds of the last eval row
 of each seed in its metrics.csv.
@@ -305,3 +306,31 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_results(res: dict, out: Path, name: str, *, label: str, no_verdict: str, title: str,
+                  columns: dict[str, str], tally: str) -> Path:
+    """Write a check's results and print its verdict.
+
+    Args:
+        res: the entry point's ``judge`` result updated with `run_fields` (its
+            ``"passed"``, ``"updates_reached"``, ``"updates_planned"`` and per-task
+            entries under ``"tasks"`` are read).
+        out: the results folder (exists).
+        name: the result file stem.
+        label, no_verdict, title: `plot`'s curve label, verdict text for a pass of None,
+            and figure title.
+        columns: the per-task entries printed, {printed key: key in the task's entry}.
+        tally: the count shown beside the overall verdict (e.g. "2/3 tasks").
+
+    Returns:
+        ``out/<name>.json``; ``out/<name>.png`` is written beside it.
+    """
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(res, indent=1))
+    plot(res, out / f"{name}.png", label, no_verdict, title)
+    print(json.dumps({k: {c: v[f] for c, f in columns.items()}
+                      for k, v in res["tasks"].items()}, indent=1))
+    print(f"passed: {res['passed']} ({tally}); updates {res['updates_reached']:,d}/"
+          f"{res['updates_planned']:,d}; results in {path}")
+    return path

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parser, plot, reaches_ratio,  # noqa: E402
-                           run_fields, start_or_resume, task_result, train)
+from offline_check import (RATIO, eval_curves, parser, reaches_ratio,  # noqa: E402
+                           run_fields, start_or_resume, task_result, train, write_results)
 
 RESULT_NAME = "tdmpc2_offline"
 
@@ -67,16 +67,13 @@ def main(argv=None) -> int:
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,
                 "criterion": f"offline final eval return >= {RATIO:g} x source final return "
                              f"on >= {min_pass} tasks (of >= 3)"})
-    (out / f"{RESULT_NAME}.json").write_text(json.dumps(res, indent=1))
-    plot(res, out / f"{RESULT_NAME}.png", "offline TD-MPC2", "source earned nothing",
-         f"offline multi-task TD-MPC2 vs source agents: "
-         f"{res['tasks_passing']}/{res['tasks_checked']} tasks at >= {RATIO:g}x")
-    print(json.dumps({k: {"source": v["source_final_return"], "offline": v["offline_final_return"],
-                          "ratio": v["ratio"], "pass": v["pass"]}
-                      for k, v in res["tasks"].items()}, indent=1))
-    print(f"passed: {res['passed']} ({res['tasks_passing']}/{res['tasks_checked']} tasks); "
-          f"updates {summary['updates']:,d}/{rc.updates:,d}; results in "
-          f"{out / (RESULT_NAME + '.json')}")
+    write_results(res, out, RESULT_NAME, label="offline TD-MPC2",
+                  no_verdict="source earned nothing",
+                  title=f"offline multi-task TD-MPC2 vs source agents: "
+                        f"{res['tasks_passing']}/{res['tasks_checked']} tasks at >= {RATIO:g}x",
+                  columns={"source": "source_final_return", "offline": "offline_final_return",
+                           "ratio": "ratio", "pass": "pass"},
+                  tally=f"{res['tasks_passing']}/{res['tasks_checked']} tasks")
     return 0
 
 

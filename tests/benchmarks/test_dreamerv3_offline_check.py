@@ -48,3 +48,23 @@ def test_tdmpc2_run_must_share_the_dataset(tmp_path):
     with pytest.raises(SystemExit, match="needs TD-MPC2 on mt@bb"):
         bench.tdmpc2_beside(run, "mt@bb")
     assert bench.tdmpc2_beside(None, "mt@aa") is None
+
+
+def test_results_are_written_plotted_and_printed(tmp_path, capsys):
+    import offline_check
+    tasks = _tasks(**{"cartpole-balance": 800.0, "acrobot-swingup": 20.0})
+    res = bench.judge(tasks, {"cartpole-balance": {1000: [300.0], 2000: [500.0]}},
+                      learned_min=100.0)
+    res.update({"updates_reached": 2000, "updates_planned": 20_000})
+    path = offline_check.write_results(
+        res, tmp_path, "check", label="offline", no_verdict="not learned", title="t",
+        columns={"source": "source_final_return", "pass": "pass"}, tally="1/1 learned tasks")
+    assert path == tmp_path / "check.json"
+    assert json.loads(path.read_text())["tasks"]["cartpole-balance"]["ratio"] == 500.0 / 800.0
+    assert (tmp_path / "check.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    rows = json.loads(printed[:printed.index("passed:")])
+    assert rows == {"cartpole-balance": {"source": 800.0, "pass": True},
+                    "acrobot-swingup": {"source": 20.0, "pass": None}}
+    assert printed.endswith(f"passed: True (1/1 learned tasks); updates 2,000/20,000; "
+                            f"results in {path}\n")

@@ -40,3 +40,16 @@ def test_cond_counts_its_dearest_branch_and_while_its_body_once():
     assert speed.program_flops(f, True, jnp.ones((4, 16))) == 2 * (2 * 4 * 16 * 16)
     g = lambda x: jax.lax.while_loop(lambda c: c[1] < 3, lambda c: (c[0] @ w, c[1] + 1), (x, 0))[0]
     assert speed.program_flops(g, jnp.ones((4, 16))) == 2 * 4 * 16 * 16
+
+
+def test_median_ms_times_only_the_calls_after_the_warm_up():
+    calls = []
+
+    def fn():
+        calls.append(None)
+
+    med, wall, cpu = speed.median_ms(fn, repeats=3, warmup=2)
+    assert len(calls) == 5 and len(wall) == 3 and med == sorted(wall)[1] and cpu >= 0
+    t = speed.time_calls(fn, 4)
+    assert len(calls) == 9 and len(t["wall_ms"]) == len(t["cpu_ms"]) == 4
+    assert all(w > 0 for w in t["wall_ms"])

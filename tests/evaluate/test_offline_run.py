@@ -20,6 +20,25 @@ T = 10
 TASKS = ("probe-constant", "probe-action")
 
 
+def _config(ds, **kw) -> OfflineRunConfig:
+    """A tiny offline run config on dataset ``ds`` (2 seeds, 2 updates), ``kw`` added."""
+    return OfflineRunConfig(dataset=f"probes@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+                            seeds=(0, 1), updates=2, preset="tiny", log_every=2, eval_every=2,
+                            checkpoint_every=2, eval_episodes=2, **kw)
+
+
+def _hand_built_run(home, name: str, rc: OfflineRunConfig):
+    """home/runs/<name> of ``rc`` without training: config.json (code version c0ffee) and a
+    checkpoint at 2 updates holding the initial carries. Returns the run directory."""
+    run_dir = home / "runs" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "c0ffee"}))
+    carries = program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)
+    save_checkpoint(run_dir, 2, program.checkpoint_items(carries),
+                    HostState(updates=2, eval_index=1).to_json())
+    return run_dir
+
+
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
@@ -27,15 +46,7 @@ def offline_run(tmp_path_factory):
     ds = write_dataset(home, "probes", sets)
     write_source_run(home, "src-1", [{"seed": 1, "kind": "eval", "env_steps": 120,
                                       "return": 7.5}])
-    rc = OfflineRunConfig(dataset=f"probes@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-                          seeds=(0, 1), updates=2, batch_size=8, preset="tiny", log_every=2,
-                          eval_every=2, checkpoint_every=2, eval_episodes=2)
-    run_dir = home / "runs" / "off"
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "c0ffee"}))
-    carries = program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)
-    save_checkpoint(run_dir, 2, program.checkpoint_items(carries),
-                    HostState(updates=2, eval_index=1).to_json())
+    run_dir = _hand_built_run(home, "off", _config(ds, batch_size=8))
     return home, run_dir, sets, ds
 
 
@@ -75,17 +86,9 @@ def dreamerv3_run(offline_run):
     """A DreamerV3 offline run (multi-task, W-D8) on the same dataset, built like
     `offline_run` (its checkpoint holds the initial carries)."""
     home, _, _, ds = offline_run
-    rc = OfflineRunConfig(dataset=f"probes@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-                          agent="dreamerv3", seeds=(0, 1), updates=2, preset="tiny",
-                          log_every=2, eval_every=2, checkpoint_every=2, eval_episodes=2)
+    rc = _config(ds, agent="dreamerv3")
     assert rc.multitask
-    run_dir = home / "runs" / "dv3"
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "c0ffee"}))
-    carries = program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)
-    save_checkpoint(run_dir, 2, program.checkpoint_items(carries),
-                    HostState(updates=2, eval_index=1).to_json())
-    return run_dir
+    return _hand_built_run(home, "dv3", rc)
 
 
 def test_dreamerv3_and_tdmpc2_offline_runs_side_by_side(offline_run, dreamerv3_run, tmp_path,

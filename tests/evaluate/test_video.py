@@ -108,6 +108,23 @@ def test_tdmpc2_recording_keeps_the_returns(tmp_path):
     _check_recording(hand_built_run(tmp_path, rc, next_tick=2 * (T + 1)))
 
 
+def test_only_the_filmed_seeds_physics_leaves_the_device(dv3_run, monkeypatch):
+    """evaluate_run --video: every seed's returns, but only the first seed's recorded
+    physics is fetched to the host; the recording is that seed's (its path accounts for
+    its returns)."""
+    from wmx.evaluate.runs import evaluate_run, open_run
+    info = open_run(dv3_run[1])
+    fetched, real = [], jax.device_get
+    monkeypatch.setattr(jax, "device_get",
+                        lambda x: fetched.append(jax.tree_util.tree_map(np.shape, x)) or real(x))
+    rets, _, (rec,) = evaluate_run(info, ["probe-action"], E, env_fn=hinge_probe, video=N)
+    assert fetched[-1] == ((len(SEEDS), E), {"qpos": (N, T + 1, 1)})
+    assert rets["probe-action"].shape == (len(SEEDS), E) and rec.seed == SEEDS[0]
+    np.testing.assert_array_equal(rec.returns, rets["probe-action"][0, :N])
+    turned = (rec.physics["qpos"][:, -1, 0] - rec.physics["qpos"][:, 0, 0]) / 0.3
+    np.testing.assert_allclose(turned, rets["probe-action"][0, :N], atol=1e-3)
+
+
 def test_recording_checks_its_arguments():
     agent, cfg = DV3_RC.agent_module, DV3_RC.agent_config
     with pytest.raises(ValueError, match="record must be in"):

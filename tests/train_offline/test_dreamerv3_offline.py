@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from stand_in_env import stand_in_env
-from wmx.checkpoint import list_checkpoints, restore_checkpoint
+from tiny_runs import last_offline_checkpoint, train_offline_on_stand_ins
+from wmx.checkpoint import list_checkpoints
 from wmx.runs.offline_config import OfflineRunConfig
-from wmx.train_offline import cli, loop, program
+from wmx.train_offline import cli, loop
 
 ARGS = ["--agent", "dreamerv3", "--preset", "tiny", "--updates", "4", "--log-every", "2",
         "--eval-every", "4", "--checkpoint-every", "2", "--eval-episodes", "1",
@@ -39,22 +40,11 @@ def _metrics(run_dir):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
 
 
-def _checkpoint(run_dir, rc):
-    like = program.checkpoint_items(
-        jax.eval_shape(lambda: program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)))
-    return restore_checkpoint(list_checkpoints(run_dir)[-1], like)
-
-
 @pytest.fixture(scope="module")
 def full_run(tiny_offline_dataset):
     home, ds = tiny_offline_dataset
-    mp = pytest.MonkeyPatch()
-    mp.setattr(loop, "cached_env", stand_in_env)
-    try:
-        assert cli.main(["--dataset", str(ds), "--home", str(home), "--name", "dv3-full",
-                         *ARGS]) == 0
-    finally:
-        mp.undo()
+    assert train_offline_on_stand_ins(["--dataset", str(ds), "--home", str(home), "--name",
+                                       "dv3-full", *ARGS]) == 0
     return home, home / "runs" / "dv3-full"
 
 
@@ -94,7 +84,7 @@ def test_dreamerv3_split_run_equals_uninterrupted(full_run):
     assert not s["finished"] and s["updates"] == 2
     assert cli.main(["--resume", str(split), "--no-progress"]) == 0
     assert _metrics(split) == _metrics(run_dir)
-    (a, ha), (b, hb) = _checkpoint(split, rc), _checkpoint(run_dir, rc)
+    (a, ha), (b, hb) = last_offline_checkpoint(split, rc), last_offline_checkpoint(run_dir, rc)
     leaves = jax.tree.leaves(a)
     assert len(leaves) == len(jax.tree.leaves(b))
     for x, y in zip(leaves, jax.tree.leaves(b)):

@@ -27,20 +27,19 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
-from episode_fixtures import (playground_info, stored_playground_episodes,  # noqa: E402
-                              taskset_of, write_set)
+from episode_fixtures import playground_info, taskset_of  # noqa: E402
 
 from stand_in_env import stand_in_env  # noqa: E402
-from wmx.checkpoint import list_checkpoints, restore_checkpoint  # noqa: E402
+from tiny_runs import (TINY_OFFLINE_ARGS, build_offline_dataset,  # noqa: E402
+                       last_offline_checkpoint, train_offline_on_stand_ins)
+from wmx.checkpoint import list_checkpoints  # noqa: E402
 from wmx.pipelines.sources import make_plan, run_build  # noqa: E402
 from wmx.train_offline import cli, loop, program  # noqa: E402
 from wmx.runs.offline_config import OfflineRunConfig  # noqa: E402
 
 T = 20
 TASKS = ("cartpole-balance", "cheetah-run")
-ARGS = ["--preset", "tiny", "--batch-size", "16", "--updates", "6", "--log-every", "2",
-        "--eval-every", "4", "--checkpoint-every", "2", "--eval-episodes", "2",
-        "--seeds", "0", "1", "--no-progress"]
+ARGS = TINY_OFFLINE_ARGS
 
 
 @pytest.fixture(autouse=True)
@@ -58,34 +57,21 @@ def _train_rows(run_dir):
     return [r for r in _metrics(run_dir) if r["kind"] == "train"]
 
 
-def _tree(run_dir, rc):
-    like = program.checkpoint_items(
-        jax.eval_shape(lambda: program.init_carries(rc.agent_module, rc.agent_config, rc.seeds)))
-    return restore_checkpoint(list_checkpoints(run_dir)[-1], like)
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """Home with dataset "tst" (both tasks, 6 + 6 episodes) and "one" (cartpole only)."""
     home = tmp_path_factory.mktemp("home")
-    infos = [playground_info(t) for t in TASKS]
-    for i, info in enumerate(infos):
-        write_set(home, info, stored_playground_episodes(info.name), seed=i)
-    tst = run_build(make_plan(home, taskset_of("tst", infos), num_shards=2))
-    one = run_build(make_plan(home, taskset_of("one", infos[:1]), num_shards=1))
+    tst = build_offline_dataset(home)
+    one = run_build(make_plan(home, taskset_of("one", [playground_info(TASKS[0])]),
+                              num_shards=1))
     return home, tst, one
 
 
 @pytest.fixture(scope="module")
 def full_run(store):
     home, tst, _ = store
-    mp = pytest.MonkeyPatch()
-    mp.setattr(loop, "cached_env", stand_in_env)
-    try:
-        assert cli.main(["--dataset", f"tst@{tst.name[:8]}", "--home", str(home),
-                         "--name", "full", *ARGS]) == 0
-    finally:
-        mp.undo()
+    assert train_offline_on_stand_ins(["--dataset", f"tst@{tst.name[:8]}", "--home", str(home),
+                                       "--name", "full", *ARGS]) == 0
     return home / "runs" / "full"
 
 
@@ -147,7 +133,7 @@ def test_split_run_equals_uninterrupted(store, full_run):
     assert not s["finished"] and s["updates"] == 4
     assert cli.main(["--resume", str(split)]) == 0          # with the progress bar
     assert _metrics(split) == _metrics(full_run)
-    (a, ha), (b, hb) = _tree(split, rc), _tree(full_run, rc)
+    (a, ha), (b, hb) = last_offline_checkpoint(split, rc), last_offline_checkpoint(full_run, rc)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert ha["last_eval"] == hb["last_eval"] and ha["eval_index"] == hb["eval_index"] == 2

@@ -7,16 +7,16 @@ from typing import Any, Callable, Mapping
 def dispatch(commands: Mapping[str, Callable[[Any], int]], name: str, args: Any) -> int:
     """Run ``commands[name](args)`` and return its exit status.
 
-    An expected failure of the machine (disk, memory, permissions; see
-    `wmx.failures.describe`) prints one line and returns 1; a ValueError or
-    FileNotFoundError (a bad name, path or value) prints its message and
-    returns 2 (`wmx.failures.report_failure`, lines without a program name);
-    anything else is re-raised."""
+    The error contract of every command (`wmx.failures.report_failure`, lines
+    without a program name): an expected failure of the machine (disk, memory,
+    permissions; see `wmx.failures.describe`) prints one line and returns 1; bad
+    input (`wmx.failures.BAD_INPUT`: ValueError, FileNotFoundError,
+    FileExistsError) prints its message and returns 2; anything else is re-raised."""
     from wmx.failures import report_failure
     try:
         return commands[name](args)
     except Exception as e:  # noqa: BLE001 - only the expected failures, the rest re-raised
-        status = report_failure(None, e, bad_input=(ValueError, FileNotFoundError))
+        status = report_failure(None, e)
         if status is None:
             raise
         return status

@@ -250,13 +250,17 @@ def evaluate_run(info: RunInfo, tasks: Sequence[str], episodes: int, *,
                  len(tasks), len(info.seeds), episodes, env.T)
         t0 = time.perf_counter()
         fn = make_evaluate_fn(agent, cfg, int(episodes), env, task_id, record=int(video))
-        result = jax.device_get(fn(params, keys, tasks_ctx, index))
+        result = fn(params, keys, tasks_ctx, index)
         if video:
-            result, physics = result
+            result, physics = result           # every seed's, on the device
+            result, physics = jax.device_get(  # only the first seed's physics leaves it
+                (result, jax.tree_util.tree_map(lambda x: x[0], physics)))
             recordings.append(Recording(
                 task=task, seed=info.seeds[0], mj_model=env.mj_model, fps=1.0 / env.agent_dt,
-                physics={k: np.asarray(v[0]) for k, v in physics.items()},
+                physics={k: np.asarray(v) for k, v in physics.items()},
                 returns=np.asarray(result[0, :video], np.float32)))
+        else:
+            result = jax.device_get(result)
         rets = np.asarray(result, np.float32)
         wall = time.perf_counter() - t0
         out[task] = rets

@@ -125,9 +125,27 @@ def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4,
     return x * mult
 
 
-def _post(p: Layer, y: jnp.ndarray, eps: float) -> jnp.ndarray:
+def _post(p: Layer, y: jnp.ndarray, eps: float,
+          axis: int | tuple[int, ...] = -1) -> jnp.ndarray:
+    """y + b, then RMSNorm over ``axis`` -> SiLU if the layer is normed.
+
+    Args:
+        p: the layer's "bias" f32[F] (and "norm_scale" f32[F] if normed), F the
+            size of the normalised axes together.
+        y: the layer's product without bias: f32[..., F] with axis -1, or the
+            block-major f32[g, R, o] with axis (0, 2) (F = g*o, the parameters read
+            as f32[g, 1, o]).
+        eps: RMSNorm's epsilon.
+        axis: the axes of one row's features.
+
+    Returns:
+        f32 of y's shape.
+    """
+    axes = {a % y.ndim for a in ((axis,) if isinstance(axis, int) else axis)}
+    shape = tuple(n if a in axes else 1 for a, n in enumerate(y.shape))
+    y = y + p["bias"].reshape(shape)
     if "norm_scale" in p:
-        return jax.nn.silu(rms_norm(y, p["norm_scale"], eps))
+        return jax.nn.silu(rms_norm(y, p["norm_scale"].reshape(shape), eps, axis))
     return y
 
 
@@ -136,7 +154,7 @@ def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
 
     Source: dreamerv3_spec 1.1, 1.3.
     """
-    return _post(p, x @ p["kernel"] + p["bias"], eps)
+    return _post(p, x @ p["kernel"], eps)
 
 
 def to_groups(x: jnp.ndarray, g: int) -> jnp.ndarray:
@@ -151,14 +169,6 @@ def from_groups(x: jnp.ndarray, lead: tuple[int, ...]) -> jnp.ndarray:
     return jnp.swapaxes(x, 0, 1).reshape(*lead, g * o)
 
 
-def _block_post(p: Layer, y: jnp.ndarray, eps: float) -> jnp.ndarray:
-    g, _, o = y.shape
-    y = y + p["bias"].reshape(g, 1, o)
-    if "norm_scale" in p:   # RMSNorm over the full g*o vector of each row
-        return jax.nn.silu(rms_norm(y, p["norm_scale"].reshape(g, 1, o), eps, axis=(0, 2)))
-    return y
-
-
 def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     """BlockLinear in the block-major layout: x f32[g, R, i] -> f32[g, R, o],
     block k: x[k] @ W[k] + b[k*o:(k+1)*o] (W = kernel f32[g, i, o]), then RMSNorm
@@ -170,7 +180,7 @@ def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
     """
     y = jax.lax.dot_general(x, p["kernel"], (((2,), (1,)), ((0,), (0,))))
-    return _block_post(p, y, eps)
+    return _post(p, y, eps, axis=(0, 2))   # RMSNorm over each row's g*o
 
 
 def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
@@ -185,7 +195,7 @@ def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
     w = p["kernel"]
     y = jax.lax.dot_general(x, w[:, :i], (((2,), (1,)), ((0,), (0,))))
     ys = jax.lax.dot_general(shared, w[:, i:], (((1,), (1,)), ((), ())))   # [R, g, o]
-    return _block_post(p, y + jnp.swapaxes(ys, 0, 1), eps)
+    return _post(p, y + jnp.swapaxes(ys, 0, 1), eps, axis=(0, 2))
 
 
 def mlp(layers: dict[str, Layer], x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
