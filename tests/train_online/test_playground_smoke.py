@@ -116,6 +116,36 @@ def test_dreamerv3_split_run_equals_uninterrupted(dreamerv3_run, tmp_path):
             np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=name)
 
 
+@pytest.mark.slow   # its own program (the parts' masked chunk): ~1-2 min more on 2 cores
+def test_dreamerv3_run_in_parts_resumed_inside_a_round_equals_whole_rounds(dreamerv3_run,
+                                                                           tmp_path):
+    """--chunk-ticks 13: rounds of 31 ticks in parts of 13, 13 and 5 (padded); stopped
+    after 4 parts (inside round 1) and resumed: the metrics (DreamerV3's means since
+    the last row), parameters, optimizer state, replay with its latents and loop
+    carries equal the whole-round run's."""
+    import dataclasses
+    rc = OnlineRunConfig.from_json(json.loads((dreamerv3_run / "config.json").read_text()))
+    rc = dataclasses.replace(rc, chunk_ticks=13)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "config.json").write_text(json.dumps(rc.to_json()))
+    assert not run(rc, parts, None, progress=False, stop_after_chunks=4)["finished"]
+    assert int(list_checkpoints(parts)[-1].name) == 31 + 13
+    assert run(rc, parts, None, progress=False)["finished"]
+    drop = ("wall_s",)
+    a = [{k: v for k, v in r.items() if k not in drop} for r in _rows(dreamerv3_run)]
+    b = [{k: v for k, v in r.items() if k not in drop} for r in _rows(parts)]
+    assert a == b
+    from wmx.envs.playground import cached_env
+    like = program.checkpoint_items(jax.eval_shape(
+        lambda: program.init_carries(rc, cached_env(rc.task, rc.episode_length))))
+    (x, _), (y, _) = (restore_checkpoint(list_checkpoints(d)[-1], like)
+                      for d in (dreamerv3_run, parts))
+    for name in ("agent", "replay", "loop"):
+        for u, v in zip(jax.tree.leaves(x[name]), jax.tree.leaves(y[name])):
+            np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=name)
+
+
 def test_both_agents_episodes_pool_into_one_dataset(home, tdmpc2_run, dreamerv3_run):
     from wmx.cli import beam
     from wmx.datasets.readers import open_dataset
