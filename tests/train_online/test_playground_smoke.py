@@ -102,16 +102,21 @@ def test_dreamerv3_split_run_equals_uninterrupted(dreamerv3_run, tmp_path):
     shutil.copy(dreamerv3_run / "config.json", split / "config.json")
     assert not run(rc, split, None, progress=False, stop_after_chunks=1)["finished"]
     assert run(rc, split, None, progress=False)["finished"]       # a fresh restore
+    _assert_same_run(rc, dreamerv3_run, split)
+
+
+def _assert_same_run(rc, a_dir, b_dir):
+    """Equal metrics.csv rows (wall time aside) and equal final checkpoints: parameters,
+    optimizer, replay with its latents, loop carries."""
     drop = ("wall_s",)
-    a = [{k: v for k, v in r.items() if k not in drop} for r in _rows(dreamerv3_run)]
-    b = [{k: v for k, v in r.items() if k not in drop} for r in _rows(split)]
+    a = [{k: v for k, v in r.items() if k not in drop} for r in _rows(a_dir)]
+    b = [{k: v for k, v in r.items() if k not in drop} for r in _rows(b_dir)]
     assert a == b
     from wmx.envs.playground import cached_env
     like = program.checkpoint_items(jax.eval_shape(
         lambda: program.init_carries(rc, cached_env(rc.task, rc.episode_length))))
-    (x, _), (y, _) = (restore_checkpoint(list_checkpoints(d)[-1], like)
-                      for d in (dreamerv3_run, split))
-    for name in ("agent", "replay", "loop"):       # parameters, optimizer, replay + latents
+    (x, _), (y, _) = (restore_checkpoint(list_checkpoints(d)[-1], like) for d in (a_dir, b_dir))
+    for name in ("agent", "replay", "loop"):
         for u, v in zip(jax.tree.leaves(x[name]), jax.tree.leaves(y[name])):
             np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=name)
 
@@ -132,18 +137,7 @@ def test_dreamerv3_run_in_parts_resumed_inside_a_round_equals_whole_rounds(dream
     assert not run(rc, parts, None, progress=False, stop_after_chunks=4)["finished"]
     assert int(list_checkpoints(parts)[-1].name) == 31 + 13
     assert run(rc, parts, None, progress=False)["finished"]
-    drop = ("wall_s",)
-    a = [{k: v for k, v in r.items() if k not in drop} for r in _rows(dreamerv3_run)]
-    b = [{k: v for k, v in r.items() if k not in drop} for r in _rows(parts)]
-    assert a == b
-    from wmx.envs.playground import cached_env
-    like = program.checkpoint_items(jax.eval_shape(
-        lambda: program.init_carries(rc, cached_env(rc.task, rc.episode_length))))
-    (x, _), (y, _) = (restore_checkpoint(list_checkpoints(d)[-1], like)
-                      for d in (dreamerv3_run, parts))
-    for name in ("agent", "replay", "loop"):
-        for u, v in zip(jax.tree.leaves(x[name]), jax.tree.leaves(y[name])):
-            np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=name)
+    _assert_same_run(rc, dreamerv3_run, parts)
 
 
 def test_both_agents_episodes_pool_into_one_dataset(home, tdmpc2_run, dreamerv3_run):
