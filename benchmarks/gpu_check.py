@@ -1,11 +1,13 @@
 """gpu_check: both agents' paper-size speed and a short paper-protocol learning run, on a GPU.
 
 One prepared script for a machine with an NVIDIA GPU and the CUDA install
-(README, "On a GPU"). It runs five stages, each in its own process under a
+(README, "On a GPU"). It runs six stages, each in its own process under a
 hard time limit, within one wall-clock budget (default 570 s, so a 10-minute
 slot keeps a margin; ``--plan`` prints the stages and budgets):
 
   probe               jax's devices and versions (nothing else runs without a GPU)
+  device_tests        tests/nn/test_rbg_bits.py on the GPU: wmx's Philox kernel for the
+                      Q-dropout masks gives jax.random's "rbg" bits on this backend too
   tdmpc2_speed        benchmarks/tdmpc2_speed.py, wmx only: one update (batch 256)
                       and one planning decision (512 samples, 6 iterations) at model size 5
   dreamerv3_speed     benchmarks/dreamerv3_speed.py, wmx only: one training step
@@ -42,6 +44,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -85,7 +88,7 @@ def stages(raw: Path, home: Path, smoke: bool) -> list[Stage]:
                         "--eval-every", "40", "--eval-episodes", "2", "--env-steps", "120"]
         td_learn = learn_common + ["--set", "seed_steps=40"]
         dv_learn = learn_common
-        budgets = (30, 100, 160, 120, 130)
+        budgets = (30, 30, 90, 150, 110, 130)
     else:
         td_speed = ["--sizes", "5", "--rounds", "5", "--calls", "10"]
         dv_speed = ["--sizes", "12m", "--rounds", "3", "--train-calls", "5",
@@ -94,22 +97,26 @@ def stages(raw: Path, home: Path, smoke: bool) -> list[Stage]:
                     "--env-steps", "50000", "--eval-every", "5000", "--eval-episodes", "10"]
         dv_learn = ["--task", TASK, "--preset", "paper", "--seeds", "0",
                     "--env-steps", "64000", "--eval-every", "16000", "--eval-episodes", "10"]
-        budgets = (30, 70, 100, 145, 195)
+        budgets = (30, 25, 65, 95, 140, 185)
     learn_out = ["--home", str(home), "--out", str(raw / "learning")]
     return [
         Stage("probe", budgets[0], probe),
-        Stage("tdmpc2_speed", budgets[1],
+        # wmx.nn.rbg_bits reproduces XLA's RngBitGenerator bits on the backend it runs on;
+        # the GPU's generator is checked here (the test suite runs on the CPU only)
+        Stage("device_tests", budgets[1],
+              [py, "-m", "pytest", "-q", str(ROOT / "tests" / "nn" / "test_rbg_bits.py")]),
+        Stage("tdmpc2_speed", budgets[2],
               [py, str(HERE / "tdmpc2_speed.py"), *td_speed, "--kinds", "update", "plan",
                "--retries", "0", "--no-online", "--out", str(raw / "tdmpc2_speed.json")],
               env=no_prealloc),
-        Stage("dreamerv3_speed", budgets[2],
+        Stage("dreamerv3_speed", budgets[3],
               [py, str(HERE / "dreamerv3_speed.py"), *dv_speed, "--load-retries", "0",
                "--online-presets", "--compile-cache", "", "--logs", str(raw / "logs"),
                "--out", str(raw / "dreamerv3_speed.json")], env=no_prealloc),
-        Stage("tdmpc2_learning", budgets[3],
+        Stage("tdmpc2_learning", budgets[4],
               [py, str(HERE / "learning" / "tdmpc2_online.py"), *td_learn, *learn_out],
               learning="tdmpc2", tail_s=45),
-        Stage("dreamerv3_learning", budgets[4],
+        Stage("dreamerv3_learning", budgets[5],
               [py, str(HERE / "learning" / "dreamerv3_online.py"), *dv_learn, *learn_out],
               learning="dreamerv3", tail_s=60),
     ]
@@ -489,7 +496,9 @@ def main(argv=None) -> int:
             entry.update(limit_s=round(limit, 1), log=str(log.relative_to(out)), **res)
             entry["status"] = ("timeout" if res["timed_out"] else
                                "ok" if res["returncode"] == 0 else "failed")
-            if st.name == "tdmpc2_speed":
+            if st.name == "device_tests":
+                entry["results"] = pytest_summary(log)
+            elif st.name == "tdmpc2_speed":
                 entry["results"] = tdmpc2_speed_results(raw / "tdmpc2_speed.json")
             elif st.name == "dreamerv3_speed":
                 entry["results"] = dreamerv3_speed_results(raw / "dreamerv3_speed.json")
@@ -520,6 +529,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def pytest_summary(log: Path) -> dict:
+    """{"passed": n, "failed": n, ...} from the last summary line of a pytest log."""
+    lines = [x for x in log.read_text(errors="replace").splitlines() if " in " in x]
+    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped)", lines[-1]) if lines else []
+    return {kind: int(n) for n, kind in counts}
+
+
 def summarise(record: dict) -> None:
     """A few lines per stage on stdout."""
     print(f"\n{record['device']}: {record['mode']}, {record['wall_s']:.0f} s")
@@ -528,7 +544,9 @@ def summarise(record: dict) -> None:
         if "wall_s" in st:
             line += f" {st['wall_s']:6.0f} s"
         res = st.get("results") or {}
-        if "speed" in st["name"]:
+        if st["name"] == "device_tests":
+            line += "  " + ", ".join(f"{n} {kind}" for kind, n in res.items())
+        elif "speed" in st["name"]:
             line += "  " + ", ".join(f"{k} {v['median_ms']:.2f} ms" for k, v in res.items()
                                      if isinstance(v, dict) and "median_ms" in v)
         elif res:

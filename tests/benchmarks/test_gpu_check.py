@@ -31,8 +31,8 @@ def test_plan_budgets_sum_to_at_most_600_s(force_cpu):
     rows = re.findall(r"^  (\w+)\s+([\d.]+) s", r.stdout, re.M)
     budgets = {name: float(s) for name, s in rows}
     total = budgets.pop("total")
-    assert list(budgets) == ["probe", "tdmpc2_speed", "dreamerv3_speed", "tdmpc2_learning",
-                             "dreamerv3_learning"]
+    assert list(budgets) == ["probe", "device_tests", "tdmpc2_speed", "dreamerv3_speed",
+                             "tdmpc2_learning", "dreamerv3_learning"]
     assert abs(sum(budgets.values()) + gpu_check.FINISH_RESERVE_S - total) < 0.5
     assert total <= 600
     assert "--budget-min" in r.stdout
@@ -161,3 +161,12 @@ def test_force_cpu_smoke_runs_every_stage(tmp_path):
     for name in ("tdmpc2_learning", "dreamerv3_learning"):
         assert st[name]["results"]["env_steps_reached"] > 0 and st[name]["results"]["eval_curve"]
     assert (out / "gpu_check.png").stat().st_size > 1000
+
+
+def test_pytest_summary_reads_the_counts(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_text("....F.\nFAILED tests/nn/test_rbg_bits.py::test_x\n"
+                   "1 failed, 15 passed, 2 skipped in 12.3s\n")
+    assert gpu_check.pytest_summary(log) == {"failed": 1, "passed": 15, "skipped": 2}
+    log.write_text("killed\n")
+    assert gpu_check.pytest_summary(log) == {}
