@@ -130,3 +130,15 @@ def test_bad_input(runs_home, tmp_path, capsys):
     (bad / "config.json").write_text("{not json")
     rows = _ls(tmp_path, capsys)
     assert rows["broken"][1:4] == ["?", "?", "interrupted"]
+
+
+def test_progress_of_a_checkpoint_inside_a_round(tmp_path, capsys):
+    """A run with --chunk-ticks checkpointed 9 ticks into its second round and no
+    metrics row for that round: the progress counts those ticks (T=20, 1 env, repeat 1)."""
+    run_dir = tmp_path / "runs" / "parts"
+    (run_dir / "checkpoints" / "000000000030").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    (run_dir / "checkpoints" / "000000000030" / "host.json").write_text(
+        json.dumps({"next_tick": 30}))
+    assert listing.read_run(run_dir).done == 20 + 9
+    assert _ls(tmp_path, capsys)["parts"][4] == "29/120 env steps"

@@ -159,6 +159,19 @@ def last_eval(rows: list[dict[str, str]], kind: str) -> tuple[int, str, float] |
     return step, metric, sum(vals) / len(vals)
 
 
+def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
+    """Env steps of an online run at a checkpoint's ``next_tick``, inside a round too
+    (ticks of a round: T + 1, the last one emits no env step); None when the config
+    lacks the numbers."""
+    derived, tick, n_envs = cfg.get("derived") or {}, _int(host.get("next_tick")), \
+        _int(cfg.get("n_envs"))
+    T, repeat = _int(derived.get("episode_length")), _int(derived.get("action_repeat"))
+    if None in (tick, n_envs, T, repeat):
+        return None
+    rounds, into = divmod(tick, T + 1)
+    return (rounds * T + min(into, T)) * n_envs * repeat
+
+
 def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """[(folder name, host.json)] of the run's complete checkpoints, oldest first."""
     root = Path(run_dir) / "checkpoints"
@@ -202,13 +215,16 @@ def read_run(run_dir: Path) -> RunInfo:
     rows = read_metrics(run_dir / "metrics.csv")
     steps = [s for s in (_int(r.get(step_col)) for r in rows) if s is not None]
     done = max(steps, default=0)
+    ckpts = checkpoints(run_dir)
+    if kind == "online" and ckpts:        # a checkpoint inside a round (--chunk-ticks)
+        done = max(done, _online_env_steps(cfg, ckpts[-1][1]) or 0)
     if summary is not None and _int(summary.get(step_col)) is not None:
         done = max(done, _int(summary[step_col]))
         if status == FINISHED:       # online totals are rounded up to whole rounds
             total = _int(summary[step_col])
     return RunInfo(run_dir.name, run_dir, kind, str(cfg.get("agent", "?")), target, status,
                    unit, done, total, last_eval(rows, kind), size, config=cfg,
-                   summary=summary, owner=owner, checkpoints=checkpoints(run_dir), error=error)
+                   summary=summary, owner=owner, checkpoints=ckpts, error=error)
 
 
 
