@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 import struct
 from pathlib import Path
 
@@ -188,11 +189,14 @@ def test_wandb_offline_run_and_resume(tmp_path, monkeypatch):
         pytest.approx(1 / 20)
     assert "train/total_loss/seed_0" not in hist[0]            # empty fields are not logged
     m = MetricsCSV(run / "metrics.csv", COLUMNS, "agent_steps", keep_until=20)
+    # W&B names an offline run's folder by the second it starts: a resume within the same
+    # second would share the first folder and its .wandb file, so start it in the next one
+    time.sleep(1.05 - time.time() % 1)
     with L.RunLoggers(L.resolve_loggers(None, run), run) as lg:
         lg.attach(m, "env_steps").append(_rows([60]))
     assert json.loads((run / "loggers.json").read_text())["wandb"]["id"] == run_id
     runs = sorted((run / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
-    assert len(runs) in (1, 2)     # same id (a second folder when a second has passed)
+    assert len(runs) == 2          # the same id, a second folder
     assert [h["env_steps"] for h in read_wandb_history(runs[-1])][-1] == 60
 
 
