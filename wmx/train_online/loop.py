@@ -85,7 +85,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     after that many chunks of this call (tests of resume); ``deadline`` (a
     ``time.monotonic()`` value) stops after the first chunk that ends past it,
     evaluating there (budgeted runs; continue later with ``--resume``: the
-    schedule and keys of later evaluations are unchanged by the stop). ``loggers``: a
+    schedule and keys of later evaluations are unchanged by the stop; with
+    ``rc.chunk_ticks`` a stop inside a round checkpoints without evaluating, the round's
+    evaluation comes at its end after the resume). ``loggers``: a
     `wmx.runs.loggers.RunLoggers` (opened and closed by the caller) that gets every
     metrics.csv row too, x axis env steps. Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
