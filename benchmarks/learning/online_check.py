@@ -6,8 +6,11 @@ the agent's published points (wmx/evaluate/reference/: TD-MPC2's eval curve,
 DreamerV3's training-episode returns). Writes ``<out>/<agent>_online_<task>.json``
 and a plot; ``docs/validation.md`` records the results. The entry points are
 ``tdmpc2_online.py`` and ``dreamerv3_online.py`` (each sets its agent's defaults);
-``--budget-min`` stops after the first chunk past the budget (evaluated there),
-``--resume RUN_DIR`` continues.
+``--budget-min`` stops after the first chunk past the budget (evaluated there
+at a round's end; with ``--chunk-ticks`` a stop inside a round checkpoints
+without evaluating), ``--resume RUN_DIR`` continues. The check holds the run's
+lock while it trains (`wmx.runs.owner.hold_run`), as ``train_online`` does, so
+``wmx runs`` shows it running and a second trainer of the run fails at once.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
 from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
 from wmx.paths import wmx_home
+from wmx.runs.owner import hold_run
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
 from wmx.runs.online_config import OnlineRunConfig
@@ -108,7 +112,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     export = online_cli.make_export(store, rc, run_dir)
     t0 = time.perf_counter()
     deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-    summary = run(rc, run_dir, export, progress=True, deadline=deadline)
+    with hold_run(run_dir):
+        summary = run(rc, run_dir, export, progress=True, deadline=deadline)
     wall = time.perf_counter() - t0
     curve, train = eval_curve(run_dir), eval_curve(run_dir, "train")
     final_x = max(curve) if curve else 0

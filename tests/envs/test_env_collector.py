@@ -7,7 +7,7 @@ import pytest
 from wmx.envs import make_env
 from wmx.envs.collector import (collect_episodes, collect_tick, init_collector,
                                 make_rollout, policy_view, rows_to_episodes,
-                                uniform_policy)
+                                uniform_policy, zero_row)
 from wmx.envs.probes import make_probe_env
 
 N_ENVS, N_EPS = 3, 3
@@ -138,6 +138,18 @@ def test_vmap_over_seeds_equals_separate_runs(action_env):
                         jax.tree_util.tree_leaves((v_state, v_rows))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b)[s],
                                        rtol=1e-6)
+
+
+def test_zero_row_is_the_shape_of_a_collected_row(action_env):
+    env = action_env
+    state = init_collector(env, jax.random.PRNGKey(0), 4)
+    _, row = jax.eval_shape(lambda s: collect_tick(env, s, 1, jnp.zeros((4, 2)),
+                                                   jax.random.PRNGKey(0)), state)
+    zero = zero_row(env, 4)
+    assert jax.tree.structure(zero) == jax.tree.structure(row)
+    for z, r in zip(jax.tree.leaves(zero), jax.tree.leaves(row)):
+        assert (z.shape, z.dtype) == (r.shape, r.dtype)
+        assert not np.asarray(z).any()
 
 
 def test_bad_inputs_raise(action_env):

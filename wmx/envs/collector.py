@@ -35,7 +35,7 @@ from flax import struct
 from wmx.envs.base import Env, EnvState
 
 __all__ = [
-    "CollectorState", "Row", "init_collector", "policy_view", "collect_tick",
+    "CollectorState", "Row", "zero_row", "init_collector", "policy_view", "collect_tick",
     "uniform_actions", "uniform_policy", "make_rollout", "rows_to_episodes",
     "collect_episodes", "PolicyFn",
 ]
@@ -98,6 +98,18 @@ def init_collector(env: Env, key: jax.Array, n_envs: int) -> CollectorState:
     return CollectorState(env_state=env_state, episode_return=zeros,
                           last_return=zeros, n_episodes=zero, env_steps=zero,
                           rows=zero, n_offschedule_dones=zero)
+
+
+def zero_row(env: Env, n_envs: int) -> Row:
+    """An all-zero `Row` of n_envs envs, the shapes and dtypes `collect_tick` emits
+    (obs f32[n, O], action f32[n, A], reward f32[n], flags bool[n]): the row of a
+    padded tick, and the template of stored rows, without tracing a tick."""
+    n = int(n_envs)
+    flag = jnp.zeros((n,), jnp.bool_)
+    return Row(obs=jnp.zeros((n, env.obs_dim), jnp.float32),
+               action=jnp.zeros((n, env.action_dim), jnp.float32),
+               reward=jnp.zeros((n,), jnp.float32), is_first=flag, is_last=flag,
+               is_terminal=flag)
 
 
 def _row_index(env: Env, tick: jax.Array) -> jax.Array:

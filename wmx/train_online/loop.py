@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
@@ -59,17 +60,25 @@ def initial_carries(rc: OnlineRunConfig, env) -> program.OnlineCarry:
     return carries._replace(agent=states)
 
 
-def _pending_like(rc: OnlineRunConfig, env, like_carries, filled: int):
+def _round_rows(rc: OnlineRunConfig, env, ticks: int):
+    """A zeroed host buffer for ``ticks`` rows of every seed, `wmx.envs.collector.Row`
+    of numpy arrays [S, ticks, n_envs, ...]: the rows of the round in progress of a
+    ``rc.chunk_ticks`` run (filled part by part; saved as the checkpoint's "pending"
+    item, its first ``filled`` ticks)."""
+    S = len(rc.seeds)
+    return jax.tree.map(lambda z: np.zeros((S, ticks) + z.shape, z.dtype),
+                        jax.eval_shape(lambda: zero_row(env, rc.n_envs)))
+
+
+def _pending_like(rc: OnlineRunConfig, env, filled: int):
     """Shapes of the rows of a round's first ``filled`` ticks, [S, filled, n_envs, ...]
-    (the "pending" item of a checkpoint inside a round)."""
-    L = rc.chunk_ticks
-    if L is None:
+    (the "pending" item of a checkpoint inside a round). Raises ValueError when
+    ``rc.chunk_ticks`` is None (such a checkpoint comes only from a run with it)."""
+    if rc.chunk_ticks is None:
         raise ValueError("the newest checkpoint is inside a round (saved by a run with "
                          "--chunk-ticks); resume with the run's own config")
-    rows = jax.eval_shape(program.make_part_fn(rc, env), like_carries,
-                          jax.ShapeDtypeStruct((L,), np.int32), jax.ShapeDtypeStruct((L,), bool))[1]
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0], filled) + x.shape[2:],
-                                                       x.dtype), rows)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        _round_rows(rc, env, filled))
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
@@ -101,20 +110,21 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     host = HostState(next_eval_env_steps=rc.eval_every)
     ckpts = list_checkpoints(run_dir)
     last_ckpt = ckpts[-1] if ckpts else None
-    pending = None      # rows of the round in progress (chunk_ticks runs), [S, ticks so far, ...]
+    pending = None      # rows of the round in progress (chunk_ticks runs), [S, T+1, ...]
     if not ckpts:
         carries = initial_carries(rc, env)
     else:
-        like_carries = jax.eval_shape(lambda: program.init_carries(rc, env))
-        like = program.checkpoint_items(like_carries)
-        filled = HostState.from_json(json.loads((ckpts[-1] / "host.json").read_text())
-                                     ).next_tick % ticks_per_round
+        like = program.checkpoint_items(jax.eval_shape(lambda: program.init_carries(rc, env)))
+        host = HostState.from_json(json.loads((ckpts[-1] / "host.json").read_text()))
+        filled = host.next_tick % ticks_per_round
         if filled:
-            like["pending"] = _pending_like(rc, env, like_carries, filled)
-        items, h = restore_checkpoint(ckpts[-1], like)
+            like["pending"] = _pending_like(rc, env, filled)
+        items, _ = restore_checkpoint(ckpts[-1], like)
         if filled:
-            pending = jax.tree.map(np.asarray, items.pop("pending"))
-        carries, host = program.from_checkpoint_items(items), HostState.from_json(h)
+            pending = _round_rows(rc, env, ticks_per_round)
+            jax.tree.map(lambda buf, x: buf.__setitem__((slice(None), slice(0, filled)), x),
+                         pending, items.pop("pending"))
+        carries = program.from_checkpoint_items(items)
         log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
@@ -135,21 +145,22 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     def agent_steps_at(tick: int) -> int:        # per run (all envs), at a round boundary
         return (tick // ticks_per_round) * T * n_envs
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=rc.total_env_steps, initial=agent_steps_at(host.next_tick) * ar,
-                   unit="env step", unit_scale=True, dynamic_ncols=True,
-                   desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
-
     def env_steps_at(tick: int) -> int:          # inside a round too (progress bar)
         into = min(tick % ticks_per_round, T)
         return (agent_steps_at(tick) + into * n_envs) * ar
 
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=rc.total_env_steps, initial=env_steps_at(host.next_tick),
+                   unit="env step", unit_scale=True, dynamic_ncols=True,
+                   desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
+
     def save(with_pending: bool) -> Path:
         items = program.checkpoint_items(carries)
-        if with_pending:
-            items["pending"] = pending
+        if with_pending:            # the round's rows so far (a view: no copy)
+            filled = host.next_tick % ticks_per_round
+            items["pending"] = jax.tree.map(lambda x: x[:, :filled], pending)
         return save_checkpoint(run_dir, host.next_tick, items, host.to_json())
 
     chunks_done = 0
@@ -167,9 +178,13 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             carries, rows = part_fn(carries, ticks, ticks < end)
             new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
                                     jax.device_get(rows))
-            pending = new_rows if pending is None else jax.tree.map(
-                lambda a, b: np.concatenate([a, b], 1), pending, new_rows)
-            rows = pending
+            if pending is None:         # a new round: one buffer for all its parts
+                pending = _round_rows(rc, env, ticks_per_round)
+            at = start % ticks_per_round
+            jax.tree.map(lambda buf, x: buf.__setitem__((slice(None), slice(at, at + x.shape[1])),
+                                                        x), pending, new_rows)
+            rows = jax.tree.map(lambda x: x[:, :end % ticks_per_round or ticks_per_round],
+                                pending)
         rows_start = end - rows.reward.shape[1]
         agent_steps = agent_steps_at(end)
         env_steps = agent_steps * ar

@@ -191,12 +191,8 @@ def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
 
     def masked_tick(carry, xs):
         tick, valid = xs
-        row_like = jax.eval_shape(lambda c, t: tick_fn(c, t)[1], carry, tick)
-
-        def skip(c, _):
-            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), row_like)
-
-        return jax.lax.cond(valid, tick_fn, skip, carry, tick)
+        return jax.lax.cond(valid, tick_fn, lambda c, _: (c, collector_lib.zero_row(env, n_envs)),
+                            carry, tick)
 
     def one_seed(carry, ticks, valid):
         return jax.lax.scan(masked_tick, carry, (ticks, valid))

@@ -1,0 +1,60 @@
+"""benchmarks/learning/online_check.py around a stand-in trainer (the check itself trains
+for hours and is not part of the suite): the run lock is held while it trains, the
+curves come from metrics.csv, the threshold is judged on the chosen kind of return."""
+import csv
+import json
+import sys
+from pathlib import Path
+
+_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "learning"
+sys.path.insert(0, str(_DIR))
+import online_check  # noqa: E402
+
+from wmx.runs.owner import probe  # noqa: E402
+
+ROWS = [  # (kind, env_steps, seed, return)
+    ("train", 16_000, 0, 120.0), ("train", 16_000, 1, 80.0),
+    ("eval", 16_000, 0, 200.0), ("eval", 16_000, 1, 100.0),
+    ("train", 32_000, 0, 310.0), ("train", 32_000, 1, 330.0),
+    ("eval", 32_000, 0, 250.0), ("eval", 32_000, 1, 270.0),
+]
+
+
+def _fake_run(seen):
+    def run(rc, run_dir, export, progress=True, deadline=None):
+        seen["owner"] = probe(run_dir)        # who holds the run while it trains
+        seen["deadline"] = deadline
+        with (run_dir / "metrics.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["seed", "kind", "env_steps", "return"])
+            for kind, x, seed, r in ROWS:
+                w.writerow([seed, kind, x, r])
+        return {"finished": True}
+    return run
+
+
+def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(online_check, "run", _fake_run(seen))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    out = tmp_path / "out"
+    argv = ["--task", "reacher-easy", "--env-steps", "32000", "--home", str(tmp_path / "home"),
+            "--out", str(out), "--threshold", "300", "--chunk-ticks", "50"]
+    res = online_check.main("dreamerv3", {"eval_every": 16_000, "threshold_on": "train"}, argv)
+
+    run_dir = Path(res["run_dir"])
+    assert seen["owner"] is not None and seen["owner"].pid > 0
+    assert probe(run_dir) is None                      # released once the check ends
+    assert seen["deadline"] is None
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["chunk_ticks"] == 50 and cfg["n_envs"] == 16     # the agent preset's envs
+    assert res["train_curve"] == {"16000": [120.0, 80.0], "32000": [310.0, 330.0]}
+    assert res["final_mean_eval_return"] == 260.0
+    assert res["best_mean_return_judged"] == 320.0 and res["passed"] is True
+    saved = json.loads((out / "dreamerv3_online_reacher-easy.json").read_text())
+    assert saved["passed"] is True and (out / "dreamerv3_online_reacher-easy.png").stat().st_size
+
+    # the same rows judged on the eval returns: best 260 < 300
+    res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv[:-2] + ["--resume",
+                                                                            str(run_dir)])
+    assert res["threshold_on"] == "eval" and res["passed"] is False
