@@ -8,7 +8,8 @@ and a plot; ``docs/validation.md`` records the results. The entry points are
 ``tdmpc2_online.py`` and ``dreamerv3_online.py`` (each sets its agent's defaults);
 ``--budget-min`` stops after the first chunk past the budget (evaluated there
 at a round's end; with ``--chunk-ticks`` a stop inside a round checkpoints
-without evaluating), ``--resume RUN_DIR`` continues. The check holds the run's
+without evaluating), ``--resume RUN_DIR`` continues, ``--resume RUN_DIR
+--report-only`` writes the result as far as the run got without training. The check holds the run's
 lock while it trains (`wmx.runs.owner.hold_run`), as ``train_online`` does, so
 ``wmx runs`` shows it running and a second trainer of the run fails at once.
 """
@@ -42,6 +43,14 @@ def eval_curve(run_dir: Path, kind: str = "eval") -> dict[int, list[float]]:
             if r["kind"] == kind and r["return"] not in ("", None):
                 out.setdefault(int(r["env_steps"]), []).append(float(r["return"]))
     return dict(sorted(out.items()))
+
+
+def run_wall_s(run_dir: Path) -> float | None:
+    """The run's own time in seconds (the last ``wall_s`` of its metrics.csv: training and
+    evaluation over all its sessions), None before its first logged round."""
+    with (run_dir / "metrics.csv").open() as f:
+        walls = [float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s")]
+    return max(walls) if walls else None
 
 
 def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float | None,
@@ -85,9 +94,14 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     p.add_argument("--home", default=None)
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) learning run")
+    p.add_argument("--report-only", action="store_true",
+                   help="with --resume: no training; write the result JSON and plot of the "
+                        "run as far as it got (e.g. a criterion judged before the run's end)")
     p.add_argument("--out", default="benchmarks/results")
     p.set_defaults(**defaults)
     args = p.parse_args(argv)
+    if args.report_only and not args.resume:
+        p.error("--report-only needs --resume RUN_DIR (the run to report on)")
 
     if args.resume:
         run_dir = Path(args.resume).resolve()
@@ -109,11 +123,14 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
     task = rc.task
-    export = online_cli.make_export(store, rc, run_dir)
     t0 = time.perf_counter()
-    deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-    with hold_run(run_dir):
-        summary = run(rc, run_dir, export, progress=True, deadline=deadline)
+    if args.report_only:
+        summary = {"finished": (run_dir / "summary.json").exists()}
+    else:
+        export = online_cli.make_export(store, rc, run_dir)
+        deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
+        with hold_run(run_dir):
+            summary = run(rc, run_dir, export, progress=True, deadline=deadline)
     wall = time.perf_counter() - t0
     curve, train = eval_curve(run_dir), eval_curve(run_dir, "train")
     final_x = max(curve) if curve else 0
@@ -124,6 +141,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
            "n_envs": rc.n_envs, "agent_overrides": rc.agent_overrides,
            "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
            "finished": summary["finished"], "wall_s": wall,
+           "run_wall_s": run_wall_s(run_dir),
            "eval_curve": {str(k): v for k, v in curve.items()},
            "train_curve": {str(k): v for k, v in train.items()},
            "final_mean_eval_return": final,

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 _DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "learning"
 sys.path.insert(0, str(_DIR))
 import online_check  # noqa: E402
@@ -26,9 +28,9 @@ def _fake_run(seen):
         seen["deadline"] = deadline
         with (run_dir / "metrics.csv").open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["seed", "kind", "env_steps", "return"])
+            w.writerow(["seed", "kind", "env_steps", "return", "wall_s"])
             for kind, x, seed, r in ROWS:
-                w.writerow([seed, kind, x, r])
+                w.writerow([seed, kind, x, r, x / 100])
         return {"finished": True}
     return run
 
@@ -58,3 +60,24 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv[:-2] + ["--resume",
                                                                             str(run_dir)])
     assert res["threshold_on"] == "eval" and res["passed"] is False
+
+    assert res["run_wall_s"] == 320.0
+
+
+def test_report_only_trains_nothing(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(online_check, "run", _fake_run(seen))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    argv = ["--task", "reacher-easy", "--home", str(tmp_path / "home"), "--out", str(tmp_path)]
+    run_dir = online_check.main("dreamerv3", {}, argv)["run_dir"]
+
+    def no_training(*a, **k):
+        raise AssertionError("--report-only trained")
+    monkeypatch.setattr(online_check, "run", no_training)
+    res = online_check.main("dreamerv3", {}, ["--resume", run_dir, "--report-only",
+                                              "--threshold", "300", "--threshold-on", "train",
+                                              "--out", str(tmp_path)])
+    assert res["finished"] is False and res["env_steps_reached"] == 32_000
+    assert res["passed"] is True
+    with pytest.raises(SystemExit):
+        online_check.main("dreamerv3", {}, ["--report-only", "--out", str(tmp_path)])
