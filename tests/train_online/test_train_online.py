@@ -164,6 +164,9 @@ def test_parts_of_rounds_equal_whole_rounds_and_resume_inside_a_round(full_run):
     newest = list_checkpoints(run_dir)[-1]
     assert int(newest.name) == 21 + 16 and (newest / "items" / "pending").is_dir()
     assert len(_metrics(run_dir)) == 2                      # round 0's train rows only
+    with pytest.raises(ValueError, match="inside a round"):   # a config without the parts
+        run(RC, run_dir, None, progress=False)
+    assert len(_metrics(run_dir)) == 2 and list_checkpoints(run_dir)[-1] == newest
     second = run(rc, run_dir, make_export(store, rc, run_dir), progress=False)
     assert second["finished"]
     a, b = _metrics(full_dir), _metrics(run_dir)
