@@ -9,9 +9,10 @@ and a plot; ``docs/validation.md`` records the results. The entry points are
 ``--budget-min`` stops after the first chunk past the budget (evaluated there
 at a round's end; with ``--chunk-ticks`` a stop inside a round checkpoints
 without evaluating), ``--resume RUN_DIR`` continues, ``--resume RUN_DIR
---report-only`` writes the result as far as the run got without training. The check holds the run's
-lock while it trains (`wmx.runs.owner.hold_run`), as ``train_online`` does, so
-``wmx runs`` shows it running and a second trainer of the run fails at once.
+--report-only`` writes the result as far as the run got without training. The
+check holds the run's lock while it trains (`wmx.runs.owner.hold_run`), as
+``train_online`` does, so ``wmx runs`` shows it running and a second trainer of
+the run fails at once.
 """
 from __future__ import annotations
 

@@ -53,6 +53,7 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert res["train_curve"] == {"16000": [120.0, 80.0], "32000": [310.0, 330.0]}
     assert res["final_mean_eval_return"] == 260.0
     assert res["best_mean_return_judged"] == 320.0 and res["passed"] is True
+    assert res["run_wall_s"] == 320.0                   # the last logged wall_s
     saved = json.loads((out / "dreamerv3_online_reacher-easy.json").read_text())
     assert saved["passed"] is True and (out / "dreamerv3_online_reacher-easy.png").stat().st_size
 
@@ -60,8 +61,6 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv[:-2] + ["--resume",
                                                                             str(run_dir)])
     assert res["threshold_on"] == "eval" and res["passed"] is False
-
-    assert res["run_wall_s"] == 320.0
 
 
 def test_report_only_trains_nothing(tmp_path, monkeypatch):

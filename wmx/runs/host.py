@@ -84,6 +84,17 @@ def eval_point(scheduled: bool, final: bool, deadline: float | None,
     return EvalPoint(evaluate=due or past, advance=due, past_deadline=past)
 
 
+def env_steps_at_tick(tick: int, T: int, n_envs: int, action_repeat: int) -> int:
+    """Env steps of an online run (all its envs, one seed) before absolute ``tick``.
+
+    A round is T + 1 ticks per env: T agent steps, then the held tick that resets
+    and emits no env step (reference_design §5.2). Inside a round (``--chunk-ticks``
+    checkpoints) the round's ticks so far count. Returns an int (env steps =
+    agent steps × action_repeat)."""
+    rounds, into = divmod(int(tick), T + 1)
+    return (rounds * T + min(into, T)) * n_envs * action_repeat
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` through an owned temporary and a rename,
     so a reader (or a killed writer's successor) never sees a partial file."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wmx.runs.host import env_steps_at_tick
 from wmx.runs.owner import Owner, probe
 
 FINISHED, RUNNING, INTERRUPTED = "finished", "running", "interrupted"
@@ -168,8 +169,7 @@ def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
     T, repeat = _int(derived.get("episode_length")), _int(derived.get("action_repeat"))
     if None in (tick, n_envs, T, repeat):
         return None
-    rounds, into = divmod(tick, T + 1)
-    return (rounds * T + min(into, T)) * n_envs * repeat
+    return env_steps_at_tick(tick, T, n_envs, repeat)
 
 
 def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:

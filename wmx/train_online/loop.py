@@ -25,7 +25,7 @@ from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
-from wmx.runs.host import HostState, eval_point, write_json_atomic
+from wmx.runs.host import HostState, env_steps_at_tick, eval_point, write_json_atomic
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -60,14 +60,25 @@ def initial_carries(rc: OnlineRunConfig, env) -> program.OnlineCarry:
     return carries._replace(agent=states)
 
 
-def _round_rows(rc: OnlineRunConfig, env, ticks: int):
-    """A zeroed host buffer for ``ticks`` rows of every seed, `wmx.envs.collector.Row`
-    of numpy arrays [S, ticks, n_envs, ...]: the rows of the round in progress of a
-    ``rc.chunk_ticks`` run (filled part by part; saved as the checkpoint's "pending"
-    item, its first ``filled`` ticks)."""
+def _round_rows_like(rc: OnlineRunConfig, env, ticks: int):
+    """Shapes of ``ticks`` rows of every seed: `wmx.envs.collector.Row` of
+    ShapeDtypeStruct [S, ticks, n_envs, ...] (the rows of a ``rc.chunk_ticks`` run's
+    round in progress; with ``ticks`` = filled, its checkpoint's "pending" item)."""
     S = len(rc.seeds)
-    return jax.tree.map(lambda z: np.zeros((S, ticks) + z.shape, z.dtype),
+    return jax.tree.map(lambda z: jax.ShapeDtypeStruct((S, ticks) + z.shape, z.dtype),
                         jax.eval_shape(lambda: zero_row(env, rc.n_envs)))
+
+
+def _round_rows(rc: OnlineRunConfig, env):
+    """A zeroed host buffer (numpy) for the T+1 rows of a round, filled part by part."""
+    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
+                        _round_rows_like(rc, env, env.T + 1))
+
+
+def _write_rows(buf, at: int, rows) -> None:
+    """Copy ``rows`` [S, L, ...] into the round buffer ``buf`` at ticks at..at+L−1."""
+    for b, x in zip(jax.tree.leaves(buf), jax.tree.leaves(rows)):
+        b[:, at:at + x.shape[1]] = x
 
 
 def _pending_like(rc: OnlineRunConfig, env, filled: int):
@@ -77,8 +88,7 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
     if rc.chunk_ticks is None:
         raise ValueError("the newest checkpoint is inside a round (saved by a run with "
                          "--chunk-ticks); resume with the run's own config")
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        _round_rows(rc, env, filled))
+    return _round_rows_like(rc, env, filled)
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
@@ -121,9 +131,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             like["pending"] = _pending_like(rc, env, filled)
         items, _ = restore_checkpoint(ckpts[-1], like)
         if filled:
-            pending = _round_rows(rc, env, ticks_per_round)
-            jax.tree.map(lambda buf, x: buf.__setitem__((slice(None), slice(0, filled)), x),
-                         pending, items.pop("pending"))
+            pending = _round_rows(rc, env)
+            _write_rows(pending, 0, jax.tree.map(np.asarray, items.pop("pending")))
         carries = program.from_checkpoint_items(items)
         log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
@@ -146,8 +155,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         return (tick // ticks_per_round) * T * n_envs
 
     def env_steps_at(tick: int) -> int:          # inside a round too (progress bar)
-        into = min(tick % ticks_per_round, T)
-        return (agent_steps_at(tick) + into * n_envs) * ar
+        return env_steps_at_tick(tick, T, n_envs, ar)
 
     bar = None
     if progress:
@@ -179,12 +187,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
                                     jax.device_get(rows))
             if pending is None:         # a new round: one buffer for all its parts
-                pending = _round_rows(rc, env, ticks_per_round)
-            at = start % ticks_per_round
-            jax.tree.map(lambda buf, x: buf.__setitem__((slice(None), slice(at, at + x.shape[1])),
-                                                        x), pending, new_rows)
-            rows = jax.tree.map(lambda x: x[:, :end % ticks_per_round or ticks_per_round],
-                                pending)
+                pending = _round_rows(rc, env)
+            _write_rows(pending, start % ticks_per_round, new_rows)
+            rows = pending              # read at the round's end only, when it is full
         rows_start = end - rows.reward.shape[1]
         agent_steps = agent_steps_at(end)
         env_steps = agent_steps * ar
