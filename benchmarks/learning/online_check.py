@@ -35,22 +35,26 @@ from wmx.train_online.loop import run
 from wmx.runs.online_config import OnlineRunConfig
 
 
-def eval_curve(run_dir: Path, kind: str = "eval") -> dict[int, list[float]]:
-    """{env_steps: [mean return per seed]} of the ``kind`` rows ("eval": eval episodes;
-    "train": the training episodes completed in each chunk) of a run's metrics.csv."""
-    out: dict[int, list[float]] = {}
+def read_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv (one read serves every curve and the wall time)."""
     with (run_dir / "metrics.csv").open() as f:
-        for r in csv.DictReader(f):
-            if r["kind"] == kind and r["return"] not in ("", None):
-                out.setdefault(int(r["env_steps"]), []).append(float(r["return"]))
+        return list(csv.DictReader(f))
+
+
+def eval_curve(rows: list[dict[str, str]], kind: str = "eval") -> dict[int, list[float]]:
+    """{env_steps: [mean return per seed]} of the ``kind`` rows ("eval": eval episodes;
+    "train": the training episodes completed in each chunk) of `read_rows`'s rows."""
+    out: dict[int, list[float]] = {}
+    for r in rows:
+        if r["kind"] == kind and r["return"] not in ("", None):
+            out.setdefault(int(r["env_steps"]), []).append(float(r["return"]))
     return dict(sorted(out.items()))
 
 
-def run_wall_s(run_dir: Path) -> float | None:
-    """The run's own time in seconds (the last ``wall_s`` of its metrics.csv: training and
-    evaluation over all its sessions), None before its first logged round."""
-    with (run_dir / "metrics.csv").open() as f:
-        walls = [float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s")]
+def run_wall_s(rows: list[dict[str, str]]) -> float | None:
+    """The run's own time in seconds (the largest ``wall_s`` of `read_rows`'s rows: training
+    and evaluation over all its sessions), None before its first logged round."""
+    walls = [float(r["wall_s"]) for r in rows if r.get("wall_s")]
     return max(walls) if walls else None
 
 
@@ -133,7 +137,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         with hold_run(run_dir):
             summary = run(rc, run_dir, export, progress=True, deadline=deadline)
     wall = time.perf_counter() - t0
-    curve, train = eval_curve(run_dir), eval_curve(run_dir, "train")
+    rows = read_rows(run_dir)
+    curve, train = eval_curve(rows), eval_curve(rows, "train")
     final_x = max(curve) if curve else 0
     final = float(np.mean(curve[final_x])) if curve else float("nan")
     judged = curve if args.threshold_on == "eval" else train
@@ -142,7 +147,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
            "n_envs": rc.n_envs, "agent_overrides": rc.agent_overrides,
            "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
            "finished": summary["finished"], "wall_s": wall,
-           "run_wall_s": run_wall_s(run_dir),
+           "run_wall_s": run_wall_s(rows),
            "eval_curve": {str(k): v for k, v in curve.items()},
            "train_curve": {str(k): v for k, v in train.items()},
            "final_mean_eval_return": final,

@@ -269,7 +269,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             post = {"train": "/".join(_fmt(x) for x in last_train)}
             if host.last_eval:
                 post["eval"] = "/".join(_fmt(float(np.mean(v))) for v in host.last_eval.values())
-            post["sps"] = f"{(end - start) * n_envs * len(rc.seeds) * ar / max(time.perf_counter() - t_start, 1e-9):.0f}"
+            chunk_env_steps = (end - start) * n_envs * len(rc.seeds) * ar
+            post["sps"] = f"{chunk_env_steps / max(time.perf_counter() - t_start, 1e-9):.0f}"
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
         if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
