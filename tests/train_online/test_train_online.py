@@ -65,14 +65,16 @@ def test_episode_sets_hold_every_episode_with_correct_rows(full_run):
         assert manifest.producer.seed == int(seed)
 
 
-def test_split_run_equals_uninterrupted(full_run, tmp_path):
+def test_split_run_equals_uninterrupted(full_run, tmp_path, monkeypatch):
     store, full_dir, _ = full_run
     run_dir = tmp_path / "split"
     run_dir.mkdir()
+    trims = []                                  # the heap is trimmed before every chunk
+    monkeypatch.setattr("wmx.train_online.loop.release_free_heap", lambda: trims.append(1))
     first = run(RC, run_dir, None, progress=False, stop_after_chunks=3)
-    assert not first["finished"]
+    assert not first["finished"] and len(trims) == 3
     second = run(RC, run_dir, None, progress=False)      # restores the newest checkpoint
-    assert second["finished"]
+    assert second["finished"] and len(trims) == 6
     a, b = _metrics(full_dir), _metrics(run_dir)
     assert len(a) == len(b)
     for ra, rb in zip(a, b):

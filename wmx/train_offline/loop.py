@@ -26,6 +26,7 @@ from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
+from wmx.runs.heap import release_free_heap
 from wmx.runs.host import HostState, eval_point, write_json_atomic
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
@@ -203,6 +204,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
 
     chunks_done = 0
     while host.updates < rc.updates:
+        release_free_heap()     # the last chunk's freed buffers go back to the OS
         t_start = time.perf_counter()
         start, end = host.updates, min(host.updates + rc.log_every, rc.updates)
         sums = {k: np.zeros(len(rc.seeds)) for k in metric_keys}

@@ -25,6 +25,7 @@ from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
+from wmx.runs.heap import release_free_heap
 from wmx.runs.host import HostState, env_steps_at_tick, eval_point, write_json_atomic
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
@@ -173,6 +174,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
 
     chunks_done = 0
     while host.next_tick < total_ticks:
+        release_free_heap()     # the last chunk's freed buffers go back to the OS
         t_start = time.perf_counter()
         start = host.next_tick
         updates_before = int(np.asarray(jax.device_get(carries.n_updates)).max())
