@@ -214,10 +214,13 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
 def train(rc, run_dir: Path, home: Path, budget_min: float | None) -> tuple[dict, float]:
     """(summary, wall seconds) of `train_offline`'s loop on ``run_dir`` (progress bar on;
     stopped after the first chunk past ``budget_min`` minutes)."""
+    from wmx.runs.interrupt import stop_on_interrupt
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
-    summary = run(rc, run_dir, home=home, progress=True, deadline=deadline)
+    with stop_on_interrupt("the running chunk") as stop_request:
+        summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
+                      stop_request=stop_request)
     return summary, time.perf_counter() - t0
 
 

@@ -29,6 +29,7 @@ from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
 from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
 from wmx.paths import wmx_home
+from wmx.runs.interrupt import stop_on_interrupt
 from wmx.runs.owner import hold_run
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
@@ -134,8 +135,9 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-        with hold_run(run_dir):
-            summary = run(rc, run_dir, export, progress=True, deadline=deadline)
+        with hold_run(run_dir), stop_on_interrupt("the running chunk") as stop_request:
+            summary = run(rc, run_dir, export, progress=True, deadline=deadline,
+                          stop_request=stop_request)
     wall = time.perf_counter() - t0
     rows = read_rows(run_dir)
     curve, train = eval_curve(rows), eval_curve(rows, "train")

@@ -123,6 +123,25 @@ def test_dataset_is_an_argument_not_a_constant(store, full_run):
                    for line in text.splitlines())          # not closed over
 
 
+def test_stop_request_stops_after_the_chunk_and_resumes_exactly(store, full_run):
+    """A first Ctrl-C (wmx.runs.interrupt) sets the stop request: the run stops after the
+    running chunk with a checkpoint and no extra evaluation; resumed, it equals the
+    uninterrupted run."""
+    import threading
+    home, _, _ = store
+    run_dir = home / "runs" / "interrupted"
+    run_dir.mkdir()
+    shutil.copy(full_run / "config.json", run_dir / "config.json")
+    rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    stop = threading.Event()
+    stop.set()
+    s = loop.run(rc, run_dir, home=home, progress=False, stop_request=stop)
+    assert not s["finished"] and s["updates"] == 2 and not s["final_eval"]
+    assert [int(c.name) for c in list_checkpoints(run_dir)] == [2]
+    assert loop.run(rc, run_dir, home=home, progress=False)["finished"]
+    assert _metrics(run_dir) == _metrics(full_run)
+
+
 def test_split_run_equals_uninterrupted(store, full_run, monkeypatch):
     home, _, _ = store
     split = home / "runs" / "split"

@@ -102,6 +102,29 @@ def test_deadline_stop_evaluates_and_resume_keeps_the_schedule(full_run, tmp_pat
             assert ra[k] == rb[k], (k, ra, rb)
 
 
+def test_stop_request_stops_after_the_chunk_without_evaluating_and_resumes_exactly(
+        full_run, tmp_path):
+    """A first Ctrl-C (wmx.runs.interrupt) sets the stop request: the run stops after the
+    running chunk with its checkpoint and no off-schedule evaluation; resumed, it equals
+    the uninterrupted run row for row."""
+    import threading
+
+    from wmx.checkpoint import list_checkpoints
+    _, full_dir, _ = full_run
+    run_dir = tmp_path / "interrupted"
+    run_dir.mkdir()
+    stop = threading.Event()
+    stop.set()
+    first = run(RC, run_dir, None, progress=False, stop_request=stop)
+    assert not first["finished"] and first["agent_steps"] == T        # one chunk
+    assert [r["kind"] for r in _metrics(run_dir)] == ["train", "train"]  # no eval row
+    assert [int(c.name) for c in list_checkpoints(run_dir)] == [T + 1]
+    assert run(RC, run_dir, None, progress=False)["finished"]
+    a, b = _metrics(full_dir), _metrics(run_dir)
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in a] == \
+           [{k: v for k, v in r.items() if k != "wall_s"} for r in b]
+
+
 def test_cli_errors_write_nothing(tmp_path, capsys):
     home = tmp_path / "h"
     assert cli.main(["--task", "walker-wlak", "--home", str(home), "--no-progress"]) == 2

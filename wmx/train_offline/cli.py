@@ -337,12 +337,17 @@ def _main(args: argparse.Namespace) -> int:
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_offline --resume {run_dir}"
 
+    from wmx.runs.interrupt import stop_on_interrupt
     from wmx.train_offline.loop import run
     run_dir = process_run_dir(run_dir)
     try:
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume),
                                    primary=_primary())
-        summary = run(rc, run_dir, home=home, progress=not args.no_progress, loggers=loggers)
+        import jax
+        with stop_on_interrupt("the running chunk",
+                               enabled=jax.process_count() == 1) as stop_request:
+            summary = run(rc, run_dir, home=home, progress=not args.no_progress,
+                          loggers=loggers, stop_request=stop_request)
     except BaseException:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"

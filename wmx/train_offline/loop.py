@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -128,7 +129,8 @@ class _Feed:
 
 def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,
         stop_after_chunks: int | None = None, deadline: float | None = None,
-        env_fn: Callable[[str, int, int], Any] | None = None, loggers=None) -> dict[str, Any]:
+        env_fn: Callable[[str, int, int], Any] | None = None, loggers=None,
+        stop_request: threading.Event | None = None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
@@ -144,8 +146,11 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     checkpoint where the chunk did not. ``env_fn(task, T,
     action_repeat)`` builds an evaluation env (default: the Playground env,
     cached). ``loggers``: a `wmx.runs.loggers.RunLoggers` (opened and closed by the
-    caller) that gets every metrics.csv row too, x axis updates. Returns the summary dict (also written to summary.json when the
-    run finishes): final per-task evaluation returns per seed, mean scores.
+    caller) that gets every metrics.csv row too, x axis updates. ``stop_request`` (set
+    by a first Ctrl-C, `wmx.runs.interrupt.stop_on_interrupt`) stops after the running
+    chunk with a checkpoint and no extra evaluation. Returns the summary dict (also
+    written to summary.json when the run finishes): final per-task evaluation returns
+    per seed, mean scores.
 
     Raises ValueError, before writing anything, when the newest checkpoint
     belongs to another configuration, dataset or TaskSet (or its shapes do
@@ -227,7 +232,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 for i, seed in enumerate(rc.seeds)]
 
         final = end >= rc.updates
-        point = eval_point(end % rc.eval_every == 0, final, deadline)
+        interrupted = not final and stop_request is not None and stop_request.is_set()
+        point = eval_point(end % rc.eval_every == 0, final, None if interrupted else deadline)
         past_deadline = point.past_deadline
         if point.evaluate:
             rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=point.advance)
@@ -237,7 +243,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
             host.finished = True
         saved = final or end % rc.checkpoint_every == 0
         stop = not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                              or past_deadline)
+                              or past_deadline or interrupted)
         if saved or stop:
             host.streams = feed.states()
             last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),

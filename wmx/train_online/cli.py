@@ -249,12 +249,15 @@ def _main(args: argparse.Namespace) -> int:
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_online --resume {run_dir}"
 
+    from wmx.runs.interrupt import stop_on_interrupt
     from wmx.train_online.loop import run
     try:
         export = None if args.no_export else make_export(
             store, rc, run_dir, extended=bool(args.resume) and "env_steps" in args.given)
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume))
-        summary = run(rc, run_dir, export, progress=not args.no_progress, loggers=loggers)
+        with stop_on_interrupt("the running chunk") as stop_request:
+            summary = run(rc, run_dir, export, progress=not args.no_progress, loggers=loggers,
+                          stop_request=stop_request)
     except BaseException:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"

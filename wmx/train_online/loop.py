@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,15 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
     return _round_rows_like(rc, env, filled)
 
 
+def _requested(stop_request: threading.Event | None) -> bool:
+    """Whether a stop was asked for (a first Ctrl-C, `wmx.runs.interrupt`)."""
+    return stop_request is not None and stop_request.is_set()
+
+
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
-        deadline: float | None = None, loggers=None) -> dict[str, Any]:
+        deadline: float | None = None, loggers=None,
+        stop_request: threading.Event | None = None) -> dict[str, Any]:
     """Train (or continue) the run in ``run_dir`` until its last round.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
@@ -109,7 +116,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ``rc.chunk_ticks`` a stop inside a round checkpoints without evaluating, the round's
     evaluation comes at its end after the resume). ``loggers``: a
     `wmx.runs.loggers.RunLoggers` (opened and closed by the caller) that gets every
-    metrics.csv row too, x axis env steps. Returns a summary
+    metrics.csv row too, x axis env steps. ``stop_request`` (set by a first Ctrl-C,
+    `wmx.runs.interrupt.stop_on_interrupt`) stops after the running chunk with its
+    checkpoint and no evaluation. Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
     """
     env = cached_env(rc.task, rc.episode_length)
@@ -207,7 +216,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             host.wall_s += time.perf_counter() - t_start
             chunks_done += 1
             stop = ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                    or (deadline is not None and time.monotonic() > deadline))
+                    or (deadline is not None and time.monotonic() > deadline)
+                    or _requested(stop_request))
             if stop or chunks_done % rc.checkpoint_every_chunks == 0:
                 last_ckpt = save(with_pending=True)
             if bar is not None:
@@ -243,7 +253,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                 jax.tree.map(np.zeros_like, m), jax.devices()[0]))
 
         final = host.next_tick >= total_ticks
-        point = eval_point(env_steps >= host.next_eval_env_steps, final, deadline)
+        interrupted = not final and _requested(stop_request)
+        point = eval_point(env_steps >= host.next_eval_env_steps, final,
+                           None if interrupted else deadline)
         past_deadline = point.past_deadline
         if point.evaluate:
             t_eval = time.perf_counter()
@@ -276,7 +288,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
         if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                          or past_deadline):
+                          or past_deadline or interrupted):
             if chunks_done % rc.checkpoint_every_chunks:
                 save(with_pending=False)
             break

@@ -1,0 +1,53 @@
+"""Ctrl-C during training (wmx.runs.interrupt): the first asks for a stop, the second exits."""
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+from wmx.runs.interrupt import EXIT_INTERRUPTED, stop_on_interrupt
+
+PROBE = textwrap.dedent("""
+    import os, signal, sys
+    from wmx.runs.interrupt import stop_on_interrupt
+    with stop_on_interrupt("the probe's chunk") as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        print("after first", stop.is_set(), flush=True)
+        if sys.argv[1] == "twice":
+            os.kill(os.getpid(), signal.SIGINT)
+            print("not reached", flush=True)
+    print("handler restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+""")
+
+
+def _probe(mode):
+    return subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_first_interrupt_sets_the_request_and_the_run_goes_on():
+    out = _probe("once")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["after first True", "handler restored True"]
+    assert "stopping after the probe's chunk" in out.stderr
+
+
+def test_second_interrupt_exits_at_once_with_130():
+    out = _probe("twice")
+    assert out.returncode == EXIT_INTERRUPTED
+    assert "not reached" not in out.stdout and "exiting now" in out.stderr
+
+
+def test_disabled_or_off_the_main_thread_leaves_sigint_alone():
+    before = signal.getsignal(signal.SIGINT)
+    with stop_on_interrupt(enabled=False) as stop:
+        assert signal.getsignal(signal.SIGINT) is before and not stop.is_set()
+    seen = []
+
+    def worker():
+        with stop_on_interrupt() as stop:
+            seen.append((signal.getsignal(signal.SIGINT) is before, stop.is_set()))
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [(True, False)]
