@@ -3,16 +3,17 @@
 Samples the resident set size (VmRSS, MiB) of a process and all its
 descendants every ``--every`` seconds until the process exits (or
 ``--minutes`` pass), and, given the run directory, the env steps the run's
-metrics.csv has reached at each sample. Writes ``--out`` (JSON, replaced
+metrics.csv has reached and its newest checkpoint at each sample. Writes ``--out`` (JSON, replaced
 atomically after every sample, so a stopped watcher loses nothing) and, at the
 end, a plot beside it. On CPU the device's buffers are host memory, so this is
 the whole footprint of a CPU run (replay, parameters, optimizer state,
 compiled programs).
 
-Verdict: the growth from the first sample after the first logged chunk (the
-run's steady state: replay allocated at capacity, programs compiled) to the
-peak after it, in MiB and relative; ``flat`` when it is under
-``--tolerance`` (default 10 %).
+Verdict: the growth from the first sample after the watched process wrote its
+first checkpoint (the run's steady state: replay allocated at capacity, programs
+compiled, a chunk or ``--chunk-ticks`` part done; a resumed run's older
+checkpoints do not count) to the peak after it, in MiB and relative; ``flat``
+when it is under ``--tolerance`` (default 10 %).
 
     python benchmarks/memory_watch.py --pid 1234 --run-dir RUN_DIR \\
         --out benchmarks/results/dreamerv3_memory_reacher-easy.json
@@ -72,13 +73,24 @@ def env_steps_reached(run_dir: Path | None) -> int | None:
     return max(steps, default=None)
 
 
+def newest_checkpoint(run_dir: Path | None) -> int | None:
+    """The step of the newest checkpoint in ``run_dir``/checkpoints; None without one."""
+    if run_dir is None or not (run_dir / "checkpoints").is_dir():
+        return None
+    steps = [int(d.name) for d in (run_dir / "checkpoints").iterdir() if d.name.isdigit()]
+    return max(steps, default=None)
+
+
 def verdict(samples: list[dict], tolerance: float, run_watched: bool = True) -> dict:
-    """Growth after the steady state: from the first sample with a logged chunk
-    (env_steps > 0; the first sample when ``run_watched`` is False) to the peak
-    after it. Returns {"baseline_mib", "peak_mib", "growth_mib", "growth_rel",
-    "flat"}, or {"flat": None} while there is no steady state yet."""
+    """Growth after the steady state: from the first sample whose newest checkpoint is
+    not the one of the first sample (the watched process wrote one; the first sample
+    when ``run_watched`` is False) to the peak after it. Returns {"baseline_mib",
+    "peak_mib", "growth_mib", "growth_rel", "flat"}, or {"flat": None} while there is
+    no steady state yet."""
     if run_watched:
-        start = next((i for i, s in enumerate(samples) if s.get("env_steps")), None)
+        first = samples[0].get("checkpoint") if samples else None
+        start = next((i for i, s in enumerate(samples)
+                      if s.get("checkpoint") is not None and s["checkpoint"] != first), None)
     else:
         start = 0 if samples else None
     if start is None:
@@ -125,7 +137,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pid", type=int, required=True, help="the run's process id")
     p.add_argument("--run-dir", type=Path, default=None,
-                   help="its run directory (metrics.csv gives the env steps per sample)")
+                   help="its run directory (the env steps and newest checkpoint per sample)")
     p.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     p.add_argument("--minutes", type=float, default=None, help="stop after this long")
     p.add_argument("--tolerance", type=float, default=0.10,
@@ -144,7 +156,8 @@ def main(argv=None) -> int:
     while alive(args.pid) and (deadline is None or time.monotonic() < deadline):
         samples.append({"t_s": round(time.monotonic() - t0, 1),
                         "rss_mib": round(rss_mib(descendants(args.pid)), 1),
-                        "env_steps": env_steps_reached(args.run_dir)})
+                        "env_steps": env_steps_reached(args.run_dir),
+                        "checkpoint": newest_checkpoint(args.run_dir)})
         res["verdict"] = verdict(samples, args.tolerance, args.run_dir is not None)
         write_json(args.out, res)
         time.sleep(args.every)

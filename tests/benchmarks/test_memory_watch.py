@@ -12,20 +12,34 @@ watch = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(watch)
 
 
-def _s(rss, steps=None):
-    return {"t_s": 0.0, "rss_mib": rss, "env_steps": steps}
+def _s(rss, steps=None, ckpt=None):
+    return {"t_s": 0.0, "rss_mib": rss, "env_steps": steps, "checkpoint": ckpt}
 
 
-def test_verdict_starts_at_the_first_logged_chunk():
+def test_verdict_starts_at_the_first_checkpoint_of_the_watched_process():
     # compile and replay allocation before the first chunk do not count as growth
-    samples = [_s(100), _s(900), _s(1000, 16000), _s(1050, 32000), _s(1020, 48000)]
+    samples = [_s(100), _s(900), _s(1000, 16000, 501), _s(1050, 32000, 1002),
+               _s(1020, 48000, 1503)]
     v = watch.verdict(samples, 0.10)
     assert v["baseline_mib"] == 1000 and v["peak_mib"] == 1050
     assert abs(v["growth_rel"] - 0.05) < 1e-12 and v["flat"] is True
-    v = watch.verdict(samples + [_s(1200, 64000)], 0.10)
+    v = watch.verdict(samples + [_s(1200, 64000, 2004)], 0.10)
     assert v["growth_mib"] == 200 and v["flat"] is False
-    assert watch.verdict(samples[:2], 0.10) == {"flat": None}   # no chunk logged yet
+    assert watch.verdict(samples[:2], 0.10) == {"flat": None}   # no checkpoint written yet
     assert watch.verdict(samples[:2], 0.10, run_watched=False)["baseline_mib"] == 100
+    # a resumed run: its older checkpoint and logged rows are there from the first sample
+    resumed = [_s(300, 48000, 1503), _s(3200, 48000, 1503), _s(2000, 48000, 1553),
+               _s(2100, 48000, 1603)]
+    v = watch.verdict(resumed, 0.10)
+    assert v["baseline_mib"] == 2000 and v["peak_mib"] == 2100 and v["flat"] is True
+    assert watch.verdict(resumed[:2], 0.10) == {"flat": None}
+
+
+def test_newest_checkpoint(tmp_path):
+    assert watch.newest_checkpoint(None) is None and watch.newest_checkpoint(tmp_path) is None
+    for name in ("000000000050", "000000000100", ".tmp-000000000150~h~1~abcdef01"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+    assert watch.newest_checkpoint(tmp_path) == 100
 
 
 def _watch(tmp_path, code):
