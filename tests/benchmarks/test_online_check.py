@@ -23,9 +23,10 @@ ROWS = [  # (kind, env_steps, seed, return)
 
 
 def _fake_run(seen):
-    def run(rc, run_dir, export, progress=True, deadline=None):
+    def run(rc, run_dir, export, progress=True, deadline=None, stop_request=None):
         seen["owner"] = probe(run_dir)        # who holds the run while it trains
         seen["deadline"] = deadline
+        seen["stop_request"] = stop_request   # Ctrl-C's (wmx.runs.interrupt)
         with (run_dir / "metrics.csv").open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["seed", "kind", "env_steps", "return", "wall_s"])
@@ -48,6 +49,7 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert seen["owner"] is not None and seen["owner"].pid > 0
     assert probe(run_dir) is None                      # released once the check ends
     assert seen["deadline"] is None
+    assert seen["stop_request"] is not None and not seen["stop_request"].is_set()
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["chunk_ticks"] == 50 and cfg["n_envs"] == 16     # the agent preset's envs
     assert res["train_curve"] == {"16000": [120.0, 80.0], "32000": [310.0, 330.0]}
