@@ -3,11 +3,11 @@
 Samples the resident set size (VmRSS, MiB) of a process and all its
 descendants every ``--every`` seconds until the process exits (or
 ``--minutes`` pass), and, given the run directory, the env steps the run's
-metrics.csv has reached and its newest checkpoint at each sample. Writes ``--out`` (JSON, replaced
-atomically after every sample, so a stopped watcher loses nothing) and, at the
-end, a plot beside it. On CPU the device's buffers are host memory, so this is
-the whole footprint of a CPU run (replay, parameters, optimizer state,
-compiled programs).
+metrics.csv has reached and its newest checkpoint at each sample. Writes
+``--out`` (JSON, replaced atomically after every sample, so a stopped watcher
+loses nothing) and, at the end, a plot beside it. On CPU the device's buffers
+are host memory, so this is the whole footprint of a CPU run (replay,
+parameters, optimizer state, compiled programs).
 
 Verdict: the growth from the first sample after the watched process wrote its
 first checkpoint (the run's steady state: replay allocated at capacity, programs
@@ -74,10 +74,14 @@ def env_steps_reached(run_dir: Path | None) -> int | None:
 
 
 def newest_checkpoint(run_dir: Path | None) -> int | None:
-    """The step of the newest checkpoint in ``run_dir``/checkpoints; None without one."""
-    if run_dir is None or not (run_dir / "checkpoints").is_dir():
+    """The step (int) of the newest complete checkpoint in ``run_dir``/checkpoints (a
+    numbered folder with its host.json, the rule of `wmx.checkpoint.list_checkpoints`,
+    not imported so that the watcher loads no jax/orbax beside the run); None without one."""
+    root = None if run_dir is None else run_dir / "checkpoints"
+    if root is None or not root.is_dir():
         return None
-    steps = [int(d.name) for d in (run_dir / "checkpoints").iterdir() if d.name.isdigit()]
+    steps = [int(d.name) for d in root.iterdir()
+             if d.name.isdigit() and (d / "host.json").is_file()]
     return max(steps, default=None)
 
 

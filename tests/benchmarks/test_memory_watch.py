@@ -39,6 +39,8 @@ def test_newest_checkpoint(tmp_path):
     assert watch.newest_checkpoint(None) is None and watch.newest_checkpoint(tmp_path) is None
     for name in ("000000000050", "000000000100", ".tmp-000000000150~h~1~abcdef01"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
+        (tmp_path / "checkpoints" / name / "host.json").write_text("{}")
+    (tmp_path / "checkpoints" / "000000000200").mkdir()        # no host.json: incomplete
     assert watch.newest_checkpoint(tmp_path) == 100
 
 

@@ -6,8 +6,9 @@ returning it, so a long run's resident memory climbs by tens of MiB per chunk
 while the memory in use stays flat (docs/validation.md, "DreamerV3 online",
 host memory: 3.0 GB held by the allocator, 1.3 GB in use, after 1,100 ticks).
 ``malloc_trim(0)`` hands the free pages of every arena back (``madvise``), so
-resident memory follows the memory in use. The trainers call `release_free_heap`
-after each chunk; it changes no number of a run.
+resident memory follows the memory in use. Both trainers' loops call
+`release_free_heap` before every chunk (so after the previous one); it changes no
+number of a run.
 """
 from __future__ import annotations
 

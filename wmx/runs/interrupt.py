@@ -57,3 +57,8 @@ def stop_on_interrupt(what: str = "the running chunk", *,
         yield request
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def requested(stop_request: threading.Event | None) -> bool:
+    """Whether a trainer's ``stop_request`` (None: the caller installed no handler) is set."""
+    return stop_request is not None and stop_request.is_set()

@@ -29,6 +29,7 @@ from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
 from wmx.runs.host import HostState, eval_point, write_json_atomic
+from wmx.runs.interrupt import requested
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
 
@@ -232,7 +233,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 for i, seed in enumerate(rc.seeds)]
 
         final = end >= rc.updates
-        interrupted = not final and stop_request is not None and stop_request.is_set()
+        interrupted = not final and requested(stop_request)
         point = eval_point(end % rc.eval_every == 0, final, None if interrupted else deadline)
         past_deadline = point.past_deadline
         if point.evaluate:

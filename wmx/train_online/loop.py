@@ -28,6 +28,7 @@ from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
 from wmx.runs.host import HostState, env_steps_at_tick, eval_point, write_json_atomic
+from wmx.runs.interrupt import requested
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -91,11 +92,6 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
         raise ValueError("the newest checkpoint is inside a round (saved by a run with "
                          "--chunk-ticks); resume with the run's own config")
     return _round_rows_like(rc, env, filled)
-
-
-def _requested(stop_request: threading.Event | None) -> bool:
-    """Whether a stop was asked for (a first Ctrl-C, `wmx.runs.interrupt`)."""
-    return stop_request is not None and stop_request.is_set()
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
@@ -217,7 +213,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             chunks_done += 1
             stop = ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
                     or (deadline is not None and time.monotonic() > deadline)
-                    or _requested(stop_request))
+                    or requested(stop_request))
             if stop or chunks_done % rc.checkpoint_every_chunks == 0:
                 last_ckpt = save(with_pending=True)
             if bar is not None:
@@ -253,7 +249,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                 jax.tree.map(np.zeros_like, m), jax.devices()[0]))
 
         final = host.next_tick >= total_ticks
-        interrupted = not final and _requested(stop_request)
+        interrupted = not final and requested(stop_request)
         point = eval_point(env_steps >= host.next_eval_env_steps, final,
                            None if interrupted else deadline)
         past_deadline = point.past_deadline
