@@ -6,7 +6,8 @@ actuator ctrlrange, repeats each action `action_repeat` control steps summing
 the rewards, flattens the observation to f32[O] and tracks the time limit.
 Sources: reference_design §5.1 (action bounds, action repeat), §2 (T from the
 env's episode_length // action_repeat), tdmpc2_spec 4.11-4.13 (DMC protocol),
-deviations E18 (MJX ports), E19 (the repeat continues after a termination).
+deviations E18 (MJX ports), E19 (the repeat continues after a termination),
+E21 (reset observations of the tasks with mocap targets recomputed).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from mujoco import mjx
 
 from wmx.envs.base import Env, EnvState, check_action, stable_dtypes
 from wmx.envs.registry import TaskSpec, get_task
@@ -66,6 +68,9 @@ class PlaygroundEnv(Env):
                 f"playground version differs from the one probed ({env_versions()})")
         self._centre = c
         self._half = h
+        # Playground's reset of the tasks with a mocap target (reacher, finger-turn,
+        # fish, swimmer) moves the target after its mjx.forward: E21
+        self._forward_after_reset = bool(pg_env.mj_model.nmocap)
 
     def _flat_obs(self, obs) -> jax.Array:
         if isinstance(obs, dict):
@@ -103,8 +108,18 @@ class PlaygroundEnv(Env):
         return self._centre + self._half * jnp.clip(a, -1.0, 1.0)
 
     def reset(self, key: jax.Array) -> EnvState:
-        """Fresh randomised initial state from `key` (spec 4.11; E20)."""
-        inner = stable_dtypes(self.pg_env.reset(key))
+        """Fresh randomised initial state from `key` (spec 4.11; E20).
+
+        For a model with mocap bodies the kinematics are recomputed after
+        Playground's reset and the observation rebuilt from them, so the first
+        observation sees the target where the episode placed it, as
+        dm_control's does (E21).
+        """
+        inner = self.pg_env.reset(key)
+        if self._forward_after_reset:
+            data = mjx.forward(self.pg_env.mjx_model, inner.data)
+            inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
+        inner = stable_dtypes(inner)
         return EnvState(obs=self._flat_obs(inner.obs),
                         reward=jnp.zeros((), jnp.float32),
                         done=jnp.zeros((), jnp.bool_),
