@@ -60,6 +60,7 @@ DEFAULT_TOTAL_S = 570.0
 FINISH_RESERVE_S = 30.0
 """Seconds kept after the last stage for the JSON and the plot (part of the total)."""
 TASK = "cartpole-balance"
+"""Default task of both learning stages (--tdmpc2-task / --dreamerv3-task choose others)."""
 
 
 @dataclass
@@ -74,9 +75,11 @@ class Stage:
     #                               the chunk in flight, the final evaluation and writing
 
 
-def stages(raw: Path, home: Path, smoke: bool) -> list[Stage]:
+def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
+           dreamerv3_task: str = TASK) -> list[Stage]:
     """The stages (budgets at DEFAULT_TOTAL_S) writing under ``raw``; ``home``: the
-    learning runs' data root. ``smoke``: the --force-cpu sizes."""
+    learning runs' data root. ``smoke``: the --force-cpu sizes (probe-action, the task
+    arguments unused); ``*_task``: the learning stages' Playground tasks."""
     py = sys.executable
     probe = [py, str(Path(__file__).resolve()), "--probe"]
     no_prealloc = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}   # two processes share the GPU
@@ -93,9 +96,9 @@ def stages(raw: Path, home: Path, smoke: bool) -> list[Stage]:
         td_speed = ["--sizes", "5", "--rounds", "5", "--calls", "10"]
         dv_speed = ["--sizes", "12m", "--rounds", "3", "--train-calls", "5",
                     "--policy-calls", "20"]
-        td_learn = ["--task", TASK, "--preset", "paper", "--seeds", "0", "1",
+        td_learn = ["--task", tdmpc2_task, "--preset", "paper", "--seeds", "0", "1",
                     "--env-steps", "50000", "--eval-every", "5000", "--eval-episodes", "10"]
-        dv_learn = ["--task", TASK, "--preset", "paper", "--seeds", "0",
+        dv_learn = ["--task", dreamerv3_task, "--preset", "paper", "--seeds", "0",
                     "--env-steps", "64000", "--eval-every", "16000", "--eval-episodes", "10"]
         budgets = (30, 25, 65, 95, 140, 185)
     learn_out = ["--home", str(home), "--out", str(raw / "learning")]
@@ -324,7 +327,8 @@ def plot(results: dict, path: Path, title: str = "gpu_check") -> bool:
         ys = [sum(curve[x]) / len(curve[x]) for x in xs]
         ax.plot([int(x) for x in xs], ys, marker="o", ms=3,
                 ls="-" if kind == "eval" else "--", color=colors.get(agent),
-                label=f"{labels.get(agent, agent)} {'eval' if kind == 'eval' else 'training episodes'}")
+                label=f"{labels.get(agent, agent)} {results[agent].get('task', '')} "
+                      f"{'eval' if kind == 'eval' else 'training episodes'}")
     ax.set_xlabel("env steps")
     ax.set_ylabel("return (mean over seeds)")
     ax.set_title(title, fontsize=10)
@@ -395,6 +399,12 @@ def main(argv=None) -> int:
     p.add_argument("--keep-home", action="store_true",
                    help="keep the learning runs' data root (checkpoints, replay, episode sets); "
                         "by default it is a temporary folder, removed at the end")
+    p.add_argument("--tdmpc2-task", default=TASK,
+                   help=f"task of the TD-MPC2 learning stage (default {TASK})")
+    p.add_argument("--dreamerv3-task", default=TASK,
+                   help=f"task of the DreamerV3 learning stage (default {TASK}; reacher-easy "
+                        "for the DreamerV3 online criterion, with --only dreamerv3_learning "
+                        "so the stage gets the whole budget)")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -406,7 +416,8 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     raw = out / "gpu_check"
     home = Path(tempfile.gettempdir()) / "wmx_gpu_check_home_XXXXXXXX"   # made when running
-    plan = scaled(stages(raw, home, args.force_cpu), args.total_s)
+    tasks = dict(tdmpc2_task=args.tdmpc2_task, dreamerv3_task=args.dreamerv3_task)
+    plan = scaled(stages(raw, home, args.force_cpu, **tasks), args.total_s)
     names = [s.name for s in plan]
     only = set(args.only) if args.only else None
     if only and not only <= set(names):
@@ -451,7 +462,7 @@ def main(argv=None) -> int:
 
     raw.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="wmx_gpu_check_home_"))
-    plan = scaled(stages(raw, home, args.force_cpu), args.total_s)
+    plan = scaled(stages(raw, home, args.force_cpu, **tasks), args.total_s)
     record = {
         "what": "benchmarks/gpu_check.py: paper-size speed and short paper-protocol learning "
                 "runs of TD-MPC2 and DreamerV3",
@@ -516,7 +527,7 @@ def main(argv=None) -> int:
             entry.setdefault("status", "interrupted")   # the check itself was stopped
         title = (f"gpu_check on {record['device']}: "
                  + ("--force-cpu smoke, tiny preset, probe-action" if args.force_cpu
-                    else f"paper protocol, {TASK}"))
+                    else "paper protocol, " + ", ".join(sorted(set(tasks.values())))))
         if learning and plot(learning, out / "gpu_check.png", title):
             record["plot"] = "gpu_check.png"
         record["wall_s"] = round(time.monotonic() - t_start, 1)

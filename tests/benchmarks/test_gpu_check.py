@@ -47,6 +47,11 @@ def test_paper_sizes_in_the_gpu_plan(tmp_path):
     for name in ("tdmpc2_learning", "dreamerv3_learning"):
         a = plan[name].argv
         assert a[a.index("--preset") + 1] == "paper" and a[a.index("--task") + 1] == gpu_check.TASK
+    r = _run("--plan", "--only", "dreamerv3_learning", "--dreamerv3-task", "reacher-easy")
+    dv = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("dreamerv3_learning"))
+    td = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("tdmpc2_learning"))
+    assert "--task reacher-easy" in dv and "--preset paper" in dv and "(skipped)" not in dv
+    assert f"--task {gpu_check.TASK}" in td and "(skipped)" in td
 
 
 def test_total_s_scales_the_budgets_and_only_checks_names():
