@@ -22,7 +22,7 @@ T_SHORT = 5
 def _fake_pg_env(low, high):
     model = types.SimpleNamespace(
         actuator_ctrllimited=np.ones(len(low), np.uint8),
-        actuator_ctrlrange=np.stack([low, high], -1))
+        actuator_ctrlrange=np.stack([low, high], -1), nmocap=0)
     return types.SimpleNamespace(mj_model=model)
 
 
