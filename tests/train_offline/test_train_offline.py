@@ -123,6 +123,21 @@ def test_dataset_is_an_argument_not_a_constant(store, full_run):
                    for line in text.splitlines())          # not closed over
 
 
+def test_dataset_given_by_path_outside_the_store_is_the_one_trained_on(store, full_run,
+                                                                         tmp_path):
+    """--dataset PATH: the run reads that folder (config.json's dataset_path), not a copy
+    of the same name in the store; here the home has no copy at all."""
+    _, tst, _ = store
+    elsewhere = tmp_path / "elsewhere" / "tst" / tst.name
+    shutil.copytree(tst, elsewhere)
+    home = tmp_path / "home"
+    assert cli.main(["--dataset", str(elsewhere), "--home", str(home), "--name", "by-path",
+                     *ARGS]) == 0
+    run_dir = home / "runs" / "by-path"
+    assert json.loads((run_dir / "config.json").read_text())["dataset_path"] == str(elsewhere)
+    assert _train_rows(run_dir) == _train_rows(full_run)
+
+
 def test_stop_request_stops_after_the_chunk_and_resumes_exactly(store, full_run):
     """A first Ctrl-C (wmx.runs.interrupt) sets the stop request: the run stops after the
     running chunk with a checkpoint and no extra evaluation; resumed, it equals the

@@ -71,20 +71,32 @@ def memory_budget() -> int:
     return int(IN_MEMORY_FRACTION * limit)
 
 
-def open_run_dataset(rc: OfflineRunConfig, home=None):
-    """Open the run's dataset by its full hash and check it is the run's TaskSet.
+def open_run_dataset(rc: OfflineRunConfig, home=None, path=None):
+    """Open the run's dataset and check it is the run's content hash and TaskSet.
 
-    Raises NameResolutionError / FileNotFoundError when it is gone, ValueError
-    when its content hash or TaskSet differs from the run's config.
+    path: the folder the run was started on (config.json's ``dataset_path``, e.g. a
+    dataset outside the store given to ``--dataset``), used while it exists; else
+    ``rc.dataset`` (name@hash) is resolved in ``home``'s store. Raises
+    NameResolutionError / FileNotFoundError when it is gone, ValueError when its
+    content hash or TaskSet differs from the run's config.
     """
     from wmx.datasets.readers import open_dataset
-    ds = open_dataset(rc.dataset, home=home)
+    use_path = path is not None and (Path(path) / "manifest.json").is_file()
+    ds = open_dataset(path if use_path else rc.dataset, home=home)
     if ds.content_hash != rc.dataset_hash:
         raise ValueError(f"{rc.dataset} resolved to content hash {ds.content_hash}; the run "
                          f"needs {rc.dataset_hash}")
     if ds.taskset.to_dict() != rc.taskset:
         raise ValueError(f"dataset {rc.dataset}'s TaskSet differs from the run's config")
     return ds
+
+
+def run_dataset_path(run_dir: Path) -> str | None:
+    """The dataset folder recorded in the run's config.json (``dataset_path``), if any."""
+    try:
+        return json.loads((Path(run_dir) / "config.json").read_text()).get("dataset_path")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _Feed:
@@ -160,7 +172,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     env_fn = env_fn or cached_env
     agent, cfg = rc.agent_module, rc.agent_config
     metric_keys = tuple(agent.METRIC_KEYS)
-    ds = open_run_dataset(rc, home)
+    ds = open_run_dataset(rc, home, run_dataset_path(run_dir))
     mesh = program.data_mesh(rc.devices)     # None: one device, the single-device program
 
     host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
