@@ -48,8 +48,9 @@ def _seeds(argv):
 class Stubs:
     """Stub programs writing the store entries the real ones write."""
 
-    def __init__(self, home: Path, fail: str | None = None):
+    def __init__(self, home: Path, fail: str | None = None, fail_status: int = 3):
         self.home, self.fail, self.calls = home, fail, []
+        self.fail_status = fail_status
 
     def runners(self):
         return {p: (lambda argv, p=p: self.call(p, argv))
@@ -58,7 +59,7 @@ class Stubs:
     def call(self, prog, argv):
         self.calls.append((prog, list(argv)))
         if prog == self.fail:
-            return 3
+            return self.fail_status
         getattr(self, prog)(argv)
         return 0
 
@@ -169,6 +170,13 @@ def test_rerun_skips_finished_stages(tmp_path):
     r3 = demo.run_pipeline(opts(updates=400), home, runners=third.runners(), out=io.StringIO())
     assert [p for p, _ in third.calls] == ["train_offline", "evaluate"]
     assert r3["dataset"] == r1["dataset"] and r3["offline_run"] != r1["offline_run"]
+
+
+def test_a_stage_stopped_by_ctrl_c_says_rerun_to_continue(tmp_path):
+    stopped = Stubs(tmp_path / "h", fail="train_online", fail_status=130)
+    with pytest.raises(demo.DemoError, match=r"stage 1/\d+ \(train_online reacher-easy\) "
+                                             r"was stopped by Ctrl-C.*rerun `wmx demo`"):
+        demo.run_pipeline(opts(), tmp_path / "h", runners=stopped.runners(), out=io.StringIO())
 
 
 def test_interrupted_stage_is_resumed(tmp_path):

@@ -138,6 +138,24 @@ def test_dataset_given_by_path_outside_the_store_is_the_one_trained_on(store, fu
     assert _train_rows(run_dir) == _train_rows(full_run)
 
 
+def test_cli_stopped_by_ctrl_c_exits_130_with_the_resume_command(store, monkeypatch, capsys):
+    import os
+    import signal
+
+    def interrupted(*args, stop_request, **kw):
+        os.kill(os.getpid(), signal.SIGINT)      # a first Ctrl-C: the run stops unfinished
+        assert stop_request.is_set()
+        return {"finished": False, "updates": 2, "final_eval": {}, "final_score": None}
+
+    monkeypatch.setattr(loop, "run", interrupted)
+    home, _, _ = store
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), "--name", "intr",
+                     *ARGS]) == 130
+    err = capsys.readouterr().err
+    assert "stopped by Ctrl-C" in err
+    assert f"continue with: train_offline --resume {home / 'runs' / 'intr'}" in err
+
+
 def test_stop_request_stops_after_the_chunk_and_resumes_exactly(store, full_run):
     """A first Ctrl-C (wmx.runs.interrupt) sets the stop request: the run stops after the
     running chunk with a checkpoint and no extra evaluation; resumed, it equals the

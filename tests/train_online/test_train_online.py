@@ -207,3 +207,27 @@ def test_parts_of_rounds_equal_whole_rounds_and_resume_inside_a_round(full_run):
         for ea, eb in zip(eps_a, eps_b):
             for k in ("obs", "action", "reward", "is_first", "is_last", "is_terminal"):
                 np.testing.assert_array_equal(ea[k], eb[k])
+
+
+def _interrupted_run(*args, stop_request, **kw):
+    """Stands in for the loop's run: a first Ctrl-C arrives, the run stops unfinished."""
+    import os
+    import signal
+    os.kill(os.getpid(), signal.SIGINT)
+    assert stop_request.is_set()
+    return {"finished": False, "env_steps": 0, "updates": 0, "final_eval": {},
+            "final_score": None}
+
+
+def test_cli_stopped_by_ctrl_c_exits_130_with_the_resume_command(tmp_path, monkeypatch,
+                                                                  capsys):
+    """A run stopped by Ctrl-C exits 130, not 0 (`train_online ... && beam run ...` must
+    not go on), and says how to continue."""
+    from wmx.train_online import loop
+    monkeypatch.setattr(loop, "run", _interrupted_run)
+    home = tmp_path / "home"
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "48",
+                     "--home", str(home), "--name", "intr", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert "stopped by Ctrl-C" in err
+    assert f"continue with: train_online --resume {home / 'runs' / 'intr'}" in err

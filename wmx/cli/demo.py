@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from wmx.runs.interrupt import EXIT_INTERRUPTED
+
 DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
 """Cheap mt19 tasks with different dims: (obs, action) = (5, 1), (3, 1), (6, 2)."""
 
@@ -381,6 +383,10 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
             if st.status == "resume":
                 say("continuing the interrupted run")
             rc = runners[st.prog](list(st.argv[1:]))
+            if rc == EXIT_INTERRUPTED:
+                raise DemoError(f"stage {i}/{n_stages} ({st.title}) was stopped by Ctrl-C with "
+                                "its checkpoint; rerun `wmx demo` with the same flags to "
+                                "continue from this stage")
             if rc:
                 raise DemoError(f"stage {i}/{n_stages} ({st.title}) failed with exit status "
                                 f"{rc}; fix the cause and rerun `wmx demo` with the same flags "

@@ -18,7 +18,9 @@ import threading
 from collections.abc import Iterator
 
 EXIT_INTERRUPTED = 130
-"""Exit status after a second interrupt (128 + SIGINT, the shell's convention)."""
+"""Exit status of a trainer stopped by Ctrl-C, after the first interrupt (once the chunk's
+checkpoint is written) or the second (at once): 128 + SIGINT, the shell's convention, so
+``train_online ... && next-step`` does not go on with an unfinished run."""
 
 
 @contextlib.contextmanager

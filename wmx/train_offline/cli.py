@@ -337,7 +337,7 @@ def _main(args: argparse.Namespace) -> int:
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_offline --resume {run_dir}"
 
-    from wmx.runs.interrupt import stop_on_interrupt
+    from wmx.runs.interrupt import EXIT_INTERRUPTED, stop_on_interrupt
     from wmx.train_offline.loop import run
     run_dir = process_run_dir(run_dir)
     try:
@@ -355,6 +355,10 @@ def _main(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("updates", "final_eval", "final_score")},
                      indent=1))
     print(f"metrics: {run_dir / 'metrics.csv'}")
+    if stop_request.is_set() and not summary["finished"]:
+        print(f"train_offline: stopped by Ctrl-C after the running chunk, with its checkpoint; "
+              f"{args.resume_hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

@@ -249,7 +249,7 @@ def _main(args: argparse.Namespace) -> int:
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_online --resume {run_dir}"
 
-    from wmx.runs.interrupt import stop_on_interrupt
+    from wmx.runs.interrupt import EXIT_INTERRUPTED, stop_on_interrupt
     from wmx.train_online.loop import run
     try:
         export = None if args.no_export else make_export(
@@ -265,6 +265,10 @@ def _main(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("env_steps", "final_eval", "episode_sets")
                       if k in summary}, indent=1))
     print(f"metrics: {run_dir / 'metrics.csv'}")
+    if stop_request.is_set() and not summary["finished"]:
+        print(f"train_online: stopped by Ctrl-C after the running chunk, with its checkpoint; "
+              f"{args.resume_hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
