@@ -110,13 +110,19 @@ def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) 
         held.add(key)
 
 
+RUN_KIND_KEYS = {"train_online": "task", "train_offline": "dataset"}
+"""The config.json key only each trainer's runs have (OnlineRunConfig.task,
+OfflineRunConfig.dataset): which trainer continues a run."""
+
+
 def resume_config(resume: str, home_flag: str | None, home: Path,
                   prog: str) -> tuple[Path, dict[str, Any], Path]:
     """``(run_dir, config.json as a dict, home)`` of ``--resume RUN_DIR``.
 
     The data root becomes the run's ``<home>`` (``<home>/runs/<name>``) unless
     ``--home`` was given. Raises FileNotFoundError when RUN_DIR holds no
-    config.json."""
+    config.json, ValueError when it is not JSON, not an object, or another
+    trainer's run config (naming the trainer that continues it)."""
     run_dir = Path(resume).expanduser().resolve()
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
@@ -127,6 +133,14 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
     except ValueError as e:
         raise ValueError(f"--resume {run_dir}: config.json is not readable JSON ({e}); it "
                          "was not written by this wmx") from None
+    key = RUN_KIND_KEYS.get(prog)
+    if not isinstance(cfg, dict) or (key is not None and key not in cfg):
+        other = next((p for p, k in RUN_KIND_KEYS.items()
+                      if p != prog and isinstance(cfg, dict) and k in cfg), None)
+        fix = (f"continue it with `{other} --resume {run_dir}`" if other
+               else f"pass a run directory written by {prog}")
+        raise ValueError(f"--resume {run_dir}: not a {prog} run (its config.json has no "
+                         f"'{key}'); {fix}")
     if home_flag is None and run_dir.parent.name == "runs":
         home = run_dir.parent.parent
     return run_dir, cfg, home

@@ -75,17 +75,27 @@ def open_run_dataset(rc: OfflineRunConfig, home=None, path=None):
     """Open the run's dataset and check it is the run's content hash and TaskSet.
 
     path: the folder the run was started on (config.json's ``dataset_path``, e.g. a
-    dataset outside the store given to ``--dataset``), used while it exists; else
-    ``rc.dataset`` (name@hash) is resolved in ``home``'s store. Raises
-    NameResolutionError / FileNotFoundError when it is gone, ValueError when its
+    dataset outside the store given to ``--dataset``), used while it holds the run's
+    content hash; else ``rc.dataset`` (name@hash) is resolved in ``home``'s store.
+    Raises NameResolutionError / FileNotFoundError when it is gone, ValueError when its
     content hash or TaskSet differs from the run's config.
     """
     from wmx.datasets.readers import open_dataset
-    use_path = path is not None and (Path(path) / "manifest.json").is_file()
-    ds = open_dataset(path if use_path else rc.dataset, home=home)
+    if path is not None and (Path(path) / "manifest.json").is_file():
+        try:
+            ds = open_dataset(path, home=home)
+        except ValueError:          # not a readable dataset any more: the store's copy
+            ds = None
+        if ds is not None and ds.content_hash == rc.dataset_hash:
+            return _check_taskset(rc, ds)
+    ds = open_dataset(rc.dataset, home=home)
     if ds.content_hash != rc.dataset_hash:
         raise ValueError(f"{rc.dataset} resolved to content hash {ds.content_hash}; the run "
                          f"needs {rc.dataset_hash}")
+    return _check_taskset(rc, ds)
+
+
+def _check_taskset(rc: OfflineRunConfig, ds):
     if ds.taskset.to_dict() != rc.taskset:
         raise ValueError(f"dataset {rc.dataset}'s TaskSet differs from the run's config")
     return ds
