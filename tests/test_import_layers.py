@@ -30,6 +30,8 @@ LAYERS = [
     ("wmx.cli", 6),
 ]
 SIBLINGS = ("wmx.train_online", "wmx.train_offline", "wmx.evaluate")
+AGENTS_SHARED = ("api", "registry", "overrides")
+"""The modules of wmx/agents/ every agent and every higher layer may import."""
 
 
 def layer(name: str) -> tuple[int, str]:
@@ -88,10 +90,9 @@ def test_imports_run_down_the_layers(path):
         assert dep_layer <= my_layer, f"{me} (layer {my_layer}) imports {dep} (layer {dep_layer})"
         if my_pkg in SIBLINGS and dep_pkg in SIBLINGS:
             assert dep_pkg == my_pkg, f"{me} imports the sibling stage {dep}"
-        if dep.startswith("wmx.agents.") and dep not in ("wmx.agents.api",
-                                                         "wmx.agents.registry"):
+        if dep.startswith("wmx.agents.") and dep.split(".")[2] not in AGENTS_SHARED:
             agent_pkg = ".".join(dep.split(".")[:3])
             assert me.startswith("wmx.agents."), f"{me} imports the agent package {dep}"
-            if me.startswith("wmx.agents.") and me.split(".")[2] not in ("api", "registry"):
+            if me.startswith("wmx.agents.") and me.split(".")[2] not in AGENTS_SHARED:
                 assert me.startswith(agent_pkg + ".") or me == agent_pkg, \
                     f"agent module {me} imports another agent's {dep}"

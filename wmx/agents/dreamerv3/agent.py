@@ -58,6 +58,7 @@ from wmx.agents.dreamerv3.multitask import (TaskContext, ac_input, make_task_con
 from wmx.agents.dreamerv3.replay import Replay, Rows, TrainSequence
 from wmx.agents.dreamerv3.rssm import Carry, draw_latent_noise, initial_carry, obs_step
 from wmx.agents.dreamerv3.train import TrainState, init_train_state, train_step
+from wmx.agents.overrides import check_override_types, refuse_task_fields
 
 NAME = "dreamerv3"
 PRESETS = tuple(config_lib.PRESETS)
@@ -109,6 +110,8 @@ def make_config(preset: str, overrides: Mapping[str, Any], *, task: Any = None,
         raise ValueError(f"--preset {preset!r} is unknown for dreamerv3; choose one of "
                          f"{sorted(config_lib.PRESETS)}")
     over = dict(overrides)
+    refuse_task_fields(over, ("obs_dim", "action_dim"))
+    check_override_types(DreamerV3Config, over)
     if "model_size" in over:
         for width in _WIDTHS:
             if width in config_lib.PRESETS[preset] and width not in over:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from wmx.agents.api import BatchSpec, BoundSchedule
+from wmx.agents.overrides import check_override_types, refuse_task_fields
 from wmx.agents.tdmpc2 import buffer as buffer_lib
 from wmx.agents.tdmpc2 import schedule as sched_lib
 from wmx.agents.tdmpc2 import world_model as wm
@@ -61,6 +62,8 @@ def make_config(preset: str, overrides: Mapping[str, Any], *, task: Any = None,
         raise ValueError(f"--preset {preset!r} is unknown for tdmpc2; choose one of "
                          f"{sorted(_PRESETS)}")
     over = dict(overrides)
+    refuse_task_fields(over, ("obs_dim", "action_dim", "episode_length", "num_tasks"))
+    check_override_types(TDMPC2Config, over)
     if "model_size" in over:
         for width in _WIDTHS:
             if width in _PRESETS[preset] and width not in over:

@@ -1,0 +1,65 @@
+"""Agent config overrides from the command line, checked before a config is built.
+
+``--set KEY=VALUE`` values are parsed as JSON (`wmx.runs.cli_common.parse_set`), and a
+``--config`` file's ``agent_overrides`` are YAML, so an override can have any type; a
+config dataclass would take it as it comes and fail later (a traceback, or a run that
+trains with ``horizon=true``). `check_override_types` compares each value with the
+field's annotation: bool for ``bool``, an integer (not a bool) for ``int``, a finite
+number for ``float``, a string for ``str``, and also ``None`` for ``X | None``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any
+
+_WORDS = {bool: "true or false", int: "an integer", float: "a finite number",
+          str: "a string"}
+_EXAMPLES = {bool: "true", int: "5", float: "0.5", str: "name"}
+
+
+def _accepts(typ: type, value: Any) -> bool:
+    if typ is bool:
+        return isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ is float:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+    return isinstance(value, typ)
+
+
+def _base(annotation: Any) -> tuple[type | None, bool]:
+    """(the plain type the annotation names or None when it is not one of bool, int,
+    float, str; whether None is allowed)."""
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    plain = [a for a in args if a is not type(None)] if args else [annotation]
+    typ = plain[0] if len(plain) == 1 and plain[0] in _WORDS else None
+    return typ, optional
+
+
+def check_override_types(cls: type, overrides: dict[str, Any]) -> None:
+    """Raise ValueError (one line: the field, the value, what it takes, an example) for
+    the first override whose value does not fit its field of dataclass ``cls``.
+    Unknown fields and fields of other types are left to the caller."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key, value in overrides.items():
+        if key not in names:
+            continue
+        typ, optional = _base(hints[key])
+        if typ is None or (value is None and optional) or _accepts(typ, value):
+            continue
+        none = " or null" if optional else ""
+        raise ValueError(f"{cls.__name__} field {key}={value!r}: takes {_WORDS[typ]}{none} "
+                         f"(e.g. --set {key}={_EXAMPLES[typ]})")
+
+
+def refuse_task_fields(overrides: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """Raise ValueError when an override names a field the task sets (its dims, T)."""
+    bad = sorted(set(overrides) & set(fields))
+    if bad:
+        raise ValueError(f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} set by the "
+                         "task (its dims and episode length); drop the override")
