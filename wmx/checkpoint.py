@@ -134,6 +134,35 @@ def _quiet_orbax():
         logger.setLevel(level)
 
 
+class CheckpointDamagedError(ValueError):
+    """A checkpoint's files cannot be read (truncated or corrupted on disk)."""
+
+
+_READ_ERRORS = ("Error reading", "DATA_LOSS", "is not valid for value of size",
+                "Unexpected end of", "checksum")
+
+
+def _is_read_error(err: Exception, text: str) -> bool:
+    """Whether a restore failed on reading the files (TensorStore's status texts, or an
+    error that is not orbax's structure/shape mismatch) rather than on the layout."""
+    return (not isinstance(err, (ValueError, KeyError, TypeError))
+            or any(s in text for s in _READ_ERRORS))
+
+
+def _short(text: str, most: int = 240) -> str:
+    return text if len(text) <= most else text[:most] + " ..."
+
+
+def _damaged_fix(path: Path) -> str:
+    """What to do about a damaged checkpoint folder: delete it, naming the one a resume
+    then starts from (the newest older complete checkpoint), if any."""
+    older = [p for p in list_checkpoints(path.parent.parent) if int(p.name) < int(path.name)] \
+        if path.name.isdigit() else []
+    then = (f"--resume then continues from {older[-1].name}" if older
+            else "no older checkpoint is left, so start a new run")
+    return f"delete {path} ({then})"
+
+
 def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restore the items named in ``like`` from a checkpoint folder.
 
@@ -141,7 +170,9 @@ def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any]
     dtypes (concrete arrays or ``jax.ShapeDtypeStruct``, e.g. from
     ``jax.eval_shape``); items not named are not read. Returns ({name:
     pytree}, host dict). Raises ValueError when an item is missing or its
-    saved shapes do not match (a checkpoint of another config or layout).
+    saved shapes do not match (a checkpoint of another config or layout), and
+    CheckpointDamagedError (a ValueError) when its files cannot be read, naming
+    the folder to delete and the checkpoint a resume then starts from.
     """
     path = Path(path)
     out = {}
@@ -154,9 +185,16 @@ def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any]
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _nonempty_leaves(tree))
             try:
                 saved = ckptr.restore(folder.resolve(), abstract)
-            except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"checkpoint {path} item {name!r} does not match this run's "
-                                 f"configuration: {err}") from err
+            except Exception as err:  # noqa: BLE001 - classified below, never swallowed
+                text = " ".join(str(err).split())
+                if _is_read_error(err, text):
+                    raise CheckpointDamagedError(
+                        f"checkpoint {path} item {name!r} cannot be read "
+                        f"({_short(text)}); it is damaged: {_damaged_fix(path)}") from err
+                if isinstance(err, (ValueError, KeyError, TypeError)):
+                    raise ValueError(f"checkpoint {path} item {name!r} does not match this "
+                                     f"run's configuration: {_short(text)}") from err
+                raise
             leaves, treedef = jax.tree_util.tree_flatten(tree)
             out[name] = jax.tree_util.tree_unflatten(
                 treedef, [saved[f"{i:05d}"] if f"{i:05d}" in saved
