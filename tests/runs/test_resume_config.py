@@ -1,4 +1,5 @@
-"""--resume RUN_DIR of a directory the trainer did not write: a one-line error naming the fix."""
+"""--resume RUN_DIR of a directory the trainer did not write, and --name values that are
+not one folder under <home>/runs/: one-line errors naming the fix."""
 import json
 
 import pytest
@@ -30,3 +31,22 @@ def test_a_config_of_no_trainer_is_refused(tmp_path, cfg):
     d = _run(tmp_path, "x", cfg)
     with pytest.raises(ValueError, match="pass a run directory written by train_online"):
         resume_config(str(d), None, tmp_path, "train_online")
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "", "x" * 201])
+def test_run_names_that_are_not_one_visible_folder_are_refused(name):
+    import argparse
+
+    from wmx.runs.cli_common import run_name
+    with pytest.raises(argparse.ArgumentTypeError):
+        run_name(name)
+    assert run_name("cartpole-seed0_v2") == "cartpole-seed0_v2"
+
+
+def test_train_online_refuses_a_path_as_name_before_anything_runs(tmp_path, capsys):
+    from wmx.train_online import cli
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--task", "probe-action", "--preset", "tiny", "--name", "../escape",
+                  "--home", str(tmp_path / "h"), "--dry-run"])
+    assert info.value.code == 2 and "one folder name under <home>/runs/" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()

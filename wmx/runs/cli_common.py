@@ -224,6 +224,24 @@ def rewrite_config(run_dir: Path, config: dict[str, Any]) -> None:
     os.replace(tmp, run_dir / "config.json")
 
 
+RUN_NAME_MAX = 200
+"""Longest --name in bytes (file systems allow 255, temporaries add a prefix)."""
+
+
+def run_name(value: str) -> str:
+    """argparse type of ``--name``: one folder name under ``<home>/runs/``. Raises
+    argparse.ArgumentTypeError for a path (``/``, ``..``), a hidden name (``wmx runs ls``
+    would not list it) or a name too long for the file system."""
+    if not value or "/" in value or "\0" in value or value.startswith("."):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a run name is one folder name under <home>/runs/, without '/' and "
+            "not starting with '.' (e.g. --name cartpole-seed0)")
+    if len(value.encode()) > RUN_NAME_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a run name of {len(value.encode())} bytes is too long; use at most {RUN_NAME_MAX}")
+    return value
+
+
 def create_run_dir(runs_dir: Path, name: str, config: dict[str, Any]) -> Path:
     """Create ``runs_dir/name`` holding ``config.json`` (sorted keys), atomically.
 

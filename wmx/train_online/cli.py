@@ -28,7 +28,7 @@ from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
                                  count, create_run_dir, enable_compile_cache, hold_run_dir,
-                                 print_counts, resume_config, run_cli)
+                                 print_counts, resume_config, run_cli, run_name)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episode-length", type=int, default=None,
                    help="override T in agent steps (short smoke runs only)")
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
-    p.add_argument("--name", default=None, help="run directory name under <home>/runs/")
+    p.add_argument("--name", default=None, type=run_name,
+                   help="run directory name under <home>/runs/")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
