@@ -220,7 +220,9 @@ def test_bad_flags_are_errors(tmp_path, capsys):
     assert wmx_main.main(["demo", "--home", str(tmp_path), "--tasks", "walker-jog"]) == 2
     assert "walker-jog" in capsys.readouterr().err
     assert wmx_main.main(["demo", "--home", str(tmp_path), "--tasks", "probe-action"]) == 2
-    assert wmx_main.main(["demo", "--home", str(tmp_path), "--updates", "0"]) == 2
+    with pytest.raises(SystemExit) as info:      # argparse: exit status 2
+        wmx_main.main(["demo", "--home", str(tmp_path), "--updates", "0"])
+    assert info.value.code == 2
     assert not (tmp_path / "runs").exists()
 
 
@@ -266,3 +268,24 @@ def test_dreamerv3_and_both_agents_offline(tmp_path):
     # dry run of both: 7 stages, the comparison last
     text = demo.plan_text(opts(agent="both"), home)
     assert "7. evaluate (compare) (" in text and "--runs" in text
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--updates", "0"], "--updates: 0 must be at least 1"),
+    (["--agent", "both", "--dreamerv3-updates", "0"], "--dreamerv3-updates: 0 must be at least 1"),
+    (["--batch-size", "0"], "--batch-size: 0 must be at least 1"),
+    (["--eval-episodes", "0"], "--eval-episodes: 0 must be at least 1"),
+    (["--seeds", "-1"], "--seeds: -1 must be at least 0"),
+    (["--preset", "huge"], "--preset: invalid choice: 'huge'"),
+])
+def test_bad_counts_are_refused_before_planning(tmp_path, capsys, flags, msg):
+    with pytest.raises(SystemExit) as info:
+        wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run", *flags])
+    assert info.value.code == 2 and msg in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_repeated_seeds_are_refused(tmp_path, capsys):
+    assert wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run",
+                          "--seeds", "0", "0"]) == 2
+    assert "give each seed once" in capsys.readouterr().err

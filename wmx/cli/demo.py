@@ -82,11 +82,26 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
+def _count(least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {least}")
+        return value
+    return parse
+
+
+_positive, _non_negative = _count(1), _count(0)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                    help="comma-separated mt19 tasks (mt30 spelling)")
-    p.add_argument("--env-steps", type=int, default=2_000,
+    p.add_argument("--env-steps", type=_positive, default=2_000,
                    help="train_online env steps per task (1,000 per episode on DMC)")
     p.add_argument("--seed-steps", type=int, default=None,
                    help="train_online random-action agent steps before the first update "
@@ -96,20 +111,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="agent(s) trained offline on the pooled dataset (both: side by side, "
                         "one report comparing them); the episodes come from TD-MPC2's online "
                         "runs either way")
-    p.add_argument("--updates", type=int, default=300,
+    p.add_argument("--updates", type=_positive, default=300,
                    help="train_offline gradient updates (TD-MPC2)")
-    p.add_argument("--batch-size", type=int, default=256,
+    p.add_argument("--batch-size", type=_positive, default=256,
                    help="train_offline batch size (TD-MPC2)")
-    p.add_argument("--dreamerv3-updates", type=int, default=DREAMERV3_UPDATES,
+    p.add_argument("--dreamerv3-updates", type=_positive, default=DREAMERV3_UPDATES,
                    help="train_offline gradient updates of DreamerV3 (its preset's batch)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+    p.add_argument("--seeds", type=_non_negative, nargs="+", default=[0],
                    help="seeds of every train_online and train_offline run")
-    p.add_argument("--preset", default="cpu", help="TD-MPC2 preset: paper | cpu | tiny")
-    p.add_argument("--iterations", type=int, default=2,
+    p.add_argument("--preset", default="cpu", choices=("paper", "cpu", "tiny"),
+                   help="TD-MPC2 preset")
+    p.add_argument("--iterations", type=_positive, default=2,
                    help="MPPI iterations of the planner in every stage (the cpu preset's: 6)")
-    p.add_argument("--num-samples", type=int, default=128,
+    p.add_argument("--num-samples", type=_positive, default=128,
                    help="MPPI samples of the planner in every stage (the cpu preset's: 256)")
-    p.add_argument("--eval-episodes", type=int, default=1,
+    p.add_argument("--eval-episodes", type=_positive, default=1,
                    help="evaluation episodes per task (and seed) in every stage")
     p.add_argument("--dry-run", action="store_true",
                    help="print the stages and their commands, run nothing")
@@ -481,6 +497,8 @@ def run(args: argparse.Namespace) -> int:
     from wmx.paths import wmx_home
     home = wmx_home(args.home)
     try:
+        if len(set(args.seeds)) != len(args.seeds):
+            raise ValueError(f"--seeds {' '.join(map(str, args.seeds))}: give each seed once")
         if args.dry_run:
             print(plan_text(args, home))
             return 0
