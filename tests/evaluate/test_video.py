@@ -135,6 +135,18 @@ def test_recording_checks_its_arguments():
 
 
 # ---- the GL backend -------------------------------------------------------------------------
+def test_the_cli_modules_leave_mujoco_unimported():
+    """mujoco fixes its GL backend when first imported, so `choose_gl_backend` must run
+    before it: importing the CLIs and the env wrapper must not import mujoco."""
+    import subprocess
+    import sys
+    code = ("import sys, wmx.evaluate.cli, wmx.train_online.cli, wmx.train_offline.cli, "
+            "wmx.envs.playground; print('mujoco' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
 def test_backend_choice_user_wins_then_egl_then_osmesa():
     tried = []
 

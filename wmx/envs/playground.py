@@ -16,7 +16,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from mujoco import mjx
 
 from wmx.envs.base import Env, EnvState, check_action, stable_dtypes
 from wmx.envs.registry import TaskSpec, get_task
@@ -117,6 +116,7 @@ class PlaygroundEnv(Env):
         """
         inner = self.pg_env.reset(key)
         if self._forward_after_reset:
+            from mujoco import mjx      # not at import: MUJOCO_GL is chosen first (evaluate)
             data = mjx.forward(self.pg_env.mjx_model, inner.data)
             inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
         inner = stable_dtypes(inner)
