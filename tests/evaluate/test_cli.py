@@ -81,6 +81,7 @@ def test_bad_input_exits_2_and_writes_nothing(trained, tmp_path, capsys):
         (["--run", run_dir, "--episodes", 0], "--episodes must be >= 1"),
         (["--run", run_dir, "--out", tmp_path / "x", "--episodes", -3], "--episodes"),
         (["--runs", run_dir, run_dir], "needs --out"),
+        (["--runs", run_dir, run_dir, "--out", tmp_path / "cmp"], "more than once"),
         (["--runs", run_dir, tmp_path / "nope", "--out", tmp_path / "cmp"], "does not exist"),
         (["--run", run_dir, "--runs", run_dir], "not allowed with"),
     ]

@@ -207,6 +207,10 @@ def _runs(args: argparse.Namespace) -> Path:
                          "with `evaluate --run RUN_DIR --video N` first, then compare")
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    resolved = [Path(r).expanduser().resolve() for r in args.runs]
+    twice = sorted({str(r) for r in resolved if resolved.count(r) > 1})
+    if twice:
+        raise UsageError(f"--runs names {', '.join(twice)} more than once; give each run once")
     out = Path(args.out).expanduser().resolve()
     _check_out(out, args.force)
     todo = []
