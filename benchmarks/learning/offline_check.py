@@ -280,7 +280,8 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     tasks, beside = res["tasks"], (res.get("tdmpc2") or {}).get("eval_return", {})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4.2 * len(tasks), 6.4), 3.6),
+                             squeeze=False)      # one task: wide enough for the title
     for ax, (name, t) in zip(axes[0], tasks.items()):
         per_seed = {int(u): v for u, v in t["offline_eval_return_per_seed"].items()}
         top = [t["source_final_return"], 1.0]
@@ -305,7 +306,7 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         ax.set_ylabel("eval return")
         ax.set_ylim(0, 1.1 * max(top))
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
