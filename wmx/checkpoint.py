@@ -156,8 +156,8 @@ def _short(text: str, most: int = 240) -> str:
 def _damaged_fix(path: Path) -> str:
     """What to do about a damaged checkpoint folder: delete it, naming the one a resume
     then starts from (the newest older complete checkpoint), if any."""
-    older = [p for p in list_checkpoints(path.parent.parent) if int(p.name) < int(path.name)] \
-        if path.name.isdigit() else []
+    run_dir = path.parent.parent                       # <run>/checkpoints/<step>
+    older = [p for p in list_checkpoints(run_dir) if p.name < path.name]   # zero-padded
     then = (f"--resume then continues from {older[-1].name}" if older
             else "no older checkpoint is left, so start a new run")
     return f"delete {path} ({then})"

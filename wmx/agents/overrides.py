@@ -58,8 +58,9 @@ def check_override_types(cls: type, overrides: dict[str, Any]) -> None:
 
 
 def refuse_task_fields(overrides: dict[str, Any], fields: tuple[str, ...]) -> None:
-    """Raise ValueError when an override names a field the task sets (its dims, T)."""
+    """Raise ValueError when an override names one of ``fields``, which the task or
+    TaskSet sets (dims, episode length, number of tasks)."""
     bad = sorted(set(overrides) & set(fields))
     if bad:
         raise ValueError(f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} set by the "
-                         "task (its dims and episode length); drop the override")
+                         "task or TaskSet; drop the override")

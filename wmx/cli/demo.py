@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from wmx.runs.cli_common import at_least
 from wmx.runs.interrupt import EXIT_INTERRUPTED
 
 DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
@@ -82,19 +83,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
-def _count(least: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{value} must be at least {least}")
-        return value
-    return parse
-
-
-_positive, _non_negative = _count(1), _count(0)
+_positive, _non_negative = at_least(1), at_least(0)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -41,6 +41,17 @@ def count(text: str) -> int:
     return int(value)
 
 
+def at_least(least: int) -> Callable[[str], int]:
+    """argparse type: a `count` of at least ``least`` (e.g. ``at_least(1)`` for updates,
+    ``at_least(0)`` for seeds); a smaller value is an ArgumentTypeError naming the bound."""
+    def parse(text: str) -> int:
+        value = count(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {least}")
+        return value
+    return parse
+
+
 def given_flags(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str]:
     """The ``dest`` of every option typed in ``argv`` (``--flag`` or ``--flag=value``,
     unique abbreviations resolved as argparse does)."""

@@ -64,3 +64,14 @@ def stop_on_interrupt(what: str = "the running chunk", *,
 def requested(stop_request: threading.Event | None) -> bool:
     """Whether a trainer's ``stop_request`` (None: the caller installed no handler) is set."""
     return stop_request is not None and stop_request.is_set()
+
+
+def exit_status(prog: str, stop_request: threading.Event, finished: bool, hint: str) -> int:
+    """A trainer's exit status after its run: EXIT_INTERRUPTED, with ``prog``'s one-line
+    message and the resume ``hint`` on stderr, when the first Ctrl-C stopped an unfinished
+    run; else 0."""
+    if stop_request.is_set() and not finished:
+        print(f"{prog}: stopped by Ctrl-C after the running chunk, with its checkpoint; "
+              f"{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0

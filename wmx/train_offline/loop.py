@@ -81,10 +81,10 @@ def open_run_dataset(rc: OfflineRunConfig, home=None, path=None):
     content hash or TaskSet differs from the run's config.
     """
     from wmx.datasets.readers import open_dataset
-    if path is not None and (Path(path) / "manifest.json").is_file():
+    if path is not None:
         try:
             ds = open_dataset(path, home=home)
-        except ValueError:          # not a readable dataset any more: the store's copy
+        except (OSError, ValueError):    # moved or no longer a dataset: the store's copy
             ds = None
         if ds is not None and ds.content_hash == rc.dataset_hash:
             return _check_taskset(rc, ds)

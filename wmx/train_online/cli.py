@@ -250,7 +250,7 @@ def _main(args: argparse.Namespace) -> int:
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_online --resume {run_dir}"
 
-    from wmx.runs.interrupt import EXIT_INTERRUPTED, stop_on_interrupt
+    from wmx.runs.interrupt import exit_status, stop_on_interrupt
     from wmx.train_online.loop import run
     try:
         export = None if args.no_export else make_export(
@@ -266,11 +266,7 @@ def _main(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("env_steps", "final_eval", "episode_sets")
                       if k in summary}, indent=1))
     print(f"metrics: {run_dir / 'metrics.csv'}")
-    if stop_request.is_set() and not summary["finished"]:
-        print(f"train_online: stopped by Ctrl-C after the running chunk, with its checkpoint; "
-              f"{args.resume_hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return 0
+    return exit_status("train_online", stop_request, summary["finished"], args.resume_hint)
 
 
 if __name__ == "__main__":
