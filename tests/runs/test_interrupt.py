@@ -5,7 +5,8 @@ import sys
 import textwrap
 import threading
 
-from wmx.runs.interrupt import EXIT_INTERRUPTED, stop_on_interrupt
+from wmx.runs.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, StopRequest, exit_status,
+                                 stop_on_interrupt)
 
 PROBE = textwrap.dedent("""
     import os, signal, sys
@@ -51,3 +52,49 @@ def test_disabled_or_off_the_main_thread_leaves_sigint_alone():
     t.start()
     t.join()
     assert seen == [(True, False)]
+
+
+TERM_PROBE = textwrap.dedent("""
+    import os, signal, sys
+    from wmx.runs.interrupt import exit_status, stop_on_interrupt
+    with stop_on_interrupt("the probe's chunk") as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("after first", stop.is_set(), stop.signum == signal.SIGTERM, flush=True)
+        if sys.argv[1] == "twice":
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("not reached", flush=True)
+    print("handler restored", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+    sys.exit(exit_status("probe", stop, finished=False, hint="continue with: probe --resume R"))
+""")
+
+
+def _term_probe(mode):
+    return subprocess.run([sys.executable, "-c", TERM_PROBE, mode], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_sigterm_stops_after_the_chunk_like_ctrl_c_and_exits_143():
+    out = _term_probe("once")
+    assert out.returncode == EXIT_TERMINATED == 143, out.stderr
+    assert out.stdout.split("\n")[:2] == ["after first True True", "handler restored True"]
+    assert "SIGTERM: stopping after the probe's chunk" in out.stderr
+    assert "probe: stopped by SIGTERM after the running chunk" in out.stderr
+    assert "probe --resume R" in out.stderr
+
+
+def test_second_sigterm_exits_at_once_with_143():
+    out = _term_probe("twice")
+    assert out.returncode == EXIT_TERMINATED
+    assert "not reached" not in out.stdout and "exiting now" in out.stderr
+
+
+def test_exit_status_after_ctrl_c_is_130_and_0_when_finished():
+    stop = StopRequest()
+    assert exit_status("p", stop, finished=False, hint="h") == 0
+    stop.signum = signal.SIGINT
+    stop.set()
+    assert exit_status("p", stop, finished=True, hint="h") == 0
+    assert exit_status("p", stop, finished=False, hint="h") == EXIT_INTERRUPTED == 130
+    plain = threading.Event()          # a caller's own event: read as Ctrl-C
+    plain.set()
+    assert exit_status("p", plain, finished=False, hint="h") == EXIT_INTERRUPTED

@@ -7,6 +7,7 @@ once for the session (they are cached per config and env).
 import csv
 import json
 import shutil
+import signal
 import time
 
 import numpy as np
@@ -209,25 +210,29 @@ def test_parts_of_rounds_equal_whole_rounds_and_resume_inside_a_round(full_run):
                 np.testing.assert_array_equal(ea[k], eb[k])
 
 
-def _interrupted_run(*args, stop_request, **kw):
-    """Stands in for the loop's run: a first Ctrl-C arrives, the run stops unfinished."""
-    import os
-    import signal
-    os.kill(os.getpid(), signal.SIGINT)
-    assert stop_request.is_set()
-    return {"finished": False, "env_steps": 0, "updates": 0, "final_eval": {},
-            "final_score": None}
+def _signalled_run(signum):
+    """Stands in for the loop's run: a first Ctrl-C (SIGINT) or SIGTERM arrives, the run stops
+    unfinished."""
+    def run(*args, stop_request, **kw):
+        import os
+        os.kill(os.getpid(), signum)
+        assert stop_request.is_set()
+        return {"finished": False, "env_steps": 0, "updates": 0, "final_eval": {},
+                "final_score": None}
+    return run
 
 
-def test_cli_stopped_by_ctrl_c_exits_130_with_the_resume_command(tmp_path, monkeypatch,
-                                                                  capsys):
-    """A run stopped by Ctrl-C exits 130, not 0 (`train_online ... && beam run ...` must
-    not go on), and says how to continue."""
+@pytest.mark.parametrize("signum,status,said", [(signal.SIGINT, 130, "Ctrl-C"),
+                                                (signal.SIGTERM, 143, "SIGTERM")])
+def test_cli_stopped_by_ctrl_c_or_sigterm_exits_128_plus_signal_with_the_resume_command(
+        tmp_path, monkeypatch, capsys, signum, status, said):
+    """A run stopped by Ctrl-C exits 130 (SIGTERM: 143), not 0 (`train_online ... && beam run
+    ...` must not go on), and says how to continue."""
     from wmx.train_online import loop
-    monkeypatch.setattr(loop, "run", _interrupted_run)
+    monkeypatch.setattr(loop, "run", _signalled_run(signum))
     home = tmp_path / "home"
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "48",
-                     "--home", str(home), "--name", "intr", "--no-progress"]) == 130
+                     "--home", str(home), "--name", "intr", "--no-progress"]) == status
     err = capsys.readouterr().err
-    assert "stopped by Ctrl-C" in err
+    assert f"stopped by {said}" in err
     assert f"continue with: train_online --resume {home / 'runs' / 'intr'}" in err

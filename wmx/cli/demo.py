@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from wmx.runs.cli_common import at_least
-from wmx.runs.interrupt import EXIT_INTERRUPTED
+from wmx.runs.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
 """Cheap mt19 tasks with different dims: (obs, action) = (5, 1), (3, 1), (6, 2)."""
@@ -388,8 +388,9 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
             if st.status == "resume":
                 say("continuing the interrupted run")
             rc = runners[st.prog](list(st.argv[1:]))
-            if rc == EXIT_INTERRUPTED:
-                raise DemoError(f"stage {i}/{n_stages} ({st.title}) was stopped by Ctrl-C with "
+            if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+                how = "Ctrl-C" if rc == EXIT_INTERRUPTED else "SIGTERM"
+                raise DemoError(f"stage {i}/{n_stages} ({st.title}) was stopped by {how} with "
                                 "its checkpoint; rerun `wmx demo` with the same flags to "
                                 "continue from this stage")
             if rc:

@@ -1,12 +1,13 @@
-"""Ctrl-C during training: stop after the running chunk with its checkpoint, or at once.
+"""Ctrl-C or SIGTERM during training: stop after the running chunk with its checkpoint, or at once.
 
 A chunk is one XLA execution that Python cannot cancel (a DreamerV3 part on the
 2-core CPU runs ~10 minutes), and the process cannot exit before it ends. So the
-first interrupt (SIGINT) only asks the trainer to stop after the running chunk:
-its checkpoint is written, and ``--resume`` continues exactly (as after a
-``--budget-min`` stop, without the evaluation). A second interrupt exits at once
-with status 130, losing the running chunk; the newest checkpoint stays intact
-(checkpoints are renamed into place, DESIGN.md §1).
+first interrupt (SIGINT, Ctrl-C) or termination request (SIGTERM: ``kill``,
+``timeout``, a batch scheduler) only asks the trainer to stop after the running
+chunk: its checkpoint is written, and ``--resume`` continues exactly (as after a
+``--budget-min`` stop, without the evaluation). A second signal of either kind
+exits at once with status 128 + its number, losing the running chunk; the newest
+checkpoint stays intact (checkpoints are renamed into place, DESIGN.md §1).
 """
 from __future__ import annotations
 
@@ -17,48 +18,71 @@ import sys
 import threading
 from collections.abc import Iterator
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 """Exit status of a trainer stopped by Ctrl-C, after the first interrupt (once the chunk's
-checkpoint is written) or the second (at once): 128 + SIGINT, the shell's convention, so
-``train_online ... && next-step`` does not go on with an unfinished run."""
+checkpoint is written) or the second (at once): 128 + SIGINT = 130, the shell's convention,
+so ``train_online ... && next-step`` does not go on with an unfinished run."""
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""Exit status (143) of a trainer stopped by SIGTERM, the same way."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that ask a trainer to stop (`stop_on_interrupt`)."""
+
+
+class StopRequest(threading.Event):
+    """A trainer's stop request: a `threading.Event` that also keeps the number of the first
+    signal that set it (``signum``; None while unset)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+
+def _said(signum: int | None) -> str:
+    return "Ctrl-C" if signum in (None, signal.SIGINT) else signal.Signals(signum).name
 
 
 @contextlib.contextmanager
 def stop_on_interrupt(what: str = "the running chunk", *,
-                      enabled: bool = True) -> Iterator[threading.Event]:
-    """Install the two-step SIGINT handler for the block; yields the stop request.
+                      enabled: bool = True) -> Iterator[StopRequest]:
+    """Install the two-step SIGINT and SIGTERM handler for the block; yields the stop request.
 
     Args:
         what: the unit the trainer finishes before it stops (said in the message).
-        enabled: False leaves Ctrl-C as it is (a multi-process run, whose processes
-            must stop after the same chunk, gets Python's KeyboardInterrupt).
+        enabled: False leaves the signals as they are (a multi-process run, whose processes
+            must stop after the same chunk, gets Python's KeyboardInterrupt / the default
+            SIGTERM action).
     Yields:
-        A `threading.Event` set by the first interrupt; the trainers' ``run`` take it
-        as ``stop_request``. When not enabled, or off the main thread (where Python
-        cannot install a signal handler), the event is never set.
+        A `StopRequest` set by the first signal; the trainers' ``run`` take it as
+        ``stop_request``. When not enabled, or off the main thread (where Python cannot
+        install a signal handler), it is never set.
     """
-    request = threading.Event()
+    request = StopRequest()
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield request
         return
 
     def handler(signum, frame):
         if request.is_set():
-            sys.stderr.write("\ninterrupted again: exiting now; the newest checkpoint is kept "
-                             "(--resume continues from it)\n")
+            sys.stderr.write(f"\n{_said(signum)} again: exiting now; the newest checkpoint is "
+                             "kept (--resume continues from it)\n")
             sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
+            os._exit(128 + signum)
+        request.signum = signum
         request.set()
-        sys.stderr.write(f"\ninterrupt: stopping after {what} and its checkpoint "
-                         "(--resume continues exactly); press Ctrl-C again to exit now and "
-                         "lose it\n")
+        again = "press Ctrl-C" if signum == signal.SIGINT else "send the signal"
+        sys.stderr.write(f"\n{_said(signum)}: stopping after {what} and its checkpoint "
+                         f"(--resume continues exactly); {again} again to exit now and lose "
+                         "it\n")
         sys.stderr.flush()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield request
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def requested(stop_request: threading.Event | None) -> bool:
@@ -67,11 +91,12 @@ def requested(stop_request: threading.Event | None) -> bool:
 
 
 def exit_status(prog: str, stop_request: threading.Event, finished: bool, hint: str) -> int:
-    """A trainer's exit status after its run: EXIT_INTERRUPTED, with ``prog``'s one-line
-    message and the resume ``hint`` on stderr, when the first Ctrl-C stopped an unfinished
-    run; else 0."""
+    """A trainer's exit status after its run: 128 + the signal's number (`EXIT_INTERRUPTED`,
+    `EXIT_TERMINATED`), with ``prog``'s one-line message and the resume ``hint`` on stderr,
+    when the first signal stopped an unfinished run; else 0."""
     if stop_request.is_set() and not finished:
-        print(f"{prog}: stopped by Ctrl-C after the running chunk, with its checkpoint; "
-              f"{hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        signum = getattr(stop_request, "signum", None) or signal.SIGINT
+        print(f"{prog}: stopped by {_said(signum)} after the running chunk, with its "
+              f"checkpoint; {hint}", file=sys.stderr)
+        return 128 + signum
     return 0

@@ -170,8 +170,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     action_repeat)`` builds an evaluation env (default: the Playground env,
     cached). ``loggers``: a `wmx.runs.loggers.RunLoggers` (opened and closed by the
     caller) that gets every metrics.csv row too, x axis updates. ``stop_request`` (set
-    by a first Ctrl-C, `wmx.runs.interrupt.stop_on_interrupt`) stops after the running
-    chunk with a checkpoint and no extra evaluation. Returns the summary dict (also
+    by a first Ctrl-C or SIGTERM, `wmx.runs.interrupt.stop_on_interrupt`) stops after the
+    running chunk with a checkpoint and no extra evaluation. Returns the summary dict (also
     written to summary.json when the run finishes): final per-task evaluation returns
     per seed, mean scores.
 

@@ -112,7 +112,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ``rc.chunk_ticks`` a stop inside a round checkpoints without evaluating, the round's
     evaluation comes at its end after the resume). ``loggers``: a
     `wmx.runs.loggers.RunLoggers` (opened and closed by the caller) that gets every
-    metrics.csv row too, x axis env steps. ``stop_request`` (set by a first Ctrl-C,
+    metrics.csv row too, x axis env steps. ``stop_request`` (set by a first Ctrl-C or SIGTERM,
     `wmx.runs.interrupt.stop_on_interrupt`) stops after the running chunk with its
     checkpoint and no evaluation. Returns a summary
     dict (final evaluation returns per seed, env steps, wall time).
