@@ -476,6 +476,19 @@ def test_unknown_task_is_an_error(store, capsys):
     assert _listing(home) == before
 
 
+@pytest.mark.parametrize("flag", ["--log-every", "--checkpoint-every"])
+def test_zero_period_is_an_error_not_the_default(store, flag, capsys):
+    """--log-every 0 / --checkpoint-every 0 are refused in one line naming the flag (they
+    once fell back silently to the defaults), nothing written."""
+    home, _, _ = store
+    before = _listing(home)
+    args = list(ARGS)
+    args[args.index(flag) + 1] = "0"
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), *args]) == 2
+    assert f"{flag} must be > 0, got 0" in capsys.readouterr().err
+    assert _listing(home) == before
+
+
 @pytest.mark.parametrize("change", ["config", "taskset"])
 def test_checkpoint_of_another_run_is_refused(store, full_run, change, capsys):
     home, _, one = store

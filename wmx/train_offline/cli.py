@@ -211,8 +211,10 @@ def config_from_args(args: argparse.Namespace, ds):
             "dataset %s (%.1f GB) exceeds the in-memory budget: streaming", ds.name,
             dataset_nbytes(ds) / 1e9)
         stream = True
-    checkpoint_every = args.checkpoint_every or args.eval_every
-    log_every = args.log_every or default_log_every(args.eval_every, checkpoint_every)
+    checkpoint_every = (args.eval_every if args.checkpoint_every is None
+                        else args.checkpoint_every)      # 0 is refused by the config, not unset
+    log_every = (default_log_every(args.eval_every, checkpoint_every) if args.log_every is None
+                 else args.log_every)
     from wmx.agents.registry import get_entry
     batch = args.batch_size
     if batch is None:
