@@ -72,6 +72,23 @@ def test_saved_offline_config_json(tmp_path):
     assert agent_overrides(args) == {"horizon": 2}
 
 
+def test_the_other_trainers_config_is_named_as_such(tmp_path, capsys):
+    """train_online --config <an offline run's config.json> (and the reverse) names the
+    trainer the file belongs to, in one line (it said "unknown key 'code_version'")."""
+    from wmx.train_offline import cli as offline
+    off = _write(tmp_path / "off.json", json.dumps({"dataset": "tst@" + "a" * 64,
+                                                    "code_version": "x", "updates": 6}))
+    on = _write(tmp_path / "on.json", json.dumps(TINY_RC.to_json()))
+    for parser, path, other in ((online.build_parser(), off, "train_offline"),
+                                (offline.build_parser(), on, "train_online")):
+        with pytest.raises(SystemExit) as e:
+            parse_with_config(parser, ["--config", path])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--config {path} is a {other} run's config" in err[0], err
+        assert f"pass it to `{other} --config`" in err[0]
+
+
 @pytest.mark.parametrize("name,text,expected", [
     ("unknown.yaml", "env_step: 5\n", "unknown key 'env_step'; known keys: "),
     ("bad.yaml", "seeds: [0, 1\n", "not valid YAML"),

@@ -26,6 +26,25 @@ def test_another_trainers_run_names_that_trainer(tmp_path):
     assert (run_dir, cfg["task"], home) == (online, "cartpole-balance", tmp_path)
 
 
+def test_a_bare_run_name_resolves_under_the_home(tmp_path, monkeypatch):
+    """--resume NAME (as `wmx runs ls` lists it) is <home>/runs/NAME unless the working
+    folder has a NAME; an unknown name says where it looked."""
+    run = _run(tmp_path / "home", "cart", {"task": "cartpole-balance"})
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    run_dir, cfg, home = resume_config("cart", None, tmp_path / "home", "train_online")
+    assert (run_dir, cfg["task"], home) == (run, "cartpole-balance", tmp_path / "home")
+    local = work / "cart"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({"task": "walker-walk"}))
+    assert resume_config("cart", None, tmp_path / "home", "train_online")[1]["task"] == \
+        "walker-walk"                                        # the working folder's wins
+    with pytest.raises(FileNotFoundError, match=r"no config.json there; .*or the name of one "
+                                                r"under .*home/runs \(`wmx runs ls`\)"):
+        resume_config("nope", None, tmp_path / "home", "train_online")
+
+
 @pytest.mark.parametrize("cfg", [[], {}, {"agent": "tdmpc2"}])
 def test_a_config_of_no_trainer_is_refused(tmp_path, cfg):
     d = _run(tmp_path, "x", cfg)

@@ -236,3 +236,33 @@ def test_cli_stopped_by_ctrl_c_or_sigterm_exits_128_plus_signal_with_the_resume_
     err = capsys.readouterr().err
     assert f"stopped by {said}" in err
     assert f"continue with: train_online --resume {home / 'runs' / 'intr'}" in err
+
+
+def test_resume_may_change_chunk_ticks_and_keeps_the_config_hash(tmp_path):
+    """--chunk-ticks is no result setting (parts of a round equal whole rounds, above): a
+    resumed run may change it; the new value is saved for later resumes, a dry run saves
+    nothing, and every other flag is still compared."""
+    import contextlib
+
+    from wmx.runs.cli_common import given_flags
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(RC.to_json()))
+    parser = cli.build_parser()
+
+    def resumed(*flags):
+        argv = ["--resume", str(run_dir), *flags]
+        args = parser.parse_args(argv)
+        args.given = given_flags(parser, argv)
+        with contextlib.ExitStack() as args.cleanup:
+            return cli.resumed_config(args, run_dir, json.loads(
+                (run_dir / "config.json").read_text()))
+
+    assert resumed("--chunk-ticks", "8", "--dry-run").chunk_ticks == 8
+    assert "chunk_ticks" not in json.loads((run_dir / "config.json").read_text())
+    rc = resumed("--chunk-ticks", "8")
+    assert rc.chunk_ticks == 8 and rc.config_hash() == RC.config_hash()
+    assert json.loads((run_dir / "config.json").read_text())["chunk_ticks"] == 8
+    assert resumed().chunk_ticks == 8
+    with pytest.raises(ValueError, match="--eval-episodes 3 conflicts"):
+        resumed("--chunk-ticks", "4", "--eval-episodes", "3")

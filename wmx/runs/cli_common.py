@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from wmx import temporaries
+from wmx.runs.config_file import RUN_KIND_KEYS
 
 
 def count(text: str) -> int:
@@ -121,24 +122,26 @@ def hold_run_dir(args: argparse.Namespace, run_dir: Path, primary: bool = True) 
         held.add(key)
 
 
-RUN_KIND_KEYS = {"train_online": "task", "train_offline": "dataset"}
-"""The config.json key only each trainer's runs have (OnlineRunConfig.task,
-OfflineRunConfig.dataset): which trainer continues a run."""
-
-
 def resume_config(resume: str, home_flag: str | None, home: Path,
                   prog: str) -> tuple[Path, dict[str, Any], Path]:
     """``(run_dir, config.json as a dict, home)`` of ``--resume RUN_DIR``.
 
+    RUN_DIR is a run directory, or the bare name of one under ``<home>/runs/``
+    (as `wmx runs ls` lists it) when no such directory is in the working folder.
     The data root becomes the run's ``<home>`` (``<home>/runs/<name>``) unless
     ``--home`` was given. Raises FileNotFoundError when RUN_DIR holds no
     config.json, ValueError when it is not JSON, not an object, or another
     trainer's run config (naming the trainer that continues it)."""
     run_dir = Path(resume).expanduser().resolve()
+    named = Path(home) / "runs" / resume
+    if (not run_dir.exists() and "/" not in resume and resume not in (".", "..")
+            and (named / "config.json").is_file()):
+        run_dir = named.resolve()
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
-                                f"directory written by {prog}")
+                                f"directory written by {prog}, or the name of one under "
+                                f"{Path(home) / 'runs'} (`wmx runs ls`)")
     try:
         cfg = json.loads(cfg_path.read_text())
     except ValueError as e:
@@ -172,17 +175,18 @@ def _same(a: Any, b: Any) -> bool:
 
 def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict[str, str],
                    free: Iterable[str] = (), extendable: Iterable[str] = (),
-                   overrides: dict[str, Any] | None = None,
+                   changeable: Iterable[str] = (), overrides: dict[str, Any] | None = None,
                    as_overrides: Iterable[str] = ()) -> dict[str, Any]:
     """Check the flags typed with ``--resume`` against the run's saved config.
 
     fields: flag dest -> key of the saved config it sets; free: dests that may
     be given freely (output and display flags); extendable: dests whose value
-    may grow (the trainer then checks the extension is exact); overrides: the
+    may grow (the trainer then checks the extension is exact); changeable: dests whose
+    saved value a resumed run may replace (settings that change no result); overrides: the
     agent-config overrides of the typed agent flags (`agent_overrides`) and of the
     dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
     key with the saved ``agent_overrides``. A flag equal to the saved
-    value is accepted. Returns {config key: new value} of the extended fields.
+    value is accepted. Returns {config key: new value} of the extended and changed fields.
     Raises ValueError naming the flag, its value and the saved value for any
     other difference, and for a flag that has no meaning for a resumed run.
     """
@@ -200,7 +204,8 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
         new, old = getattr(args, dest), saved.get(key)
         if _same(new, old):
             continue
-        if dest in extendable and isinstance(new, int) and isinstance(old, int) and new > old:
+        if dest in changeable or (dest in extendable and isinstance(new, int)
+                                  and isinstance(old, int) and new > old):
             changes[key] = new
             continue
         more = (f"; {_flag(dest)} may only grow (extend the run)" if dest in extendable else "")

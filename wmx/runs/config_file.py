@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 PRECEDENCE = "precedence: a flag typed > --config FILE > --preset > the defaults"
+RUN_KIND_KEYS = {"train_online": "task", "train_offline": "dataset"}
+"""The config.json key only each trainer's runs have (OnlineRunConfig.task,
+OfflineRunConfig.dataset): which trainer a run's config belongs to."""
+
 FILE_OVERRIDES = "config_agent_overrides"
 """Namespace dest holding the file's ``agent_overrides`` (`wmx.runs.cli_common.agent_overrides`
 merges them under the typed agent flags)."""
@@ -150,12 +154,24 @@ def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
         dest = "set_" if dest == "set" else dest
         action = actions.get(dest)
         if action is None:
+            _refuse_other_trainers(parser.prog, data, path)
             known = sorted({d.replace("set_", "set") for d in actions} | set(keys)
                            | {"agent_overrides"})
             raise ValueError(f"--config {path}: unknown key {k!r}; known keys: "
                              f"{', '.join(known)}")
         out[dest] = _convert(action, k, value, path)
     return out
+
+
+def _refuse_other_trainers(prog: str, data: dict[str, Any], path: str) -> None:
+    """Raise ValueError naming the trainer whose run config ``data`` is, when it is another
+    trainer's than ``prog``'s (a train_offline config.json given to train_online)."""
+    own = RUN_KIND_KEYS.get(prog)
+    other = next((p for p, k in RUN_KIND_KEYS.items() if p != prog and k in data), None)
+    if own is not None and other is not None and own not in data:
+        raise ValueError(f"--config {path} is a {other} run's config (it has "
+                         f"'{RUN_KIND_KEYS[other]}', not '{own}'); pass it to "
+                         f"`{other} --config`, or write a {prog} config")
 
 
 def parse_with_config(parser: argparse.ArgumentParser,

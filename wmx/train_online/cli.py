@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
-                        "value (--env-steps may extend the run; --home, --no-progress, "
-                        "--no-export, --dry-run, --logger are free)")
+                        "value (--env-steps may extend the run, --chunk-ticks may change; "
+                        "--home, --no-progress, --no-export, --dry-run, --logger are free)")
     p.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="start the agents from the newest checkpoint of RUN_DIR (or from a "
                         "checkpoint folder RUN_DIR/checkpoints/STEP): a single-task model of "
@@ -163,8 +163,9 @@ RESUME_FIELDS = {"agent": "agent", "preset": "preset", "task": "task", "seeds": 
 def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     """The run config of ``--resume`` with the typed flags checked against it.
 
-    Every flag must equal the saved value, except ``--env-steps``, which may
-    extend a run that has not finished when its checkpoints keep their shapes
+    Every flag must equal the saved value, except ``--chunk-ticks`` (parts of a
+    round give the results of whole rounds; a checkpoint inside a round needs parts
+    again) and ``--env-steps``, which may extend a run that has not finished when its checkpoints keep their shapes
     (the agent's replay may be sized for the run; the checkpoint item shapes
     of both lengths are compared), so the resumed run replays exactly
     what a run started with the larger value does. Raises ValueError naming
@@ -181,12 +182,14 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
         over = {"batch_size": args.batch_size, **over}
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("no_export", "no_compile_cache", "logger"),
-                             extendable=("env_steps",), overrides=over,
+                             extendable=("env_steps",), changeable=("chunk_ticks",),
+                             overrides=over,
                              as_overrides=("batch_size",))
     if not changes:
         return rc
     new = dataclasses.replace(rc, **changes)
-    _check_extension(rc, new, run_dir)
+    if "env_steps" in changes:
+        _check_extension(rc, new, run_dir)
     if not args.dry_run:
         hold_run_dir(args, run_dir)          # no other trainer of the run while it changes
         rewrite_config(run_dir, {**cfg, **new.to_json()})
