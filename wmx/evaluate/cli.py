@@ -15,7 +15,8 @@ per_task.csv, aggregates.csv, scores.png, learning_curves.png) goes to
 ``--out`` (default ``<RUN_DIR>/report/``); ``--video N`` adds MP4s of the
 first N episodes of the run's first seed per task (videos/, linked from
 report.md). ``--runs``: a comparison of the
-runs' reports (a run without one is evaluated first). Standard output is one
+runs' reports (a run without one is evaluated first; every run must share a
+task with another). Standard output is one
 line, the path of the written report.md (compare.md for ``--runs``); progress
 goes to standard error. Bad input exits with status 2 and writes nothing; an
 expected failure while running (no space left, out of memory) exits with
@@ -194,7 +195,10 @@ def _run(args: argparse.Namespace) -> Path:
 
 
 def _runs(args: argparse.Namespace) -> Path:
-    from wmx.evaluate.compare import write_comparison
+    """``evaluate --runs``: every check (runs, shared tasks, --out) before any
+    evaluation; then the runs without a report are evaluated and the comparison written."""
+    from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
+                                      write_comparison)
     from wmx.evaluate.report import load_report
     from wmx.evaluate.runs import RunError, open_run
     if args.out is None:
@@ -213,26 +217,33 @@ def _runs(args: argparse.Namespace) -> Path:
         raise UsageError(f"--runs names {', '.join(twice)} more than once; give each run once")
     out = Path(args.out).expanduser().resolve()
     _check_out(out, args.force)
-    todo = []
-    for r in args.runs:                      # every check before any evaluation
-        run_dir = Path(r).expanduser().resolve()
+    reports, tasks = {}, []                 # every check before any evaluation
+    for run_dir in resolved:
         if (run_dir / "report" / "report.json").is_file():
-            todo.append((run_dir, False))
+            rep = reports[run_dir] = load_report(run_dir / "report")
+            tasks.append([t["task"] for t in rep["per_task"]])
             continue
         try:
-            open_run(run_dir)
+            info = open_run(run_dir)
         except RunError as err:
             raise RunError(f"{err} (it has no report/ to compare either)") from None
-        todo.append((run_dir, True))
-    reports = []
-    for run_dir, needs_eval in todo:
-        if needs_eval:
+        tasks.append(list(info.tasks))
+    labels = label_names([reports[r]["run"]["name"] if r in reports else r.name
+                          for r in resolved])
+    check_shared_tasks(dict(zip(labels, tasks)))
+    union = list(dict.fromkeys(t for ts in tasks for t in ts))
+    for lab, ts in zip(labels, tasks):
+        if set(ts) != set(union):
+            log.warning("%s has no evaluation of %s: its cells show %r", lab,
+                        ", ".join(t for t in union if t not in ts), NOT_EVALUATED)
+    for run_dir in resolved:
+        if run_dir not in reports:
             log.info("%s has no report: evaluating it first", run_dir)
             evaluate_to_report(run_dir, episodes=args.episodes,
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
                                home=args.home, compile_cache=not args.no_compile_cache)
-        reports.append(load_report(run_dir / "report"))
-    return write_comparison(reports, out, args.force)
+            reports[run_dir] = load_report(run_dir / "report")
+    return write_comparison([reports[r] for r in resolved], out, args.force)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,76 @@
+"""`evaluate --runs` over runs that already have reports: which tasks each run covers.
+
+The runs are fakes: a run directory holding only report/report.json (the fields a
+comparison reads) and, where a test needs one, an empty checkpoint folder; nothing
+is evaluated, so no JAX program is compiled.
+"""
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from wmx.evaluate import aggregates as agg
+from wmx.evaluate import cli
+from wmx.evaluate.compare import build_comparison
+from wmx.evaluate.report import REPORT_SCHEMA
+
+
+def fake_run(root: Path, name: str, scores: dict[str, float], *, episodes: int = 2,
+             keys: str = "fresh", step: int = 6, newest: int | None = None) -> Path:
+    """root/<name> with a report of ``scores`` (task -> score) made with ``episodes`` per
+    seed, ``keys`` rollout keys at checkpoint ``step``; ``newest``: also a checkpoint
+    folder of that step (host.json only). Returns the run directory."""
+    run_dir = root / name
+    (run_dir / "report").mkdir(parents=True)
+    report = {
+        "schema": REPORT_SCHEMA, "created": "2026-01-01T00:00:00+0000",
+        "run": {"dir": str(run_dir), "name": name, "kind": "offline", "checkpoint_step": step},
+        "evaluation": {"episodes": episodes, "keys": keys, "eval_index": 0, "seeds": [0, 1]},
+        "per_task": [{"task": t, "score": s} for t, s in scores.items()],
+        "aggregates": [{"who": "wmx", **a.to_dict()}
+                       for a in agg.aggregate_all(list(scores.values()))]}
+    (run_dir / "report" / "report.json").write_text(json.dumps(report))
+    if newest is not None:
+        ckpt = run_dir / "checkpoints" / f"{newest:012d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "host.json").write_text("{}")
+    return run_dir
+
+
+def _listing(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*"))
+
+
+def test_runs_without_a_common_task_are_refused(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cheetah-run": 20.0})
+    before = _listing(tmp_path)
+    assert cli.main(["--runs", a, b, "--out", tmp_path / "cmp", "--episodes", 2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "no task in common" in err and "a: cartpole-balance; b: cheetah-run" in err
+    assert _listing(tmp_path) == before                    # no comparison, no temporary
+    # a third run sharing a task with one of them: only the run sharing none is refused
+    c = fake_run(tmp_path, "c", {"cartpole-balance": 60.0, "walker-walk": 30.0})
+    assert cli.main(["--runs", a, b, c, "--out", tmp_path / "cmp", "--episodes", 2]) == 2
+    assert "b shares no task with the other runs" in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
+    reports = [json.loads((r / "report" / "report.json").read_text()) for r in (a, b)]
+    with pytest.raises(ValueError, match="no task in common"):
+        build_comparison(reports)                           # the library refuses it too
+
+
+def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0, "cheetah-run": 20.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
+    out = tmp_path / "cmp"
+    with caplog.at_level(logging.WARNING, logger="wmx.evaluate"):
+        assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    assert any("b has no evaluation of cheetah-run" in r.getMessage() for r in caplog.records)
+    c = json.loads((out / "compare.json").read_text())
+    assert c["missing"] == {"a": [], "b": ["cheetah-run"]}
+    md = (out / "compare.md").read_text()
+    assert "| cheetah-run | 20.0 | not evaluated |" in md
+    assert "| cartpole-balance | 50.0 | 40.0 |" in md
+    assert "b lacks cheetah-run" in md
