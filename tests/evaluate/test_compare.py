@@ -1,4 +1,5 @@
-"""`evaluate --runs` over runs that already have reports: which tasks each run covers.
+"""`evaluate --runs` over runs that already have reports: which tasks each run covers,
+and which reports may be reused.
 
 The runs are fakes: a run directory holding only report/report.json (the fields a
 comparison reads) and, where a test needs one, an empty checkpoint folder; nothing
@@ -74,3 +75,37 @@ def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog
     assert "| cheetah-run | 20.0 | not evaluated |" in md
     assert "| cartpole-balance | 50.0 | 40.0 |" in md
     assert "b lacks cheetah-run" in md
+
+
+def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0}, episodes=10)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0}, episodes=10)
+    before = _listing(tmp_path)
+    out = tmp_path / "cmp"
+    # the default --episodes (10) matches; 2 does not, for either run
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{a}/report has 10 episodes, not the 2 asked" in err and f"{b}/report" in err
+    assert "--episodes 2 --force" in err and "own evaluation: --episodes 10" in err
+    assert _listing(tmp_path) == before
+    # episode counts that differ between the runs: no common count to offer
+    c = fake_run(tmp_path, "c", {"cartpole-balance": 45.0}, episodes=3)
+    assert cli.main(["--runs", a, c, "--out", out, "--episodes", 10]) == 2
+    err = capsys.readouterr().err
+    assert f"{c}/report has 3 episodes, not the 10 asked" in err and f"{a}/report" not in err
+    assert f"`evaluate --run {c} --episodes 10 --force`" in err and "own evaluation" not in err
+    # another key stream, or a checkpoint older than the run's newest
+    d = fake_run(tmp_path, "d", {"cartpole-balance": 45.0}, episodes=10, keys="checkpoint")
+    assert cli.main(["--runs", a, d, "--out", out]) == 2
+    assert "checkpoint rollout keys, not the fresh ones asked" in capsys.readouterr().err
+    e = fake_run(tmp_path, "e", {"cartpole-balance": 45.0}, episodes=10, step=4, newest=6)
+    assert cli.main(["--runs", a, e, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint 4, not the run's newest 6" in err and "own evaluation" not in err
+    assert not out.exists()
+    # what was asked: reused, and the runs table says how each run was evaluated
+    f = fake_run(tmp_path, "f", {"cartpole-balance": 45.0}, episodes=10, step=6, newest=6)
+    assert cli.main(["--runs", a, f, "--out", out]) == 0
+    md = (out / "compare.md").read_text()
+    assert "| a | offline | 6 | 10 x 2 | fresh |" in md and "| f | offline | 6 | 10 x 2 |" in md

@@ -15,8 +15,9 @@ per_task.csv, aggregates.csv, scores.png, learning_curves.png) goes to
 ``--out`` (default ``<RUN_DIR>/report/``); ``--video N`` adds MP4s of the
 first N episodes of the run's first seed per task (videos/, linked from
 report.md). ``--runs``: a comparison of the
-runs' reports (a run without one is evaluated first; every run must share a
-task with another). Standard output is one
+runs' reports (a run without one is evaluated first; a report is reused only
+when it has the --episodes, rollout keys and newest checkpoint asked, and
+every run must share a task with another). Standard output is one
 line, the path of the written report.md (compare.md for ``--runs``); progress
 goes to standard error. Bad input exits with status 2 and writes nothing; an
 expected failure while running (no space left, out of memory) exits with
@@ -194,11 +195,40 @@ def _run(args: argparse.Namespace) -> Path:
                               logger=args.logger)
 
 
+def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict],
+                    args: argparse.Namespace) -> UsageError:
+    """The one-line refusal of run reports that are not the evaluation asked for.
+
+    Args:
+      stale: run directory -> how its report differs (`compare.report_mismatch`).
+      reports: every report that would be reused (the stale ones included).
+    Returns:
+      The UsageError naming each report's differences and the fixes: re-evaluate
+      (``--force`` replaces the run's report), or, when every report is of the
+      newest checkpoint and of one evaluation, ask for that one.
+    """
+    def flags(episodes: int, keys: str) -> str:
+        return f"--episodes {episodes}" + (" --seeds-from-checkpoint" if keys == "checkpoint"
+                                          else "")
+    asked = "checkpoint" if args.seeds_from_checkpoint else "fresh"
+    what = "; ".join(f"{d}/report has {' and '.join(why.values())}"
+                     for d, why in stale.items())
+    run = next(iter(stale)) if len(stale) == 1 else "RUN_DIR"
+    fix = (f"re-evaluate {'it' if len(stale) == 1 else 'each'} with `evaluate --run {run} "
+           f"{flags(args.episodes, asked)} --force` (replaces its report)")
+    made = {(r["evaluation"]["episodes"], r["evaluation"]["keys"]) for r in reports}
+    if len(made) == 1 and not any("checkpoint" in why for why in stale.values()):
+        fix += f", or compare at the reports' own evaluation: {flags(*made.pop())}"
+    return UsageError(f"--runs: {what}; one comparison holds one evaluation per run and "
+                      f"task: {fix}")
+
+
 def _runs(args: argparse.Namespace) -> Path:
-    """``evaluate --runs``: every check (runs, shared tasks, --out) before any
+    """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
     evaluation; then the runs without a report are evaluated and the comparison written."""
+    from wmx.checkpoint import list_checkpoints
     from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
-                                      write_comparison)
+                                      report_mismatch, write_comparison)
     from wmx.evaluate.report import load_report
     from wmx.evaluate.runs import RunError, open_run
     if args.out is None:
@@ -217,10 +247,16 @@ def _runs(args: argparse.Namespace) -> Path:
         raise UsageError(f"--runs names {', '.join(twice)} more than once; give each run once")
     out = Path(args.out).expanduser().resolve()
     _check_out(out, args.force)
-    reports, tasks = {}, []                 # every check before any evaluation
+    keys = "checkpoint" if args.seeds_from_checkpoint else "fresh"
+    reports, tasks, stale = {}, [], {}      # every check before any evaluation
     for run_dir in resolved:
         if (run_dir / "report" / "report.json").is_file():
             rep = reports[run_dir] = load_report(run_dir / "report")
+            ckpts = list_checkpoints(run_dir)
+            why = report_mismatch(rep, episodes=args.episodes, keys=keys,
+                                  checkpoint_step=int(ckpts[-1].name) if ckpts else None)
+            if why:
+                stale[run_dir] = why
             tasks.append([t["task"] for t in rep["per_task"]])
             continue
         try:
@@ -228,6 +264,8 @@ def _runs(args: argparse.Namespace) -> Path:
         except RunError as err:
             raise RunError(f"{err} (it has no report/ to compare either)") from None
         tasks.append(list(info.tasks))
+    if stale:
+        raise _mismatch_error(stale, list(reports.values()), args)
     labels = label_names([reports[r]["run"]["name"] if r in reports else r.name
                           for r in resolved])
     check_shared_tasks(dict(zip(labels, tasks)))

@@ -6,8 +6,9 @@ compare.json, per_task.csv (one row per task, one score column per run),
 aggregates.csv (one row per run and statistic) and scores.png (grouped bars).
 
 A comparison is per task: every run must share a task with another run
-(`check_shared_tasks`), and a task a run did not evaluate shows as "not
-evaluated".
+(`check_shared_tasks`), a task a run did not evaluate shows as "not
+evaluated", and a run's report is reused only when it is the evaluation
+asked for (`report_mismatch`: episodes, rollout keys, newest checkpoint).
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from typing import Any, Mapping, Sequence
 from wmx.evaluate import plots
 from wmx.evaluate.report import write_dir_atomically
 
-__all__ = ["label_names", "run_labels", "check_shared_tasks", "build_comparison",
-           "write_comparison"]
+__all__ = ["label_names", "run_labels", "check_shared_tasks", "report_mismatch",
+           "build_comparison", "write_comparison"]
 
 NOT_EVALUATED = "not evaluated"
 """compare.md's cell for a task a run's report does not cover."""
@@ -66,13 +67,41 @@ def check_shared_tasks(tasks: Mapping[str, Sequence[str]]) -> None:
                      "covers only those: redo it with `evaluate --run RUN_DIR --force`)")
 
 
+def report_mismatch(report: dict, *, episodes: int, keys: str,
+                    checkpoint_step: int | None) -> dict[str, str]:
+    """How a run's existing report differs from the evaluation asked for.
+
+    Args:
+      report: the run's report dict (`report.load_report`).
+      episodes: eval_mode episodes per task and seed asked for (--episodes).
+      keys: rollout keys asked for: "fresh", or "checkpoint"
+        (--seeds-from-checkpoint).
+      checkpoint_step: the run's newest complete checkpoint; None when it
+        has none (the report is then the only evaluation there is).
+    Returns:
+      What differs ("episodes", "keys", "checkpoint") -> a phrase saying how
+      (e.g. "10 episodes, not the 2 asked"); empty when the report can be
+      reused as it is.
+    """
+    ev, run = report["evaluation"], report["run"]
+    out = {}
+    if int(ev["episodes"]) != int(episodes):
+        out["episodes"] = f"{ev['episodes']} episodes, not the {episodes} asked"
+    if ev["keys"] != keys:
+        out["keys"] = f"{ev['keys']} rollout keys, not the {keys} ones asked"
+    if checkpoint_step is not None and int(run["checkpoint_step"]) != int(checkpoint_step):
+        out["checkpoint"] = (f"checkpoint {run['checkpoint_step']}, not the run's newest "
+                             f"{checkpoint_step}")
+    return out
+
+
 def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     """The comparison dict of ``reports`` (report dicts, in the runs' order).
 
     Returns:
-      runs (label, dir, kind, report created, episodes, seeds), tasks
-      (union, in first-seen order), scores[label][task] (None where the run
-      lacks the task or its score is not finite),
+      runs (label, dir, kind, report created, checkpoint step, episodes,
+      keys, seeds), tasks (union, in first-seen order), scores[label][task]
+      (None where the run lacks the task or its score is not finite),
       missing[label] (the tasks of the union the run did not evaluate) and
       aggregates[label] (the run's own "wmx" aggregate rows, over its tasks).
     Raises:
@@ -89,7 +118,9 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
-                  "report_created": r["created"], "episodes": r["evaluation"]["episodes"],
+                  "report_created": r["created"],
+                  "checkpoint_step": r["run"].get("checkpoint_step"),
+                  "episodes": r["evaluation"]["episodes"], "keys": r["evaluation"].get("keys"),
                   "seeds": r["evaluation"]["seeds"]} for lab, r in zip(labels, reports)],
         "tasks": tasks,
         "scores": {lab: {t: scores[lab].get(t) for t in tasks} for lab in labels},
@@ -102,10 +133,14 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
 def _markdown(c: dict) -> str:
     labels = [r["label"] for r in c["runs"]]
     lines = ["# Run comparison", "", f"Written {c['created']}. Normalised scores (return / "
-             "10) from each run's evaluation report.", "", "## Runs", "",
-             "| run | kind | episodes x seeds | directory |", "|---|---|---|---|"]
+             "10) from each run's evaluation report; the runs table gives the checkpoint, "
+             "the eval_mode episodes per task and seed, and the rollout keys of each.", "",
+             "## Runs", "",
+             "| run | kind | checkpoint | episodes x seeds | rollout keys | directory |",
+             "|---|---|---|---|---|---|"]
     for r in c["runs"]:
-        lines.append(f"| {r['label']} | {r['kind']} | {r['episodes']} x {len(r['seeds'])} | "
+        lines.append(f"| {r['label']} | {r['kind']} | {r.get('checkpoint_step', '-')} | "
+                     f"{r['episodes']} x {len(r['seeds'])} | {r.get('keys') or '-'} | "
                      f"`{r['dir']}` |")
     lines += ["", "## Score per task", "", "| task | " + " | ".join(labels) + " |",
               "|---|" + "---|" * len(labels)]
