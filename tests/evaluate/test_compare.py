@@ -1,5 +1,5 @@
 """`evaluate --runs` over runs that already have reports: which tasks each run covers,
-and which reports may be reused.
+which reports may be reused, and where the comparison may be written.
 
 The runs are fakes: a run directory holding only report/report.json (the fields a
 comparison reads) and, where a test needs one, an empty checkpoint folder; nothing
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tiny_runs import TINY_RC
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import cli
+from wmx.evaluate import runs as eval_runs
 from wmx.evaluate.compare import build_comparison
 from wmx.evaluate.report import REPORT_SCHEMA
 
@@ -109,3 +111,29 @@ def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
     assert cli.main(["--runs", a, f, "--out", out]) == 0
     md = (out / "compare.md").read_text()
     assert "| a | offline | 6 | 10 x 2 | fresh |" in md and "| f | offline | 6 | 10 x 2 |" in md
+
+
+def test_unwritable_out_is_refused_before_evaluating(tmp_path, capsys, monkeypatch):
+    """A read-only --out fails first, naming --out (it used to fail after evaluating,
+    blaming --home). As root, permission bits do not stop writes: os.access is faked."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = cli.os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: Path(p) != ro and real(p, mode))
+
+    def no_evaluation(*a, **k):
+        raise AssertionError("evaluated before --out was checked")
+
+    monkeypatch.setattr(eval_runs, "evaluate_run", no_evaluation)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "000000000120").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    (run_dir / "checkpoints" / "000000000120" / "host.json").write_text('{"next_tick": 126}')
+    assert cli.main(["--run", run_dir, "--out", ro / "rep", "--episodes", 2]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "not a writable folder" in err and "--home" not in err
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
+    assert cli.main(["--runs", a, b, "--out", ro / "deeper" / "cmp", "--episodes", 2]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert _listing(ro) == []

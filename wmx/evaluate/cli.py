@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -97,6 +98,13 @@ def run_home(home: str | Path | None, run_dir: Path) -> Path:
 
 
 def _check_out(out: Path, force: bool) -> None:
+    """Refuse a report directory ``out`` that cannot be written, before anything is evaluated.
+
+    Raises:
+      UsageError: ``out`` is a file, exists without ``force``, or its
+        nearest existing folder is not writable (a read-only filesystem or
+        missing permissions).
+    """
     from wmx.evaluate.report import recover_dir
     recover_dir(out)
     if out.exists() and not out.is_dir():
@@ -105,6 +113,13 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} cannot be written: {parent} is not a writable folder "
+                         "(a read-only filesystem, a file or missing permissions); pass --out "
+                         "a directory in a writable place")
 
 
 def _check_video(video: int, episodes: int, logger: str | None) -> tuple[str, ...]:
