@@ -15,7 +15,9 @@ per_task.csv, aggregates.csv, scores.png, learning_curves.png) goes to
 ``--out`` (default ``<RUN_DIR>/report/``); ``--video N`` adds MP4s of the
 first N episodes of the run's first seed per task (videos/, linked from
 report.md). ``--runs``: a comparison of the
-runs' reports (a run without one is evaluated first). Standard output is one
+runs' reports (a run without one is evaluated first; a report is reused only
+when it has the --episodes, rollout keys and newest checkpoint asked, and
+every run must share a task with another). Standard output is one
 line, the path of the written report.md (compare.md for ``--runs``); progress
 goes to standard error. Bad input exits with status 2 and writes nothing; an
 expected failure while running (no space left, out of memory) exits with
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -95,6 +98,13 @@ def run_home(home: str | Path | None, run_dir: Path) -> Path:
 
 
 def _check_out(out: Path, force: bool) -> None:
+    """Refuse a report directory ``out`` that cannot be written, before anything is evaluated.
+
+    Raises:
+      UsageError: ``out`` is a file, exists without ``force``, or its
+        nearest existing folder is not writable (a read-only filesystem or
+        missing permissions).
+    """
     from wmx.evaluate.report import recover_dir
     recover_dir(out)
     if out.exists() and not out.is_dir():
@@ -103,6 +113,13 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} cannot be written: {parent} is not a writable folder "
+                         "(a read-only filesystem, a file or missing permissions); pass --out "
+                         "a directory in a writable place")
 
 
 def _check_video(video: int, episodes: int, logger: str | None) -> tuple[str, ...]:
@@ -193,8 +210,40 @@ def _run(args: argparse.Namespace) -> Path:
                               logger=args.logger)
 
 
+def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict],
+                    args: argparse.Namespace) -> UsageError:
+    """The one-line refusal of run reports that are not the evaluation asked for.
+
+    Args:
+      stale: run directory -> how its report differs (`compare.report_mismatch`).
+      reports: every report that would be reused (the stale ones included).
+    Returns:
+      The UsageError naming each report's differences and the fixes: re-evaluate
+      (``--force`` replaces the run's report), or, when every report is of the
+      newest checkpoint and of one evaluation, ask for that one.
+    """
+    def flags(episodes: int, keys: str) -> str:
+        return f"--episodes {episodes}" + (" --seeds-from-checkpoint" if keys == "checkpoint"
+                                          else "")
+    asked = "checkpoint" if args.seeds_from_checkpoint else "fresh"
+    what = "; ".join(f"{d}/report has {' and '.join(why.values())}"
+                     for d, why in stale.items())
+    run = next(iter(stale)) if len(stale) == 1 else "RUN_DIR"
+    fix = (f"re-evaluate {'it' if len(stale) == 1 else 'each'} with `evaluate --run {run} "
+           f"{flags(args.episodes, asked)} --force` (replaces its report)")
+    made = {(r["evaluation"]["episodes"], r["evaluation"]["keys"]) for r in reports}
+    if len(made) == 1 and not any("checkpoint" in why for why in stale.values()):
+        fix += f", or compare at the reports' own evaluation: {flags(*made.pop())}"
+    return UsageError(f"--runs: {what}; one comparison holds one evaluation per run and "
+                      f"task: {fix}")
+
+
 def _runs(args: argparse.Namespace) -> Path:
-    from wmx.evaluate.compare import write_comparison
+    """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
+    evaluation; then the runs without a report are evaluated and the comparison written."""
+    from wmx.checkpoint import list_checkpoints
+    from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
+                                      report_mismatch, write_comparison)
     from wmx.evaluate.report import load_report
     from wmx.evaluate.runs import RunError, open_run
     if args.out is None:
@@ -213,26 +262,41 @@ def _runs(args: argparse.Namespace) -> Path:
         raise UsageError(f"--runs names {', '.join(twice)} more than once; give each run once")
     out = Path(args.out).expanduser().resolve()
     _check_out(out, args.force)
-    todo = []
-    for r in args.runs:                      # every check before any evaluation
-        run_dir = Path(r).expanduser().resolve()
+    keys = "checkpoint" if args.seeds_from_checkpoint else "fresh"
+    reports, tasks, stale = {}, [], {}      # every check before any evaluation
+    for run_dir in resolved:
         if (run_dir / "report" / "report.json").is_file():
-            todo.append((run_dir, False))
+            rep = reports[run_dir] = load_report(run_dir / "report")
+            ckpts = list_checkpoints(run_dir)
+            why = report_mismatch(rep, episodes=args.episodes, keys=keys,
+                                  checkpoint_step=int(ckpts[-1].name) if ckpts else None)
+            if why:
+                stale[run_dir] = why
+            tasks.append([t["task"] for t in rep["per_task"]])
             continue
         try:
-            open_run(run_dir)
+            info = open_run(run_dir)
         except RunError as err:
             raise RunError(f"{err} (it has no report/ to compare either)") from None
-        todo.append((run_dir, True))
-    reports = []
-    for run_dir, needs_eval in todo:
-        if needs_eval:
+        tasks.append(list(info.tasks))
+    if stale:
+        raise _mismatch_error(stale, list(reports.values()), args)
+    labels = label_names([reports[r]["run"]["name"] if r in reports else r.name
+                          for r in resolved])
+    check_shared_tasks(dict(zip(labels, tasks)))
+    union = list(dict.fromkeys(t for ts in tasks for t in ts))
+    for lab, ts in zip(labels, tasks):
+        if set(ts) != set(union):
+            log.warning("%s has no evaluation of %s: its cells show %r", lab,
+                        ", ".join(t for t in union if t not in ts), NOT_EVALUATED)
+    for run_dir in resolved:
+        if run_dir not in reports:
             log.info("%s has no report: evaluating it first", run_dir)
             evaluate_to_report(run_dir, episodes=args.episodes,
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
                                home=args.home, compile_cache=not args.no_compile_cache)
-        reports.append(load_report(run_dir / "report"))
-    return write_comparison(reports, out, args.force)
+            reports[run_dir] = load_report(run_dir / "report")
+    return write_comparison([reports[r] for r in resolved], out, args.force)
 
 
 def main(argv: list[str] | None = None) -> int:

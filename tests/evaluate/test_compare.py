@@ -1,0 +1,139 @@
+"""`evaluate --runs` over runs that already have reports: which tasks each run covers,
+which reports may be reused, and where the comparison may be written.
+
+The runs are fakes: a run directory holding only report/report.json (the fields a
+comparison reads) and, where a test needs one, an empty checkpoint folder; nothing
+is evaluated, so no JAX program is compiled.
+"""
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from tiny_runs import TINY_RC
+from wmx.evaluate import aggregates as agg
+from wmx.evaluate import cli
+from wmx.evaluate import runs as eval_runs
+from wmx.evaluate.compare import build_comparison
+from wmx.evaluate.report import REPORT_SCHEMA
+
+
+def fake_run(root: Path, name: str, scores: dict[str, float], *, episodes: int = 2,
+             keys: str = "fresh", step: int = 6, newest: int | None = None) -> Path:
+    """root/<name> with a report of ``scores`` (task -> score) made with ``episodes`` per
+    seed, ``keys`` rollout keys at checkpoint ``step``; ``newest``: also a checkpoint
+    folder of that step (host.json only). Returns the run directory."""
+    run_dir = root / name
+    (run_dir / "report").mkdir(parents=True)
+    report = {
+        "schema": REPORT_SCHEMA, "created": "2026-01-01T00:00:00+0000",
+        "run": {"dir": str(run_dir), "name": name, "kind": "offline", "checkpoint_step": step},
+        "evaluation": {"episodes": episodes, "keys": keys, "eval_index": 0, "seeds": [0, 1]},
+        "per_task": [{"task": t, "score": s} for t, s in scores.items()],
+        "aggregates": [{"who": "wmx", **a.to_dict()}
+                       for a in agg.aggregate_all(list(scores.values()))]}
+    (run_dir / "report" / "report.json").write_text(json.dumps(report))
+    if newest is not None:
+        ckpt = run_dir / "checkpoints" / f"{newest:012d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "host.json").write_text("{}")
+    return run_dir
+
+
+def _listing(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*"))
+
+
+def test_runs_without_a_common_task_are_refused(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cheetah-run": 20.0})
+    before = _listing(tmp_path)
+    assert cli.main(["--runs", a, b, "--out", tmp_path / "cmp", "--episodes", 2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "no task in common" in err and "a: cartpole-balance; b: cheetah-run" in err
+    assert _listing(tmp_path) == before                    # no comparison, no temporary
+    # a third run sharing a task with one of them: only the run sharing none is refused
+    c = fake_run(tmp_path, "c", {"cartpole-balance": 60.0, "walker-walk": 30.0})
+    assert cli.main(["--runs", a, b, c, "--out", tmp_path / "cmp", "--episodes", 2]) == 2
+    assert "b shares no task with the other runs" in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
+    reports = [json.loads((r / "report" / "report.json").read_text()) for r in (a, b)]
+    with pytest.raises(ValueError, match="no task in common"):
+        build_comparison(reports)                           # the library refuses it too
+
+
+def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0, "cheetah-run": 20.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
+    out = tmp_path / "cmp"
+    with caplog.at_level(logging.WARNING, logger="wmx.evaluate"):
+        assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    assert any("b has no evaluation of cheetah-run" in r.getMessage() for r in caplog.records)
+    c = json.loads((out / "compare.json").read_text())
+    assert c["missing"] == {"a": [], "b": ["cheetah-run"]}
+    md = (out / "compare.md").read_text()
+    assert "| cheetah-run | 20.0 | not evaluated |" in md
+    assert "| cartpole-balance | 50.0 | 40.0 |" in md
+    assert "b lacks cheetah-run" in md
+
+
+def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0}, episodes=10)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0}, episodes=10)
+    before = _listing(tmp_path)
+    out = tmp_path / "cmp"
+    # the default --episodes (10) matches; 2 does not, for either run
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{a}/report has 10 episodes, not the 2 asked" in err and f"{b}/report" in err
+    assert "--episodes 2 --force" in err and "own evaluation: --episodes 10" in err
+    assert _listing(tmp_path) == before
+    # episode counts that differ between the runs: no common count to offer
+    c = fake_run(tmp_path, "c", {"cartpole-balance": 45.0}, episodes=3)
+    assert cli.main(["--runs", a, c, "--out", out, "--episodes", 10]) == 2
+    err = capsys.readouterr().err
+    assert f"{c}/report has 3 episodes, not the 10 asked" in err and f"{a}/report" not in err
+    assert f"`evaluate --run {c} --episodes 10 --force`" in err and "own evaluation" not in err
+    # another key stream, or a checkpoint older than the run's newest
+    d = fake_run(tmp_path, "d", {"cartpole-balance": 45.0}, episodes=10, keys="checkpoint")
+    assert cli.main(["--runs", a, d, "--out", out]) == 2
+    assert "checkpoint rollout keys, not the fresh ones asked" in capsys.readouterr().err
+    e = fake_run(tmp_path, "e", {"cartpole-balance": 45.0}, episodes=10, step=4, newest=6)
+    assert cli.main(["--runs", a, e, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint 4, not the run's newest 6" in err and "own evaluation" not in err
+    assert not out.exists()
+    # what was asked: reused, and the runs table says how each run was evaluated
+    f = fake_run(tmp_path, "f", {"cartpole-balance": 45.0}, episodes=10, step=6, newest=6)
+    assert cli.main(["--runs", a, f, "--out", out]) == 0
+    md = (out / "compare.md").read_text()
+    assert "| a | offline | 6 | 10 x 2 | fresh |" in md and "| f | offline | 6 | 10 x 2 |" in md
+
+
+def test_unwritable_out_is_refused_before_evaluating(tmp_path, capsys, monkeypatch):
+    """A read-only --out fails first, naming --out (it used to fail after evaluating,
+    blaming --home). As root, permission bits do not stop writes: os.access is faked."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = cli.os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: Path(p) != ro and real(p, mode))
+
+    def no_evaluation(*a, **k):
+        raise AssertionError("evaluated before --out was checked")
+
+    monkeypatch.setattr(eval_runs, "evaluate_run", no_evaluation)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "000000000120").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    (run_dir / "checkpoints" / "000000000120" / "host.json").write_text('{"next_tick": 126}')
+    assert cli.main(["--run", run_dir, "--out", ro / "rep", "--episodes", 2]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "not a writable folder" in err and "--home" not in err
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
+    assert cli.main(["--runs", a, b, "--out", ro / "deeper" / "cmp", "--episodes", 2]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert _listing(ro) == []
