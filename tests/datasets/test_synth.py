@@ -101,7 +101,14 @@ def test_synth_is_deterministic_and_keeps_an_existing_copy(tmp_path):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"rows": 5}, r"less than one episode \(21 rows\)"),
-    ({"rows": 100, "name": "a/b"}, "must be non-empty, without '/'"),
+    ({"rows": 100, "name": "a/b-synth"}, "dataset name 'a/b-synth' is not valid"),
+    ({"rows": 100, "name": "big synth"}, "dataset name 'big synth' is not valid"),
+    ({"rows": 100, "name": ".hidden-synth"}, "is not valid"),
+    ({"rows": 100, "name": "x" * 95 + "-synth"}, "up to 100 letters"),
+    ({"rows": 100, "name": "mt19"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt19-3fa2c1d0"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt19-x-synth"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt80"}, "ends in '-synth'.*use --name mt80-synth"),
     ({"rows": 100, "num_tasks": 0}, "--tasks must be >= 1"),
     ({"rows": 10 ** 12}, "GB are free under"),
 ])
@@ -116,3 +123,12 @@ def test_synth_command_error_is_one_line(tmp_path, capsys):
     assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --rows 3 is less than one episode") and "\n" not in err
+
+
+def test_synth_command_refuses_a_real_name_and_writes_nothing(tmp_path, capsys):
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "100",
+                     "--episode-length", str(T), "--name", "mt19"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --name mt19: mt19 and mt19-* are the names of real mt19 "
+                          "builds") and "\n" not in err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())

@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
                                       "--rows rows (scale tests of the readers)")
     syn.add_argument("--rows", type=int, required=True,
                      help="rows on disk (episodes = ceil(rows / (T+1)))")
-    syn.add_argument("--name", default="mt80-synth", help="dataset name (default mt80-synth)")
+    syn.add_argument("--name", default="mt80-synth",
+                     help="dataset name ending in -synth (default mt80-synth)")
     syn.add_argument("--tasks", type=int, default=80, help="synthetic tasks (default 80)")
     syn.add_argument("--episode-length", type=int, default=500, help="T (default 500)")
     syn.add_argument("--seed", type=int, default=0)

@@ -47,6 +47,9 @@ METAWORLD_DIMS = (39, 4)
 
 SYNTH_SOURCE = "synthetic (wmx.datasets.synth): random episodes, no reference scores"
 
+SYNTH_SUFFIX = "-synth"
+"""Every synthetic dataset's name ends so: it never takes a real build's name@latest."""
+
 
 class SynthError(ValueError):
     """A synthetic dataset cannot be written as asked."""
@@ -96,6 +99,35 @@ def record_bytes(taskset: TaskSet) -> int:
     return rows * (4 * (taskset.max_obs_dim + taskset.max_action_dim + 1) + 3) + 12
 
 
+def synthetic_name(name: str) -> str:
+    """Check the name of a synthetic dataset.
+
+    Args:
+      name: the `--name`, e.g. "mt80-synth".
+
+    Returns:
+      ``name`` unchanged.
+
+    Raises:
+      SynthError: not a valid dataset name (`check_dataset_name`), a name of the real
+        mt19 builds (`is_mt19_name`), or not ending in SYNTH_SUFFIX.
+    """
+    from wmx.datasets.names import check_dataset_name
+    from wmx.schemas.taskset import is_mt19_name
+    try:
+        check_dataset_name(name)
+    except ValueError as e:
+        raise SynthError(f"--name: {e}") from None
+    if is_mt19_name(name):
+        raise SynthError(f"--name {name}: mt19 and mt19-* are the names of real mt19 builds; "
+                         f"name a synthetic dataset e.g. mt80{SYNTH_SUFFIX}")
+    if not name.endswith(SYNTH_SUFFIX):
+        raise SynthError(f"--name {name}: a synthetic dataset's name ends in {SYNTH_SUFFIX!r}, "
+                         f"so it never replaces a real dataset's {name}@latest; use "
+                         f"--name {name}{SYNTH_SUFFIX}")
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class SynthResult:
     """A written synthetic dataset: path, content hash, episodes, rows (all
@@ -124,16 +156,14 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     the staging directory is removed. An existing dataset with the same
     content hash is kept and returned.
 
-    Raises SynthError (nothing written) for rows < T+1, a bad name, or when
-    the estimated size exceeds the free disk space."""
+    Raises SynthError (nothing written) for rows < T+1, a bad name
+    (`synthetic_name`), or when the estimated size exceeds the free disk space."""
     from wmx.paths import wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
     from wmx.pipelines.sources import code_version
     from wmx.pipelines.transforms import build_manifest, file_sha256, write_shard_file
     say = progress or (lambda msg: None)
-    if not name or "/" in name or "@" in name or name.startswith("."):
-        raise SynthError(f"dataset name {name!r} must be non-empty, without '/', '@' or a "
-                         "leading '.'")
+    synthetic_name(name)
     ts = mt80_like_taskset(num_tasks, episode_length, name)
     rows_per_ep = episode_length + 1
     if rows < rows_per_ep:
