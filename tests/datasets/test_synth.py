@@ -110,6 +110,7 @@ def test_synth_is_deterministic_and_keeps_an_existing_copy(tmp_path):
     ({"rows": 100, "name": "mt19-x-synth"}, "names of real mt19 builds"),
     ({"rows": 100, "name": "mt80"}, "ends in '-synth'.*use --name mt80-synth"),
     ({"rows": 100, "num_tasks": 0}, "--tasks must be >= 1"),
+    ({"rows": 100, "num_shards": 0}, "--num-shards must be >= 1, got 0"),
     ({"rows": 10 ** 12}, "GB are free under"),
 ])
 def test_synth_bad_input_writes_nothing(tmp_path, kwargs, match):
@@ -132,3 +133,26 @@ def test_synth_command_refuses_a_real_name_and_writes_nothing(tmp_path, capsys):
     assert err.startswith("error: --name mt19: mt19 and mt19-* are the names of real mt19 "
                           "builds") and "\n" not in err
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag, value, match", [
+    ("--num-shards", "0", "argument --num-shards: 0 must be at least 1"),
+    ("--rows", "1.5", "argument --rows: '1.5' is not a whole number"),
+    ("--rows", "lots", "argument --rows: 'lots' is not an integer"),
+    ("--tasks", "0", "argument --tasks: 0 must be at least 1"),
+])
+def test_synth_command_refuses_bad_counts(tmp_path, capsys, flag, value, match):
+    argv = ["dataset", "--home", str(tmp_path), "synth", "--rows", "100", flag, value]
+    with pytest.raises(SystemExit) as e:
+        wmx_main(argv)
+    assert e.value.code == 2 and match in capsys.readouterr().err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_synth_command_takes_counts_in_scientific_notation(tmp_path, capsys):
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "1e3",
+                     "--episode-length", str(T), "--tasks", "2", "--num-shards", "2e0"]) == 0
+    (entry,) = Store(tmp_path).list_datasets()
+    ds = open_dataset(entry.path)
+    assert ds.num_episodes == math.ceil(1000 / (T + 1)) and len(ds.manifest.shards) == 2
+    assert ds.manifest.builder["rows_requested"] == 1000

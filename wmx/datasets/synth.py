@@ -156,7 +156,7 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     the staging directory is removed. An existing dataset with the same
     content hash is kept and returned.
 
-    Raises SynthError (nothing written) for rows < T+1, a bad name
+    Raises SynthError (nothing written) for rows < T+1, num_shards < 1, a bad name
     (`synthetic_name`), or when the estimated size exceeds the free disk space."""
     from wmx.paths import wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
@@ -170,7 +170,8 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
         raise SynthError(f"--rows {rows} is less than one episode ({rows_per_ep} rows); "
                          f"give at least {rows_per_ep}")
     n = math.ceil(rows / rows_per_ep)
-    num_shards = num_shards or max(1, math.ceil(n / 512))
+    if num_shards is None:
+        num_shards = max(1, math.ceil(n / 512))
     if num_shards < 1:
         raise SynthError(f"--num-shards must be >= 1, got {num_shards}")
     root = Path(wmx_home(home)) / "datasets"
