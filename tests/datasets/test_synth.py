@@ -18,7 +18,7 @@ from wmx.cli.main import main as wmx_main  # noqa: E402
 from wmx.datasets.readers import open_dataset, stream_slices  # noqa: E402
 from wmx.datasets.store import Store  # noqa: E402
 from wmx.datasets.synth import (MT19_DIMS, METAWORLD_DIMS, SynthError,  # noqa: E402
-                                mt80_like_taskset, synthetic_episode,
+                                estimated_bytes, mt80_like_taskset, synthetic_episode,
                                 write_synthetic_dataset)
 from wmx.schemas import episode as schema  # noqa: E402
 from wmx.schemas.hashing import dataset_content_hash  # noqa: E402
@@ -111,7 +111,7 @@ def test_synth_is_deterministic_and_keeps_an_existing_copy(tmp_path):
     ({"rows": 100, "name": "mt80"}, "ends in '-synth'.*use --name mt80-synth"),
     ({"rows": 100, "num_tasks": 0}, "--tasks must be >= 1"),
     ({"rows": 100, "num_shards": 0}, "--num-shards must be >= 1, got 0"),
-    ({"rows": 10 ** 12}, "GB are free under"),
+    ({"rows": 10 ** 12}, "are free under"),
 ])
 def test_synth_bad_input_writes_nothing(tmp_path, kwargs, match):
     with pytest.raises(SynthError, match=match):
@@ -156,3 +156,23 @@ def test_synth_command_takes_counts_in_scientific_notation(tmp_path, capsys):
     ds = open_dataset(entry.path)
     assert ds.num_episodes == math.ceil(1000 / (T + 1)) and len(ds.manifest.shards) == 2
     assert ds.manifest.builder["rows_requested"] == 1000
+
+
+@pytest.mark.parametrize("episodes, num_tasks, num_shards", [(5, 2, 1), (150, 80, 3)])
+def test_size_estimate_covers_what_is_written(tmp_path, episodes, num_tasks, num_shards):
+    r = write_synthetic_dataset(tmp_path, episodes * (T + 1), num_tasks=num_tasks,
+                                episode_length=T, num_shards=num_shards)
+    on_disk = sum(f.stat().st_size for f in r.path.iterdir())
+    est = estimated_bytes(mt80_like_taskset(num_tasks, T), episodes, num_shards)
+    assert on_disk <= est <= 2 * on_disk
+
+
+def test_full_disk_message_gives_a_small_size_in_its_unit(tmp_path, monkeypatch):
+    """A small dataset's need is printed in KB (it said "0.0 GB")."""
+    import shutil
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10 ** 9, 10 ** 9 - 1000, 1000))
+    with pytest.raises(SynthError, match=r"5 episodes need about 1\d\d\.\d KB, only 1000 B "
+                                         r"are free under"):
+        write_synthetic_dataset(tmp_path, 5 * (T + 1), num_tasks=2, episode_length=T)
+    assert not (tmp_path / "datasets").exists()

@@ -50,6 +50,12 @@ SYNTH_SOURCE = "synthetic (wmx.datasets.synth): random episodes, no reference sc
 SYNTH_SUFFIX = "-synth"
 """Every synthetic dataset's name ends so: it never takes a real build's name@latest."""
 
+SHARD_OVERHEAD = 128 * 1024
+"""Bytes a shard file may take beyond its records (ArrayRecord writes 64 KiB blocks)."""
+
+MANIFEST_BYTES_PER_EPISODE = 300
+"""The manifest's bytes per episode (digest, task, return)."""
+
 
 class SynthError(ValueError):
     """A synthetic dataset cannot be written as asked."""
@@ -97,6 +103,21 @@ def record_bytes(taskset: TaskSet) -> int:
     """Bytes of one padded record's arrays (headers excluded)."""
     rows = taskset.tasks[0].episode_length + 1
     return rows * (4 * (taskset.max_obs_dim + taskset.max_action_dim + 1) + 3) + 12
+
+
+def estimated_bytes(taskset: TaskSet, episodes: int, num_shards: int) -> int:
+    """Disk space a synthetic dataset needs, at most (its records are not compressed).
+
+    Args:
+      taskset: the dataset's TaskSet (`mt80_like_taskset`).
+      episodes: episode count.
+      num_shards: shard files.
+
+    Returns:
+      Bytes: records plus 2%, SHARD_OVERHEAD per shard, the manifest.
+    """
+    return int(episodes * (record_bytes(taskset) * 1.02 + MANIFEST_BYTES_PER_EPISODE)
+               + num_shards * SHARD_OVERHEAD)
 
 
 def synthetic_name(name: str) -> str:
@@ -157,11 +178,13 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     content hash is kept and returned.
 
     Raises SynthError (nothing written) for rows < T+1, num_shards < 1, a bad name
-    (`synthetic_name`), or when the estimated size exceeds the free disk space."""
+    (`synthetic_name`), or when the estimated size (`estimated_bytes`) exceeds
+    the free disk space."""
     from wmx.paths import wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
     from wmx.pipelines.sources import code_version
     from wmx.pipelines.transforms import build_manifest, file_sha256, write_shard_file
+    from wmx.sizes import human_size
     say = progress or (lambda msg: None)
     synthetic_name(name)
     ts = mt80_like_taskset(num_tasks, episode_length, name)
@@ -175,13 +198,13 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     if num_shards < 1:
         raise SynthError(f"--num-shards must be >= 1, got {num_shards}")
     root = Path(wmx_home(home)) / "datasets"
-    root.mkdir(parents=True, exist_ok=True)
-    need = n * record_bytes(ts) * 1.02
-    free = shutil.disk_usage(root).free
+    need = estimated_bytes(ts, n, num_shards)
+    free = shutil.disk_usage(next(p for p in (root, *root.parents) if p.exists())).free
     if need > 0.95 * free:
-        raise SynthError(f"{n} episodes need about {need / 1e9:.1f} GB, only "
-                         f"{free / 1e9:.1f} GB are free under {root}; give fewer --rows "
+        raise SynthError(f"{n} episodes need about {human_size(need)}, only "
+                         f"{human_size(free)} are free under {root}; give fewer --rows "
                          "or another --home")
+    root.mkdir(parents=True, exist_ok=True)
     staging = root / ".staging" / f"{name}-{uuid.uuid4().hex}"
     plan = BuildPlan(
         name=name, tasks=ts.names, obs_dims=tuple(t.obs_dim for t in ts.tasks),
