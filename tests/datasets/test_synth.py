@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -176,3 +177,20 @@ def test_full_disk_message_gives_a_small_size_in_its_unit(tmp_path, monkeypatch)
                                          r"are free under"):
         write_synthetic_dataset(tmp_path, 5 * (T + 1), num_tasks=2, episode_length=T)
     assert not (tmp_path / "datasets").exists()
+
+
+def test_synth_staging_is_owned_and_a_dead_ones_is_swept(tmp_path):
+    """A killed synth's staging folder is removed by the next stage (wmx.temporaries)."""
+    import subprocess
+    from wmx import temporaries
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    stale = (tmp_path / "datasets" / ".staging" /
+             f"mt80-synth~{temporaries._host()}~{p.pid}~0123abcd")
+    stale.mkdir(parents=True)
+    seen = []
+    write_synthetic_dataset(tmp_path, 3 * (T + 1), num_tasks=2, episode_length=T,
+                            progress=lambda _: seen.extend(q.name for q in stale.parent.iterdir()))
+    assert seen and all(temporaries.owner(n) == (temporaries._host(), os.getpid())
+                        for n in seen)
+    assert not stale.exists() and not any(stale.parent.iterdir())

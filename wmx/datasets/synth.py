@@ -27,7 +27,6 @@ import math
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -173,13 +172,16 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     episode -> shard by digest, digest order within a shard, written with the
     build's writer (wmx.pipelines.transforms.write_shard_file); manifest by
     the build's `build_manifest` (builder: this module, seed, rows). Written
-    into `<home>/datasets/.staging/` and renamed at the end; on any failure
-    the staging directory is removed. An existing dataset with the same
+    into `<home>/datasets/.staging/` (a name owned by this process, so a later stage
+    sweeps it if this one is killed; `wmx.temporaries`) and renamed at the end; on any
+    failure the staging directory is removed. An existing dataset with the same
     content hash is kept and returned.
 
     Raises SynthError (nothing written) for rows < T+1, num_shards < 1, a bad name
     (`synthetic_name`), or when the estimated size (`estimated_bytes`) exceeds
     the free disk space."""
+    from wmx import temporaries
+    from wmx.datasets.store import Store
     from wmx.paths import wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
     from wmx.pipelines.sources import code_version
@@ -205,7 +207,8 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
                          f"{human_size(free)} are free under {root}; give fewer --rows "
                          "or another --home")
     root.mkdir(parents=True, exist_ok=True)
-    staging = root / ".staging" / f"{name}-{uuid.uuid4().hex}"
+    Store(home).sweep_temporaries()       # what killed builds and synths left behind
+    staging = root / ".staging" / temporaries.owned_name(name, prefix="")
     plan = BuildPlan(
         name=name, tasks=ts.names, obs_dims=tuple(t.obs_dim for t in ts.tasks),
         action_dims=tuple(t.action_dim for t in ts.tasks),
