@@ -22,15 +22,42 @@ def shared_dir() -> Path:
     return path
 
 
+class HomeError(ValueError):
+    """The data root is unusable: a file, or not writable where a stage must write."""
+
+
 def wmx_home(home: str | os.PathLike | None = None) -> Path:
     """The one data root for everything wmx writes.
 
-    Order: the explicit `home` argument (`--home`), then `WMX_HOME`, then
-    `~/.wmx`. The folder is not created here.
+    Args:
+      home: the `--home` value, or None for `WMX_HOME`, else `~/.wmx`.
+
+    Returns:
+      The absolute path; the folder is not created here.
+
+    Raises:
+      HomeError: the path, or a folder above it, is a file (nothing is created).
     """
-    if home is not None:
-        return Path(home).expanduser().resolve()
     env = os.environ.get("WMX_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    return (Path.home() / ".wmx").resolve()
+    if home is not None:
+        path, given = Path(home).expanduser().resolve(), f"--home {home}"
+    elif env:
+        path, given = Path(env).expanduser().resolve(), f"WMX_HOME={env}"
+    else:
+        path, given = (Path.home() / ".wmx").resolve(), "the default data root ~/.wmx"
+    _refuse_file(path, given)
+    return path
+
+
+def _refuse_file(path: Path, given: str) -> None:
+    """Raise HomeError when `path` or its nearest existing ancestor is not a directory."""
+    for p in (path, *path.parents):
+        try:
+            if not p.exists():
+                continue
+            if p.is_dir():
+                return
+        except OSError:       # unreadable: left to the stage that writes there
+            return
+        raise HomeError(f"{given}: {p} is a file, not a directory; give a directory as the "
+                        "data root (--home DIR or WMX_HOME; it is created if missing)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from wmx.cli.main import main as wmx_main  # noqa: E402
 from wmx.datasets.readers import open_dataset, stream_slices  # noqa: E402
 from wmx.datasets.store import Store  # noqa: E402
 from wmx.datasets.synth import (MT19_DIMS, METAWORLD_DIMS, SynthError,  # noqa: E402
-                                mt80_like_taskset, synthetic_episode,
+                                estimated_bytes, mt80_like_taskset, synthetic_episode,
                                 write_synthetic_dataset)
 from wmx.schemas import episode as schema  # noqa: E402
 from wmx.schemas.hashing import dataset_content_hash  # noqa: E402
@@ -101,9 +102,17 @@ def test_synth_is_deterministic_and_keeps_an_existing_copy(tmp_path):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"rows": 5}, r"less than one episode \(21 rows\)"),
-    ({"rows": 100, "name": "a/b"}, "must be non-empty, without '/'"),
+    ({"rows": 100, "name": "a/b-synth"}, "dataset name 'a/b-synth' is not valid"),
+    ({"rows": 100, "name": "big synth"}, "dataset name 'big synth' is not valid"),
+    ({"rows": 100, "name": ".hidden-synth"}, "is not valid"),
+    ({"rows": 100, "name": "x" * 95 + "-synth"}, "up to 100 letters"),
+    ({"rows": 100, "name": "mt19"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt19-3fa2c1d0"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt19-x-synth"}, "names of real mt19 builds"),
+    ({"rows": 100, "name": "mt80"}, "ends in '-synth'.*use --name mt80-synth"),
     ({"rows": 100, "num_tasks": 0}, "--tasks must be >= 1"),
-    ({"rows": 10 ** 12}, "GB are free under"),
+    ({"rows": 100, "num_shards": 0}, "--num-shards must be >= 1, got 0"),
+    ({"rows": 10 ** 12}, "are free under"),
 ])
 def test_synth_bad_input_writes_nothing(tmp_path, kwargs, match):
     with pytest.raises(SynthError, match=match):
@@ -116,3 +125,72 @@ def test_synth_command_error_is_one_line(tmp_path, capsys):
     assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --rows 3 is less than one episode") and "\n" not in err
+
+
+def test_synth_command_refuses_a_real_name_and_writes_nothing(tmp_path, capsys):
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "100",
+                     "--episode-length", str(T), "--name", "mt19"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --name mt19: mt19 and mt19-* are the names of real mt19 "
+                          "builds") and "\n" not in err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag, value, match", [
+    ("--num-shards", "0", "argument --num-shards: 0 must be at least 1"),
+    ("--rows", "1.5", "argument --rows: '1.5' is not a whole number"),
+    ("--rows", "lots", "argument --rows: 'lots' is not an integer"),
+    ("--tasks", "0", "argument --tasks: 0 must be at least 1"),
+])
+def test_synth_command_refuses_bad_counts(tmp_path, capsys, flag, value, match):
+    argv = ["dataset", "--home", str(tmp_path), "synth", "--rows", "100", flag, value]
+    with pytest.raises(SystemExit) as e:
+        wmx_main(argv)
+    assert e.value.code == 2 and match in capsys.readouterr().err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_synth_command_takes_counts_in_scientific_notation(tmp_path, capsys):
+    assert wmx_main(["dataset", "--home", str(tmp_path), "synth", "--rows", "1e3",
+                     "--episode-length", str(T), "--tasks", "2", "--num-shards", "2e0"]) == 0
+    (entry,) = Store(tmp_path).list_datasets()
+    ds = open_dataset(entry.path)
+    assert ds.num_episodes == math.ceil(1000 / (T + 1)) and len(ds.manifest.shards) == 2
+    assert ds.manifest.builder["rows_requested"] == 1000
+
+
+@pytest.mark.parametrize("episodes, num_tasks, num_shards", [(5, 2, 1), (150, 80, 3)])
+def test_size_estimate_covers_what_is_written(tmp_path, episodes, num_tasks, num_shards):
+    r = write_synthetic_dataset(tmp_path, episodes * (T + 1), num_tasks=num_tasks,
+                                episode_length=T, num_shards=num_shards)
+    on_disk = sum(f.stat().st_size for f in r.path.iterdir())
+    est = estimated_bytes(mt80_like_taskset(num_tasks, T), episodes, num_shards)
+    assert on_disk <= est <= 2 * on_disk
+
+
+def test_full_disk_message_gives_a_small_size_in_its_unit(tmp_path, monkeypatch):
+    """A small dataset's need is printed in KB (it said "0.0 GB")."""
+    import shutil
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10 ** 9, 10 ** 9 - 1000, 1000))
+    with pytest.raises(SynthError, match=r"5 episodes need about 1\d\d\.\d KB, only 1000 B "
+                                         r"are free under"):
+        write_synthetic_dataset(tmp_path, 5 * (T + 1), num_tasks=2, episode_length=T)
+    assert not (tmp_path / "datasets").exists()
+
+
+def test_synth_staging_is_owned_and_a_dead_ones_is_swept(tmp_path):
+    """A killed synth's staging folder is removed by the next stage (wmx.temporaries)."""
+    import subprocess
+    from wmx import temporaries
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    stale = (tmp_path / "datasets" / ".staging" /
+             f"mt80-synth~{temporaries._host()}~{p.pid}~0123abcd")
+    stale.mkdir(parents=True)
+    seen = []
+    write_synthetic_dataset(tmp_path, 3 * (T + 1), num_tasks=2, episode_length=T,
+                            progress=lambda _: seen.extend(q.name for q in stale.parent.iterdir()))
+    assert seen and all(temporaries.owner(n) == (temporaries._host(), os.getpid())
+                        for n in seen)
+    assert not stale.exists() and not any(stale.parent.iterdir())

@@ -535,6 +535,48 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, tiny_online_run, off
     assert _listing(*roots) == before
 
 
+HOME_FILE_COMMANDS = [
+    # (id, command, argv with {home} for the data root and {x} for a path that does not exist)
+    ("train_online", ONLINE, "--task probe-action --preset tiny --home {home}"),
+    ("train_offline", OFFLINE, "--dataset tst@latest --preset tiny --home {home}"),
+    ("evaluate-run", EVALUATE, "--run {x} --home {home}"),
+    ("evaluate-runs", EVALUATE, "--runs {x} {x}2 --out {x}3 --home {home}"),
+    ("runs-ls", WMX, "runs ls --home {home}"),
+    ("runs-info", WMX, "runs info some-run --home {home}"),
+    ("dataset-ls", WMX, "dataset ls --home {home}"),
+    ("dataset-synth", WMX, "dataset synth --rows 100 --episode-length 8 --home {home}"),
+    ("demo", WMX, "demo --dry-run --home {home}"),
+    ("beam", BEAM, "run " + str(REPO / "pipelines" / "build_mt19.py") + " --home {home}"),
+]
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["file", "below-a-file"])
+@pytest.mark.parametrize("case", HOME_FILE_COMMANDS, ids=[c[0] for c in HOME_FILE_COMMANDS])
+def test_home_that_is_a_file_is_one_line_before_anything(case, below, tmp_path, capsys):
+    """--home FILE (or FILE/sub): every CLI says at once that FILE is a file, exit 2,
+    nothing created (wmx.paths.wmx_home)."""
+    _, cmd, argv = case
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    home = afile / "sub" if below else afile
+    subs = {"home": str(home), "x": str(tmp_path / "nothing")}
+    before = _listing(tmp_path)
+    capsys.readouterr()
+    assert _main(cmd)([a.format(**subs) for a in argv.split()]) == 2
+    lines = _one_line(capsys.readouterr().err)
+    assert len(lines) == 1 and f"{afile} is a file, not a directory" in lines[0], lines
+    assert _listing(tmp_path) == before and afile.read_text() == "not a directory"
+
+
+def test_wmx_home_from_the_environment_that_is_a_file(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("WMX_HOME", str(tmp_path / "afile"))
+    assert wmx_main(["runs", "ls"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: WMX_HOME={tmp_path / 'afile'}: ") and "\n" not in err
+    assert "is a file, not a directory" in err
+
+
 def test_wmx_accepts_home_before_or_after_the_subcommand(built, capsys):
     home, ds = built
     for argv in (["dataset", "ls", "--home", str(home)], ["dataset", "--home", str(home), "ls"],

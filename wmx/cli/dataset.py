@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from wmx.runs.cli_common import at_least, count
 from wmx.sizes import human_size
 
 
@@ -19,13 +20,14 @@ def add_parser(sub) -> None:
     val.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
     syn = ds.add_parser("synth", help="write a synthetic mt80-shaped pooled dataset of "
                                       "--rows rows (scale tests of the readers)")
-    syn.add_argument("--rows", type=int, required=True,
-                     help="rows on disk (episodes = ceil(rows / (T+1)))")
-    syn.add_argument("--name", default="mt80-synth", help="dataset name (default mt80-synth)")
-    syn.add_argument("--tasks", type=int, default=80, help="synthetic tasks (default 80)")
-    syn.add_argument("--episode-length", type=int, default=500, help="T (default 500)")
-    syn.add_argument("--seed", type=int, default=0)
-    syn.add_argument("--num-shards", type=int, default=None,
+    syn.add_argument("--rows", type=count, required=True,
+                     help="rows on disk, e.g. 1e7 (episodes = ceil(rows / (T+1)))")
+    syn.add_argument("--name", default="mt80-synth",
+                     help="dataset name ending in -synth (default mt80-synth)")
+    syn.add_argument("--tasks", type=at_least(1), default=80, help="synthetic tasks (default 80)")
+    syn.add_argument("--episode-length", type=at_least(1), default=500, help="T (default 500)")
+    syn.add_argument("--seed", type=at_least(0), default=0)
+    syn.add_argument("--num-shards", type=at_least(1), default=None,
                      help="default ceil(episodes / 512), as the Beam build")
     for q in (ls, info, val, syn):
         add_home(q)

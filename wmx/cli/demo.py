@@ -485,8 +485,8 @@ def plan_text(opts: argparse.Namespace, home: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from wmx.paths import wmx_home
-    home = wmx_home(args.home)
     try:
+        home = wmx_home(args.home)            # a file as the data root: one line, exit 2
         if len(set(args.seeds)) != len(args.seeds):
             raise ValueError(f"--seeds {' '.join(map(str, args.seeds))}: give each seed once")
         if args.dry_run:

@@ -10,7 +10,10 @@ import re
 
 MIN_PREFIX_LEN = 8
 LATEST = "latest"
+NAME_MAX = 100
+"""Longest dataset name: it is a folder name, and staging names add ~60 characters."""
 _HEX = re.compile(r"^[0-9a-f]+$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class NameResolutionError(ValueError):
@@ -35,6 +38,26 @@ class ArtifactRef:
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
+
+
+def check_dataset_name(name: str) -> str:
+    """A name a new dataset may be stored under (``<home>/datasets/<name>/``).
+
+    Args:
+      name: e.g. "mt19", "mt19-3fa2c1d0", "mt80-synth".
+
+    Returns:
+      ``name`` unchanged.
+
+    Raises:
+      ValueError: not letters, digits, '.', '_' and '-' starting with a letter or digit,
+        or longer than NAME_MAX.
+    """
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > NAME_MAX:
+        raise ValueError(f"dataset name {name!r} is not valid: use up to {NAME_MAX} letters, "
+                         "digits, '.', '_' and '-', starting with a letter or digit "
+                         "(e.g. mt80-synth)")
+    return name
 
 
 def looks_like_ref(text: str) -> bool:

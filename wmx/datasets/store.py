@@ -30,7 +30,7 @@ from typing import Iterator
 from wmx import temporaries
 from wmx.datasets.names import (ArtifactRef, NameResolutionError, looks_like_ref,
                                 parse_ref)
-from wmx.paths import wmx_home
+from wmx.paths import HomeError, wmx_home
 from wmx.schemas.hashing import is_sha256_hex
 from wmx.schemas.manifest import MANIFEST_FILENAME
 
@@ -38,10 +38,6 @@ __all__ = ["Store", "StoreEntry", "atomic_dir", "make_staging_dir",
            "commit_dir", "resolve_dataset",
            "resolve_episode_set", "NameResolutionError", "HomeError",
            "ArtifactIntegrityError"]
-
-
-class HomeError(ValueError):
-    """The data root is unusable: a file, or not writable where a stage must write."""
 
 
 class ArtifactIntegrityError(ValueError):
@@ -144,13 +140,10 @@ def _read_created(path: Path) -> str:
 class Store:
     """The data root. ``Store(home=None)``: home resolved by wmx.paths.wmx_home
     (argument, then WMX_HOME, then ~/.wmx). Nothing is created until
-    ``ensure_layout`` or a write."""
+    ``ensure_layout`` or a write. Raises HomeError when the home is a file (`wmx_home`)."""
 
     def __init__(self, home: str | os.PathLike | None = None):
         self.home = wmx_home(home)
-        if self.home.exists() and not self.home.is_dir():
-            raise HomeError(f"the data root {self.home} (--home / WMX_HOME) is a file, not a "
-                            "directory; give a directory (it is created if missing)")
 
     def __repr__(self) -> str:
         return f"Store({str(self.home)!r})"

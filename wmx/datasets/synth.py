@@ -27,7 +27,6 @@ import math
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +45,15 @@ METAWORLD_DIMS = (39, 4)
 """(obs dim, action dim) of a Meta-World task in TD-MPC2's mt80."""
 
 SYNTH_SOURCE = "synthetic (wmx.datasets.synth): random episodes, no reference scores"
+
+SYNTH_SUFFIX = "-synth"
+"""Every synthetic dataset's name ends so: it never takes a real build's name@latest."""
+
+SHARD_OVERHEAD = 128 * 1024
+"""Bytes a shard file may take beyond its records (ArrayRecord writes 64 KiB blocks)."""
+
+MANIFEST_BYTES_PER_EPISODE = 300
+"""The manifest's bytes per episode (digest, task, return)."""
 
 
 class SynthError(ValueError):
@@ -96,6 +104,50 @@ def record_bytes(taskset: TaskSet) -> int:
     return rows * (4 * (taskset.max_obs_dim + taskset.max_action_dim + 1) + 3) + 12
 
 
+def estimated_bytes(taskset: TaskSet, episodes: int, num_shards: int) -> int:
+    """Disk space a synthetic dataset needs, at most (its records are not compressed).
+
+    Args:
+      taskset: the dataset's TaskSet (`mt80_like_taskset`).
+      episodes: episode count.
+      num_shards: shard files.
+
+    Returns:
+      Bytes: records plus 2%, SHARD_OVERHEAD per shard, the manifest.
+    """
+    return int(episodes * (record_bytes(taskset) * 1.02 + MANIFEST_BYTES_PER_EPISODE)
+               + num_shards * SHARD_OVERHEAD)
+
+
+def synthetic_name(name: str) -> str:
+    """Check the name of a synthetic dataset.
+
+    Args:
+      name: the `--name`, e.g. "mt80-synth".
+
+    Returns:
+      ``name`` unchanged.
+
+    Raises:
+      SynthError: not a valid dataset name (`check_dataset_name`), a name of the real
+        mt19 builds (`is_mt19_name`), or not ending in SYNTH_SUFFIX.
+    """
+    from wmx.datasets.names import check_dataset_name
+    from wmx.schemas.taskset import is_mt19_name
+    try:
+        check_dataset_name(name)
+    except ValueError as e:
+        raise SynthError(f"--name: {e}") from None
+    if is_mt19_name(name):
+        raise SynthError(f"--name {name}: mt19 and mt19-* are the names of real mt19 builds; "
+                         f"name a synthetic dataset e.g. mt80{SYNTH_SUFFIX}")
+    if not name.endswith(SYNTH_SUFFIX):
+        raise SynthError(f"--name {name}: a synthetic dataset's name ends in {SYNTH_SUFFIX!r}, "
+                         f"so it never replaces a real dataset's {name}@latest; use "
+                         f"--name {name}{SYNTH_SUFFIX}")
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class SynthResult:
     """A written synthetic dataset: path, content hash, episodes, rows (all
@@ -120,38 +172,43 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     episode -> shard by digest, digest order within a shard, written with the
     build's writer (wmx.pipelines.transforms.write_shard_file); manifest by
     the build's `build_manifest` (builder: this module, seed, rows). Written
-    into `<home>/datasets/.staging/` and renamed at the end; on any failure
-    the staging directory is removed. An existing dataset with the same
+    into `<home>/datasets/.staging/` (a name owned by this process, so a later stage
+    sweeps it if this one is killed; `wmx.temporaries`) and renamed at the end; on any
+    failure the staging directory is removed. An existing dataset with the same
     content hash is kept and returned.
 
-    Raises SynthError (nothing written) for rows < T+1, a bad name, or when
-    the estimated size exceeds the free disk space."""
+    Raises SynthError (nothing written) for rows < T+1, num_shards < 1, a bad name
+    (`synthetic_name`), or when the estimated size (`estimated_bytes`) exceeds
+    the free disk space."""
+    from wmx import temporaries
+    from wmx.datasets.store import Store
     from wmx.paths import wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
     from wmx.pipelines.sources import code_version
     from wmx.pipelines.transforms import build_manifest, file_sha256, write_shard_file
+    from wmx.sizes import human_size
     say = progress or (lambda msg: None)
-    if not name or "/" in name or "@" in name or name.startswith("."):
-        raise SynthError(f"dataset name {name!r} must be non-empty, without '/', '@' or a "
-                         "leading '.'")
+    synthetic_name(name)
     ts = mt80_like_taskset(num_tasks, episode_length, name)
     rows_per_ep = episode_length + 1
     if rows < rows_per_ep:
         raise SynthError(f"--rows {rows} is less than one episode ({rows_per_ep} rows); "
                          f"give at least {rows_per_ep}")
     n = math.ceil(rows / rows_per_ep)
-    num_shards = num_shards or max(1, math.ceil(n / 512))
+    if num_shards is None:
+        num_shards = max(1, math.ceil(n / 512))
     if num_shards < 1:
         raise SynthError(f"--num-shards must be >= 1, got {num_shards}")
     root = Path(wmx_home(home)) / "datasets"
-    root.mkdir(parents=True, exist_ok=True)
-    need = n * record_bytes(ts) * 1.02
-    free = shutil.disk_usage(root).free
+    need = estimated_bytes(ts, n, num_shards)
+    free = shutil.disk_usage(next(p for p in (root, *root.parents) if p.exists())).free
     if need > 0.95 * free:
-        raise SynthError(f"{n} episodes need about {need / 1e9:.1f} GB, only "
-                         f"{free / 1e9:.1f} GB are free under {root}; give fewer --rows "
+        raise SynthError(f"{n} episodes need about {human_size(need)}, only "
+                         f"{human_size(free)} are free under {root}; give fewer --rows "
                          "or another --home")
-    staging = root / ".staging" / f"{name}-{uuid.uuid4().hex}"
+    root.mkdir(parents=True, exist_ok=True)
+    Store(home).sweep_temporaries()       # what killed builds and synths left behind
+    staging = root / ".staging" / temporaries.owned_name(name, prefix="")
     plan = BuildPlan(
         name=name, tasks=ts.names, obs_dims=tuple(t.obs_dim for t in ts.tasks),
         action_dims=tuple(t.action_dim for t in ts.tasks),

@@ -132,7 +132,7 @@ def registry_problems(taskset) -> tuple[list[str], list[str]]:
     and a T other than the registry's (a shortened run's episodes)."""
     from wmx.envs.registry import TASKS, discount_from_length
     from wmx.schemas.taskset import (MT19_NAME, TDMPC2_FINAL_RETURNS,
-                                     TDMPC2_REFERENCE_SOURCE, mt19)
+                                     TDMPC2_REFERENCE_SOURCE, is_mt19_name, mt19)
     problems, notes = [], []
     for t, score in zip(taskset.tasks, taskset.reference_scores):
         spec = TASKS.get(t.name)
@@ -158,7 +158,7 @@ def registry_problems(taskset) -> tuple[list[str], list[str]]:
         if t.episode_length != spec.T:
             notes.append(f"task {t.name}: T = {t.episode_length} agent steps, not the "
                          f"registry's {spec.T} (episodes of a shortened run)")
-    if taskset.name == MT19_NAME or taskset.name.startswith(MT19_NAME + "-"):
+    if is_mt19_name(taskset.name):
         full = mt19()
         unknown = [n for n in taskset.names if n not in full.names]
         if unknown:

@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:            # --help (0) and argparse usage errors (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:
+        if args.home is not None:
+            wmx_home(args.home)               # a file as --home: refused before anything runs
         path = _run(args) if args.run is not None else _runs(args)
     except Exception as err:  # noqa: BLE001 - only the expected failures, the rest re-raised
         from wmx.failures import report_failure

@@ -17,6 +17,12 @@ from typing import Any, Iterable, Mapping
 
 MT19_NAME = "mt19"
 
+
+def is_mt19_name(name: str) -> bool:
+    """True for the names of real mt19 builds: ``mt19`` and ``mt19-<tag>`` (a --tasks
+    subset is ``mt19-<8 hex>``, `TaskSet.subset`); validation holds them to mt19()."""
+    return name == MT19_NAME or name.startswith(MT19_NAME + "-")
+
 TDMPC2_REFERENCE_SOURCE = (
     "TD-MPC2 published single-task results, github.com/nicklashansen/tdmpc2 "
     "results/tdmpc2/*.csv at e9f59321933cbc8e11a002b842adc7d4ffae8ff1 "
