@@ -61,3 +61,12 @@ def test_damaged_checkpoint_names_the_folder_to_delete_and_the_one_before(tmp_pa
     assert "cannot be read" in msg and f"delete {newest}" in msg
     assert "--resume then continues from 000000000001" in msg
     restore_checkpoint(list_checkpoints(tmp_path)[0], _state())      # the older one is intact
+
+
+def test_save_and_restore_log_nothing_below_warning(tmp_path, caplog):
+    """Orbax's INFO lines (tens per restore) stay out of the trainers' and evaluate's logs."""
+    import logging
+    with caplog.at_level(logging.INFO):
+        save_checkpoint(tmp_path, 1, _state(1), {"step": 1})
+        restore_checkpoint(list_checkpoints(tmp_path)[-1], _state())
+    assert [r for r in caplog.records if r.name == "absl"] == []

@@ -176,7 +176,7 @@ def restore_checkpoint(path: Path, like: dict[str, Any]) -> tuple[dict[str, Any]
     """
     path = Path(path)
     out = {}
-    with _checkpointer() as ckptr:
+    with _quiet_orbax(), _checkpointer() as ckptr:     # no INFO lines per restored item
         for name, tree in like.items():
             folder = path / "items" / name
             if not folder.is_dir():
