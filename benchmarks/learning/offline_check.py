@@ -129,8 +129,8 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
            batch_help: str | None = None) -> argparse.ArgumentParser:
     """The flags every offline check takes (the entry point adds its own); ``doc`` is the
     entry point's module doc, its first paragraph the description."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from wmx.runs.cli_common import HelpFormatter
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
     p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
                    help="finished train_online runs (their episode sets are in the store)")

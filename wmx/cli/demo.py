@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from wmx.runs.cli_common import at_least
+from wmx.runs.cli_common import HelpFormatter, at_least
 from wmx.runs.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 DEFAULT_TASKS = ("cartpole-balance", "pendulum-swingup", "reacher-easy")
@@ -79,7 +79,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+class _Formatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
 
 

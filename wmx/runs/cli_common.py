@@ -53,6 +53,19 @@ def at_least(least: int) -> Callable[[str], int]:
     return parse
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that appends "(default: X)" only where it says something: not when the help
+    text already states its default, nor for a default of None, False or an empty list (a
+    flag left unset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, [], ()) \
+                or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
 def given_flags(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str]:
     """The ``dest`` of every option typed in ``argv`` (``--flag`` or ``--flag=value``,
     unique abbreviations resolved as argparse does)."""

@@ -38,8 +38,8 @@ from pathlib import Path
 from wmx.paths import wmx_home
 from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
-from wmx.runs.cli_common import (add_agent_arguments, add_cache_argument, agent_overrides,
-                                 count, create_run_dir, enable_compile_cache, hold_run_dir,
+from wmx.runs.cli_common import (HelpFormatter, add_agent_arguments, add_cache_argument,
+                                 agent_overrides, count, create_run_dir, enable_compile_cache, hold_run_dir,
                                  print_counts, resume_config, run_cli, run_name)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -48,7 +48,7 @@ DESCRIPTION = __doc__.split("\n\n")[0]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="train_offline", description=DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog="Presets: paper = the TD-MPC2 paper's sizes (model size 5; --model-size 1/5/"
                "19/48/317 picks another); cpu = smaller widths for a laptop CPU; tiny = tests. "
                "TD-MPC2's paper offline batch is 1024 slices (spec 4.19), its default here; on "
@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--updates", type=count, default=100_000, help="gradient updates of the run; "
                    "with --resume it may extend a run that has not finished")
     p.add_argument("--log-every", type=count, default=None,
-                   help="updates per jitted chunk and per metrics row; %(default)s: the "
-                        "largest divisor of --eval-every and --checkpoint-every up to 1000")
+                   help="updates per jitted chunk and per metrics row (default: the "
+                        "largest divisor of --eval-every and --checkpoint-every up to 1000)")
     p.add_argument("--eval-every", type=count, default=50_000,
                    help="updates between evaluations (a multiple of --log-every)")
     p.add_argument("--checkpoint-every", type=count, default=None,
