@@ -69,3 +69,22 @@ def test_train_online_refuses_a_path_as_name_before_anything_runs(tmp_path, caps
                   "--home", str(tmp_path / "h"), "--dry-run"])
     assert info.value.code == 2 and "one folder name under <home>/runs/" in capsys.readouterr().err
     assert not (tmp_path / "h").exists()
+
+
+def test_resuming_a_run_without_checkpoints_but_with_metrics_warns(tmp_path, caplog):
+    """checkpoints/ deleted: --resume starts again from the beginning, said in a warning
+    naming the metrics rows it replaces; a run with a checkpoint, or no rows yet, is quiet."""
+    import logging
+
+    from wmx.runs.cli_common import warn_if_restarting
+    run = _run(tmp_path, "r", {"task": "cartpole-balance"})
+    assert not warn_if_restarting(run)                       # no metrics.csv yet
+    (run / "metrics.csv").write_text("seed,kind,agent_steps\n")
+    assert not warn_if_restarting(run)                       # header only
+    (run / "metrics.csv").write_text("seed,kind,agent_steps\n0,train,500\n0,eval,500\n")
+    with caplog.at_level(logging.WARNING, logger="wmx.runs"):
+        assert warn_if_restarting(run)
+    assert "no checkpoint" in caplog.text and "2 metrics.csv rows" in caplog.text
+    (run / "checkpoints" / f"{500:012d}").mkdir(parents=True)
+    (run / "checkpoints" / f"{500:012d}" / "host.json").write_text("{}")
+    assert not warn_if_restarting(run)

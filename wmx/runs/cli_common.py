@@ -173,6 +173,25 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
     return run_dir, cfg, home
 
 
+def warn_if_restarting(run_dir: Path) -> bool:
+    """Log a warning when ``--resume`` of ``run_dir`` starts over: it has metrics.csv rows
+    but no checkpoint (checkpoints/ deleted or emptied), so the run trains again from the
+    beginning and those rows are replaced. Returns whether it warned."""
+    from wmx.checkpoint import list_checkpoints
+    metrics = Path(run_dir) / "metrics.csv"
+    if list_checkpoints(run_dir) or not metrics.is_file():
+        return False
+    with metrics.open() as f:
+        rows = sum(1 for _ in f) - 1
+    if rows <= 0:
+        return False
+    logging.getLogger("wmx.runs").warning(
+        "%s has no checkpoint (checkpoints/ is empty or gone) but %d metrics.csv rows: "
+        "--resume starts the run again from the beginning and replaces them; stop now "
+        "(Ctrl-C) to keep them", run_dir, rows)
+    return True
+
+
 AGENT_DESTS = ("agent", "preset", "model_size", "set_")
 """The agent flags of `add_agent_arguments` (plus every registered agent's own flags)."""
 

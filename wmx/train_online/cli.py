@@ -28,7 +28,8 @@ from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (HelpFormatter, add_agent_arguments, add_cache_argument,
                                  agent_overrides, count, create_run_dir, enable_compile_cache, hold_run_dir,
-                                 print_counts, resume_config, run_cli, run_name)
+                                 print_counts, resume_config, run_cli, run_name,
+                                 warn_if_restarting)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -229,6 +230,7 @@ def _main(args: argparse.Namespace) -> int:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
         rc = resumed_config(args, run_dir, cfg)
         hold_run_dir(args, run_dir, primary=not args.dry_run)
+        warn_if_restarting(run_dir)
     else:
         rc = config_from_args(args)
         check_init_from(rc)
