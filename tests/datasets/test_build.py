@@ -156,6 +156,25 @@ def test_bad_sources_clear_error_writes_nothing(store, case):
     assert sorted(p.name for p in (home / "datasets").glob("*/*")) == before
 
 
+def test_a_source_outside_the_taskset_names_the_way_to_add_its_task(store):
+    """A source of a task the TaskSet lacks: an mt19 build adds an mt19 task with --tasks;
+    a task outside mt19 needs build_taskset.py; a custom TaskSet names its file."""
+    from wmx.schemas.taskset import mt19
+    home, ts, _ = store
+    cheetah = next(f"{e.name}/{e.content_hash}" for e in Store(home).list_episode_sets()
+                   if e.name == "cheetah-run")
+    only_cart = taskset_of("tst3", [ts.task("cartpole-balance")])
+    with pytest.raises(BuildInputError, match=r"not in TaskSet tst3 .*add it to the TaskSet "
+                                              r"file \(--taskset\)"):
+        make_plan(home, only_cart, sources=[cheetah])
+    sub = mt19().subset(["cartpole-balance"])
+    with pytest.raises(BuildInputError, match="add it with --tasks$"):
+        make_plan(home, sub, sources=[cheetah])
+    from wmx.pipelines.sources import _add_task_hint
+    assert _add_task_hint("probe-action", sub).startswith(
+        "'probe-action' is not an mt19 task: build with pipelines/build_taskset.py")
+
+
 def test_sets_of_one_task_with_different_obs_dims(tmp_path):
     a5, a6 = TaskInfo("task-a", 5, 1, T, 2, 0.9), TaskInfo("task-a", 6, 1, T, 2, 0.9)
     rng = np.random.default_rng(0)

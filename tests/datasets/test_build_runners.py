@@ -95,6 +95,15 @@ def test_default_runner_is_direct_and_args_pass_through():
     assert (ra.dask_workers, ra.dask_address, ra.partitions_given) == (3, None, False)
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["run"], "`beam run` needs a job file, e.g. beam run pipelines/build_mt19.py"),
+    (["build"], "unknown command 'build'; the command is `beam run JOB.py`"),
+    (["run", "no/such/job.py"], "job file no/such/job.py not found")])
+def test_beam_command_errors_name_the_fix(argv, said, capsys):
+    assert beam_main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_unknown_runner_through_beam_run_is_one_line_and_writes_nothing(home, capsys):
     job = str(REPO / "pipelines" / "build_taskset.py")
     spec = home / "ts.json"

@@ -24,8 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    if argv[0] != "run" or len(argv) < 2:
-        print(f"beam: unknown command {' '.join(argv[:1])!r}\n{USAGE}", file=sys.stderr)
+    if argv[0] != "run":
+        print(f"beam: unknown command {argv[0]!r}; the command is `beam run JOB.py`\n{USAGE}",
+              file=sys.stderr)
+        return 2
+    if len(argv) < 2:
+        print(f"beam: error: `beam run` needs a job file, e.g. beam run "
+              f"pipelines/build_mt19.py\n{USAGE}", file=sys.stderr)
         return 2
     job = Path(argv[1])
     if not job.is_file():

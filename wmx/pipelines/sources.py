@@ -75,6 +75,18 @@ def _match(ref: str, d: Path, man) -> bool:
             or Path(ref).expanduser().resolve() == d.resolve())
 
 
+def _add_task_hint(task: str, taskset) -> str:
+    """How to build with a source of ``task``, a task ``taskset`` lacks: build_mt19's --tasks
+    for an mt19 task of an mt19 build, else a TaskSet file that holds it (build_taskset.py)."""
+    from wmx.schemas.taskset import is_mt19_name, mt19
+    if not is_mt19_name(taskset.name):
+        return "add it to the TaskSet file (--taskset)"
+    if task in mt19().names:
+        return "add it with --tasks"
+    return (f"{task!r} is not an mt19 task: build with pipelines/build_taskset.py --taskset "
+            "FILE, a TaskSet JSON that holds it (docs/datasets.md)")
+
+
 def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[tuple[Path, object]]:
     """The episode sets a build of `taskset` uses.
 
@@ -110,7 +122,8 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
             if m.task.name not in taskset.names:
                 raise BuildInputError(
                     f"source {ref!r} holds task {m.task.name!r}, which is not in TaskSet "
-                    f"{taskset.name} ({list(taskset.names)}); add it with --tasks")
+                    f"{taskset.name} ({list(taskset.names)}); "
+                    f"{_add_task_hint(m.task.name, taskset)}")
             chosen.append(hits[0])
     hashes = [m.content_hash for _, m in chosen]
     dup = sorted({h for h in hashes if hashes.count(h) > 1})

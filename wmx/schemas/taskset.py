@@ -23,6 +23,7 @@ def is_mt19_name(name: str) -> bool:
     subset is ``mt19-<8 hex>``, `TaskSet.subset`); validation holds them to mt19()."""
     return name == MT19_NAME or name.startswith(MT19_NAME + "-")
 
+
 TDMPC2_REFERENCE_SOURCE = (
     "TD-MPC2 published single-task results, github.com/nicklashansen/tdmpc2 "
     "results/tdmpc2/*.csv at e9f59321933cbc8e11a002b842adc7d4ffae8ff1 "
