@@ -5,38 +5,51 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
 from wmx.runs.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, StopRequest, exit_status,
                                  stop_on_interrupt)
 
 PROBE = textwrap.dedent("""
     import os, signal, sys
-    from wmx.runs.interrupt import stop_on_interrupt
+    from wmx.runs.interrupt import exit_status, stop_on_interrupt
+    sig = getattr(signal, sys.argv[2])
+    default = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}[sig]
     with stop_on_interrupt("the probe's chunk") as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        print("after first", stop.is_set(), flush=True)
+        os.kill(os.getpid(), sig)
+        print("after first", stop.is_set(), stop.signum == sig, flush=True)
         if sys.argv[1] == "twice":
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sig)
             print("not reached", flush=True)
-    print("handler restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    print("handler restored", signal.getsignal(sig) is default, flush=True)
+    sys.exit(exit_status("probe", stop, finished=False, hint="continue with: probe --resume R"))
 """)
 
-
-def _probe(mode):
-    return subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
-                          timeout=60)
+SIGNALS = [("SIGINT", EXIT_INTERRUPTED, "Ctrl-C"), ("SIGTERM", EXIT_TERMINATED, "SIGTERM")]
 
 
-def test_first_interrupt_sets_the_request_and_the_run_goes_on():
-    out = _probe("once")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["after first True", "handler restored True"]
-    assert "stopping after the probe's chunk" in out.stderr
+def _probe(mode, sig):
+    return subprocess.run([sys.executable, "-c", PROBE, mode, sig], capture_output=True,
+                          text=True, timeout=60)
 
 
-def test_second_interrupt_exits_at_once_with_130():
-    out = _probe("twice")
-    assert out.returncode == EXIT_INTERRUPTED
-    assert "not reached" not in out.stdout and "exiting now" in out.stderr
+@pytest.mark.parametrize("sig,status,said", SIGNALS)
+def test_first_signal_sets_the_request_the_chunk_ends_and_the_status_says_it(sig, status, said):
+    """Ctrl-C or SIGTERM: the run goes on to the chunk's end, then exits 128 + the signal's
+    number (130, 143) with the resume command."""
+    out = _probe("once", sig)
+    assert out.returncode == status == 128 + getattr(signal, sig), out.stderr
+    assert out.stdout.split("\n")[:2] == ["after first True True", "handler restored True"]
+    assert f"{said}: stopping after the probe's chunk" in out.stderr
+    assert f"probe: stopped by {said} after the running chunk" in out.stderr
+    assert "probe --resume R" in out.stderr
+
+
+@pytest.mark.parametrize("sig,status,said", SIGNALS)
+def test_second_signal_exits_at_once(sig, status, said):
+    out = _probe("twice", sig)
+    assert out.returncode == status
+    assert "not reached" not in out.stdout and f"{said} again: exiting now" in out.stderr
 
 
 def test_disabled_or_off_the_main_thread_leaves_sigint_alone():
@@ -52,40 +65,6 @@ def test_disabled_or_off_the_main_thread_leaves_sigint_alone():
     t.start()
     t.join()
     assert seen == [(True, False)]
-
-
-TERM_PROBE = textwrap.dedent("""
-    import os, signal, sys
-    from wmx.runs.interrupt import exit_status, stop_on_interrupt
-    with stop_on_interrupt("the probe's chunk") as stop:
-        os.kill(os.getpid(), signal.SIGTERM)
-        print("after first", stop.is_set(), stop.signum == signal.SIGTERM, flush=True)
-        if sys.argv[1] == "twice":
-            os.kill(os.getpid(), signal.SIGTERM)
-            print("not reached", flush=True)
-    print("handler restored", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
-    sys.exit(exit_status("probe", stop, finished=False, hint="continue with: probe --resume R"))
-""")
-
-
-def _term_probe(mode):
-    return subprocess.run([sys.executable, "-c", TERM_PROBE, mode], capture_output=True,
-                          text=True, timeout=60)
-
-
-def test_sigterm_stops_after_the_chunk_like_ctrl_c_and_exits_143():
-    out = _term_probe("once")
-    assert out.returncode == EXIT_TERMINATED == 143, out.stderr
-    assert out.stdout.split("\n")[:2] == ["after first True True", "handler restored True"]
-    assert "SIGTERM: stopping after the probe's chunk" in out.stderr
-    assert "probe: stopped by SIGTERM after the running chunk" in out.stderr
-    assert "probe --resume R" in out.stderr
-
-
-def test_second_sigterm_exits_at_once_with_143():
-    out = _term_probe("twice")
-    assert out.returncode == EXIT_TERMINATED
-    assert "not reached" not in out.stdout and "exiting now" in out.stderr
 
 
 def test_exit_status_after_ctrl_c_is_130_and_0_when_finished():
