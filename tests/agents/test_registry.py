@@ -23,10 +23,14 @@ def two_agents(monkeypatch):
     return agents
 
 
-def _args(argv, mode="online"):
+def _parser(mode):
     p = argparse.ArgumentParser()
     add_agent_arguments(p, mode)
-    return p.parse_args(argv)
+    return p
+
+
+def _args(argv, mode="online"):
+    return _parser(mode).parse_args(argv)
 
 
 def test_unknown_agent_names_the_known_ones():
@@ -72,3 +76,15 @@ def test_unknown_set_field_is_named():
     agent = registry.get_agent("tdmpc2")
     with pytest.raises(ValueError, match="horizn"):
         agent.make_config("tiny", parse_set(["horizn=5"]), task=get_task("probe-action"))
+
+
+def test_online_only_flags_are_not_offered_offline():
+    """--seed-steps (tdmpc2) and --train-ratio (dreamerv3) act only online: train_offline's
+    parser does not have them; the shared model flags stay in both."""
+    online = {a.dest for a in _parser("online")._actions}
+    offline = {a.dest for a in _parser("offline")._actions}
+    assert {"seed_steps", "train_ratio"} <= online
+    assert not {"seed_steps", "train_ratio"} & offline
+    assert {"units", "num_samples", "mlp_dim"} <= offline
+    with pytest.raises(SystemExit):
+        _parser("offline").parse_args(["--train-ratio", "64"])

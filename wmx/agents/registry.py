@@ -21,7 +21,8 @@ class AgentEntry:
     protocol; flags: {config field: type} of its own CLI flags; model_size:
     the type of its model-size names (int for TD-MPC2's 1/5/19/48/317, str for
     DreamerV3's "12m"); modes: "online" and/or "offline"; offline_batch_size:
-    train_offline's default ``--batch-size`` (None: the preset's batch)."""
+    train_offline's default ``--batch-size`` (None: the preset's batch); online_flags:
+    the flags that act only in online training (train_offline does not offer them)."""
 
     name: str
     module: str
@@ -29,6 +30,7 @@ class AgentEntry:
     model_size: type = int
     modes: tuple[str, ...] = ("online", "offline")
     offline_batch_size: int | None = None
+    online_flags: tuple[str, ...] = ()
 
 
 AGENTS: dict[str, AgentEntry] = {
@@ -37,12 +39,14 @@ AGENTS: dict[str, AgentEntry] = {
         flags={"enc_dim": int, "mlp_dim": int, "latent_dim": int, "num_enc_layers": int,
                "num_q": int, "seed_steps": int, "num_samples": int, "num_elites": int,
                "num_pi_trajs": int, "iterations": int, "task_dim": int},
-        model_size=int, offline_batch_size=1024),      # spec 4.19: the paper's offline batch
+        model_size=int, offline_batch_size=1024,       # spec 4.19: the paper's offline batch
+        online_flags=("seed_steps",)),
     "dreamerv3": AgentEntry(
         "dreamerv3", "wmx.agents.dreamerv3.agent",
         flags={"units": int, "deter": int, "hidden": int, "classes": int,
                "imag_horizon": int, "train_ratio": float},
-        model_size=str),                 # offline batch: the preset's 16 windows of 64 + 1
+        model_size=str,                  # offline batch: the preset's 16 windows of 64 + 1
+        online_flags=("train_ratio",)),
 }
 
 

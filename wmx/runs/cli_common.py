@@ -333,7 +333,8 @@ def remove_if_unstarted(run_dir: Path) -> bool:
 # ---- agent flags -----------------------------------------------------------------------
 def add_agent_arguments(p: argparse.ArgumentParser, mode: str) -> None:
     """--agent, --preset, --model-size, --set KEY=VALUE and every registered agent's own
-    flags (each rejected for an agent that does not understand it, `agent_overrides`)."""
+    flags of ``mode`` ("online" | "offline"; each rejected for an agent that does not
+    understand it, `agent_overrides`)."""
     from wmx.agents.registry import AGENTS, agent_names
     names = agent_names(mode)
     p.add_argument("--agent", default="tdmpc2", help=f"agent to train: {' | '.join(names)}")
@@ -348,7 +349,8 @@ def add_agent_arguments(p: argparse.ArgumentParser, mode: str) -> None:
     for e in AGENTS.values():
         if mode in e.modes:
             for k in e.flags:
-                owners.setdefault(k, []).append(e.name)
+                if not (mode == "offline" and k in e.online_flags):
+                    owners.setdefault(k, []).append(e.name)
     for k, who in owners.items():
         typ = next(AGENTS[n].flags[k] for n in who)
         p.add_argument(f"--{k.replace('_', '-')}", type=typ, default=None,
