@@ -247,3 +247,16 @@ def test_dask_build_on_an_existing_cluster_and_a_failing_build(tmp_path):
         with pytest.raises(Exception, match="sha256"):
             run_build(plan, args)
     assert _nothing_written(tmp_path)
+
+
+def test_beam_imports_quietly_and_leaves_the_root_logger_bare():
+    """Importing the build (hence Beam) prints nothing and adds no root log handler, so the
+    CLIs' own logging setup still takes effect (Beam's BigQuery stub warned on stderr and
+    installed one)."""
+    import subprocess
+    probe = ("import logging, wmx.pipelines.transforms, apache_beam; "
+             "print(len(logging.getLogger().handlers))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0" and "apitools" not in out.stderr, out.stderr
