@@ -95,6 +95,10 @@ def test_resume_errors(setup):
         w.append([ep(9)], start_index=1)
     with pytest.raises(ValueError, match="producer"):
         EpisodeSetWriter(staging, TASK, dict(PRODUCER, seed=1))
+    with pytest.raises(ValueError, match="stages the episodes of run 'run-1', but this run is "
+                                         "named 'run-2' .*rename the directory back to "
+                                         "'run-1', or continue it with --no-export"):
+        EpisodeSetWriter(staging, TASK, dict(PRODUCER, run_id="run-2"))   # a renamed run
     with pytest.raises(ValueError, match="task"):
         EpisodeSetWriter(staging, TaskInfo("other", 2, 2, T, 1, 0.9), PRODUCER)
     bad = ep(3)

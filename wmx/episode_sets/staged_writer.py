@@ -120,6 +120,13 @@ class EpisodeSetWriter:
             theirs["config_hash"] = mine["config_hash"]     # an extended run: its new hash
             self._state = dict(s, producer=_producer_dict(self.producer))
             _write_json_atomic(self.dir / STATE_FILENAME, self._state)
+        if {k for k in theirs.keys() | mine.keys() if theirs.get(k) != mine.get(k)} \
+                == {"run_id"}:
+            raise ValueError(f"{self.dir} stages the episodes of run {theirs['run_id']!r}, "
+                             f"but this run is named {mine['run_id']!r} (its directory was "
+                             f"renamed or copied): rename the directory back to "
+                             f"{theirs['run_id']!r}, or continue it with --no-export (no "
+                             "episode sets)")
         if theirs != mine:
             raise ValueError(f"{self.dir} stages episodes of producer {theirs}, "
                              f"not {mine}; a resumed run must be the same run id, "
