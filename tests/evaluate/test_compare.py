@@ -97,6 +97,12 @@ def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{c}/report has 3 episodes, not the 10 asked" in err and f"{a}/report" not in err
     assert f"`evaluate --run {c} --episodes 10 --force`" in err and "own evaluation" not in err
+    # no --episodes: the reports' own count when they agree, else the default 10
+    g = fake_run(tmp_path, "g", {"cartpole-balance": 35.0}, episodes=3)
+    assert cli.main(["--runs", c, g, "--out", tmp_path / "cg"]) == 0
+    assert "| c | offline | 6 | 3 x 2 | fresh |" in (tmp_path / "cg" / "compare.md").read_text()
+    assert cli.main(["--runs", a, c, "--out", out]) == 2
+    assert f"{c}/report has 3 episodes, not the 10 asked" in capsys.readouterr().err
     # another key stream, or a checkpoint older than the run's newest
     d = fake_run(tmp_path, "d", {"cartpole-balance": 45.0}, episodes=10, keys="checkpoint")
     assert cli.main(["--runs", a, d, "--out", out]) == 2

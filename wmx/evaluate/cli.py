@@ -38,6 +38,9 @@ from wmx.runs.config_file import add_config_argument, parse_with_config
 DESCRIPTION = __doc__.split("\n\n")[0]
 log = logging.getLogger("wmx.evaluate")
 
+DEFAULT_EPISODES = 10
+"""eval_mode episodes per task and seed when --episodes is not given (the papers' 10)."""
+
 
 class UsageError(ValueError):
     """Bad command-line input (exit status 2)."""
@@ -56,8 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a run directory written by train_online or train_offline")
     what.add_argument("--runs", metavar="RUN_DIR", nargs="+",
                       help="compare these runs (each run's report/ is read, or written first)")
-    p.add_argument("--episodes", type=int, default=10,
-                   help="eval_mode episodes per task and seed (default 10, the paper's)")
+    p.add_argument("--episodes", type=int, default=None,
+                   help=f"eval_mode episodes per task and seed (default {DEFAULT_EPISODES}, the "
+                        "paper's; with --runs: the count of the runs' existing reports when "
+                        "they agree)")
     p.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="with --run: evaluate only these tasks of the run (default: all)")
     p.add_argument("--seeds-from-checkpoint", action="store_true",
@@ -203,20 +208,22 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
 
 
 def _run(args: argparse.Namespace) -> Path:
-    return evaluate_to_report(args.run, episodes=args.episodes, tasks=args.tasks,
+    episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
+    return evaluate_to_report(args.run, episodes=episodes, tasks=args.tasks,
                               seeds_from_checkpoint=args.seeds_from_checkpoint, out=args.out,
                               home=args.home, force=args.force,
                               compile_cache=not args.no_compile_cache, video=args.video,
                               logger=args.logger)
 
 
-def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict],
+def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict], episodes: int,
                     args: argparse.Namespace) -> UsageError:
     """The one-line refusal of run reports that are not the evaluation asked for.
 
     Args:
       stale: run directory -> how its report differs (`compare.report_mismatch`).
       reports: every report that would be reused (the stale ones included).
+      episodes: the episode count asked for (--episodes, or its default).
     Returns:
       The UsageError naming each report's differences and the fixes: re-evaluate
       (``--force`` replaces the run's report), or, when every report is of the
@@ -230,7 +237,7 @@ def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict],
                      for d, why in stale.items())
     run = next(iter(stale)) if len(stale) == 1 else "RUN_DIR"
     fix = (f"re-evaluate {'it' if len(stale) == 1 else 'each'} with `evaluate --run {run} "
-           f"{flags(args.episodes, asked)} --force` (replaces its report)")
+           f"{flags(episodes, asked)} --force` (replaces its report)")
     made = {(r["evaluation"]["episodes"], r["evaluation"]["keys"]) for r in reports}
     if len(made) == 1 and not any("checkpoint" in why for why in stale.values()):
         fix += f", or compare at the reports' own evaluation: {flags(*made.pop())}"
@@ -254,7 +261,7 @@ def _runs(args: argparse.Namespace) -> Path:
     if args.video or args.logger is not None:
         raise UsageError("--video and --logger apply to --run only; render a run's videos "
                          "with `evaluate --run RUN_DIR --video N` first, then compare")
-    if args.episodes < 1:
+    if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     resolved = [Path(r).expanduser().resolve() for r in args.runs]
     twice = sorted({str(r) for r in resolved if resolved.count(r) > 1})
@@ -263,12 +270,18 @@ def _runs(args: argparse.Namespace) -> Path:
     out = Path(args.out).expanduser().resolve()
     _check_out(out, args.force)
     keys = "checkpoint" if args.seeds_from_checkpoint else "fresh"
-    reports, tasks, stale = {}, [], {}      # every check before any evaluation
+    reports = {r: load_report(r / "report") for r in resolved
+               if (r / "report" / "report.json").is_file()}
+    episodes = args.episodes
+    if episodes is None:           # the reports' own count when they agree
+        made = {int(rep["evaluation"]["episodes"]) for rep in reports.values()}
+        episodes = made.pop() if len(made) == 1 else DEFAULT_EPISODES
+    tasks, stale = [], {}          # every check before any evaluation
     for run_dir in resolved:
-        if (run_dir / "report" / "report.json").is_file():
-            rep = reports[run_dir] = load_report(run_dir / "report")
+        if run_dir in reports:
+            rep = reports[run_dir]
             ckpts = list_checkpoints(run_dir)
-            why = report_mismatch(rep, episodes=args.episodes, keys=keys,
+            why = report_mismatch(rep, episodes=episodes, keys=keys,
                                   checkpoint_step=int(ckpts[-1].name) if ckpts else None)
             if why:
                 stale[run_dir] = why
@@ -280,7 +293,7 @@ def _runs(args: argparse.Namespace) -> Path:
             raise RunError(f"{err} (it has no report/ to compare either)") from None
         tasks.append(list(info.tasks))
     if stale:
-        raise _mismatch_error(stale, list(reports.values()), args)
+        raise _mismatch_error(stale, list(reports.values()), episodes, args)
     labels = label_names([reports[r]["run"]["name"] if r in reports else r.name
                           for r in resolved])
     check_shared_tasks(dict(zip(labels, tasks)))
@@ -292,7 +305,7 @@ def _runs(args: argparse.Namespace) -> Path:
     for run_dir in resolved:
         if run_dir not in reports:
             log.info("%s has no report: evaluating it first", run_dir)
-            evaluate_to_report(run_dir, episodes=args.episodes,
+            evaluate_to_report(run_dir, episodes=episodes,
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
                                home=args.home, compile_cache=not args.no_compile_cache)
             reports[run_dir] = load_report(run_dir / "report")
