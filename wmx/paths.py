@@ -49,15 +49,22 @@ def wmx_home(home: str | os.PathLike | None = None) -> Path:
     return path
 
 
-def _refuse_file(path: Path, given: str) -> None:
-    """Raise HomeError when `path` or its nearest existing ancestor is not a directory."""
+def nearest_existing(path: Path) -> Path | None:
+    """``path`` or its nearest ancestor that exists (where a write under ``path`` lands);
+    None when one cannot be checked (OSError: an unreadable folder)."""
     for p in (path, *path.parents):
         try:
-            if not p.exists():
-                continue
-            if p.is_dir():
-                return
-        except OSError:       # unreadable: left to the stage that writes there
-            return
+            if p.exists():
+                return p
+        except OSError:
+            return None
+    return None
+
+
+def _refuse_file(path: Path, given: str) -> None:
+    """Raise HomeError when `path` or its nearest existing ancestor is not a directory (one
+    that cannot be checked is left to the stage that writes there)."""
+    p = nearest_existing(path)
+    if p is not None and not p.is_dir():
         raise HomeError(f"{given}: {p} is a file, not a directory; give a directory as the "
                         "data root (--home DIR or WMX_HOME; it is created if missing)")

@@ -182,7 +182,7 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
     the free disk space."""
     from wmx import temporaries
     from wmx.datasets.store import Store
-    from wmx.paths import wmx_home
+    from wmx.paths import nearest_existing, wmx_home
     from wmx.pipelines.plan import BuildPlan, shard_index, shard_name
     from wmx.pipelines.sources import code_version
     from wmx.pipelines.transforms import build_manifest, file_sha256, write_shard_file
@@ -201,7 +201,7 @@ def write_synthetic_dataset(home, rows: int, name: str = "mt80-synth", num_tasks
         raise SynthError(f"--num-shards must be >= 1, got {num_shards}")
     root = Path(wmx_home(home)) / "datasets"
     need = estimated_bytes(ts, n, num_shards)
-    free = shutil.disk_usage(next(p for p in (root, *root.parents) if p.exists())).free
+    free = shutil.disk_usage(nearest_existing(root) or root).free
     if need > 0.95 * free:
         raise SynthError(f"{n} episodes need about {human_size(need)}, only "
                          f"{human_size(free)} are free under {root}; give fewer --rows "

@@ -118,10 +118,9 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    from wmx.paths import nearest_existing
+    parent = nearest_existing(out.parent)
+    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
         raise UsageError(f"--out {out} cannot be written: {parent} is not a writable folder "
                          "(a read-only filesystem, a file or missing permissions); pass --out "
                          "a directory in a writable place")
