@@ -11,7 +11,9 @@ and printing of the results. Each entry point adds its criterion (``judge``) and
 its own flags.
 
 A source agent's final return is the mean over its seeds of the last eval row
-of each seed in its metrics.csv.
+of each seed in its metrics.csv. Beside it the check records each task's
+uniform-random policy return (`random_policy_return`): the floor a source
+must clear before its return says it learned anything.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 RATIO = 0.5
 """Offline final return / source final return needed for a task to pass."""
+RANDOM_EPISODES = 16
+"""Episodes of the uniform-random policy behind a task's random return."""
 
 
 # ---- source runs --------------------------------------------------------------------------
@@ -71,6 +75,42 @@ def pooled_sources(runs: list[dict]) -> dict[str, dict]:
     order = task_names()
     return {k: {**v, "final_return": float(np.mean(v["per_seed"]))}
             for k, v in sorted(out.items(), key=lambda kv: order.index(kv[0]))}
+
+
+def random_policy_return(task: str, episode_length: int | None = None,
+                         episodes: int = RANDOM_EPISODES, seed: int = 0) -> dict:
+    """The uniform-random policy's return on a task's real Playground env.
+
+    Actions U[-1, 1]^A every agent step (`wmx.envs.collector.uniform_policy`, the
+    seed phase's policy), ``episodes`` lockstep episodes of T agent steps from fresh
+    resets (key ``PRNGKey(seed)``), undiscounted returns in the env's reward units.
+    Returns {"mean", "std", "episodes"} (floats, int).
+    """
+    import jax
+    from wmx.envs.collector import collect_episodes, uniform_policy
+    from wmx.envs.playground import cached_env
+    env = cached_env(task, episode_length)
+    _, stats = collect_episodes(env, uniform_policy(env.action_dim), jax.random.PRNGKey(seed),
+                                n_envs=episodes, n_episodes=1)
+    r = np.asarray(stats["returns"], np.float64)
+    return {"mean": float(r.mean()), "std": float(r.std()), "episodes": int(r.size)}
+
+
+def with_random_returns(tasks: dict[str, dict], bench: dict, episode_length: int | None
+                        ) -> bool:
+    """Add each task's ``"random"`` entry (`random_policy_return`) to ``tasks``, from
+    ``bench["random_returns"]`` when recorded there, else measured and recorded in
+    ``bench``. Returns whether ``bench`` changed (the caller writes it back)."""
+    have = bench.setdefault("random_returns", {})
+    changed = False
+    for name, t in tasks.items():
+        if name not in have:
+            print(f"{name}: measuring the uniform-random policy's return "
+                  f"({RANDOM_EPISODES} episodes)")
+            have[name] = random_policy_return(name, episode_length)
+            changed = True
+        t["random"] = have[name]
+    return changed
 
 
 # ---- dataset ------------------------------------------------------------------------------
@@ -199,14 +239,16 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
                  **extra}
     runs = [source_run(Path(s)) for s in bench["sources"]]
     tasks = pooled_sources(runs)
+    Ts = {r["episode_length"] for r in runs}
+    if len(Ts) > 1:
+        raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
+                         "give runs with one T")
+    T = Ts.pop()
     if not args.resume:
-        Ts = {r["episode_length"] for r in runs}
-        if len(Ts) > 1:
-            raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
-                             "give runs with one T")
         ref = build_dataset(home, tasks, out)
-        run_dir = new_offline_run(home, ref, args, Ts.pop(), agent, run_prefix)
+        run_dir = new_offline_run(home, ref, args, T, agent, run_prefix)
         bench = {**bench, "dataset": ref}
+    if with_random_returns(tasks, bench, T) or not args.resume:
         (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
     return run_dir, home, bench, tasks
 
@@ -253,11 +295,14 @@ def task_result(t: dict, per_seed: dict[int, list[float]]) -> dict:
     """One task's entries: the source runs and final return (``t``, a `pooled_sources`
     value), the offline eval curve (mean over seeds; ``per_seed``: {updates: returns}),
     final and best offline return and the ratio final / source (None when either is
-    missing or the source return is <= 0). The check adds its verdict ("pass")."""
+    missing or the source return is <= 0), and the uniform-random policy's mean return
+    (``t["random"]``, None when not measured). The check adds its verdict ("pass")."""
     curve = {u: float(np.mean(v)) for u, v in per_seed.items()}
     final = curve[max(curve)] if curve else None
     src = t["final_return"]
+    rnd = t.get("random")
     return {"source_runs": t["runs"], "source_final_return": src,
+            "random_policy_return": None if rnd is None else rnd["mean"],
             "source_final_return_per_seed": t["per_seed"],
             "offline_eval_return": {str(u): v for u, v in curve.items()},
             "offline_eval_return_per_seed": {str(u): v for u, v in per_seed.items()},
@@ -300,6 +345,10 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         ax.axhline(src, color="k", lw=1, label=f"source agent {src:.0f}")
         ax.axhline(RATIO * src, color="gray", ls="--", lw=1,
                    label=f"{RATIO:g} x source {RATIO * src:.0f}")
+        if t.get("random_policy_return") is not None:
+            rnd = t["random_policy_return"]
+            ax.axhline(rnd, color="tab:red", ls=":", lw=1, label=f"random policy {rnd:.0f}")
+            top.append(rnd)
         verdict = {True: "pass", False: "fail", None: no_verdict}[t["pass"]]
         ax.set_title(f"{name}: {verdict}", fontsize=10)
         ax.set_xlabel("updates")

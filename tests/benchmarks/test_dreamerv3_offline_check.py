@@ -24,17 +24,48 @@ def test_every_learned_task_must_reach_half_the_source():
     curves = {"cartpole-balance": {1000: [300.0, 500.0], 2000: [420.0, 400.0]},
               "reacher-easy": {1000: [100.0], 2000: [250.0]},
               "acrobot-swingup": {2000: [0.0]}}
-    res = bench.judge(tasks, curves, learned_min=100.0)
+    res = bench.judge(tasks, curves, learned_margin=100.0)
     per = res["tasks"]
     assert per["cartpole-balance"]["offline_final_return"] == 410.0
     assert per["cartpole-balance"]["pass"] and per["reacher-easy"]["pass"]
     assert per["acrobot-swingup"]["pass"] is None          # the source did not learn it
     assert res["passed"] and res["tasks_learned_by_source"] == res["tasks_passing"] == 2
     curves["reacher-easy"][2000] = [150.0]                  # below 0.5 x 400: fails
-    res = bench.judge(tasks, curves, learned_min=100.0)
+    res = bench.judge(tasks, curves, learned_margin=100.0)
     assert res["tasks"]["reacher-easy"]["pass"] is False and not res["passed"]
     # nothing learned by the sources: no evidence, no pass
-    assert not bench.judge(_tasks(a=10.0), {"a": {1: [9.0]}}, learned_min=100.0)["passed"]
+    assert not bench.judge(_tasks(a=10.0), {"a": {1: [9.0]}}, learned_margin=100.0)["passed"]
+
+
+def test_a_source_at_random_level_did_not_learn_its_task():
+    # cartpole-balance pays ~330 for uniform random actions: a source at 299 learned
+    # nothing, however far above a fixed bar of 100 it is; walker-stand's 922 did
+    tasks = _tasks(**{"cartpole-balance": 299.0, "walker-stand": 922.0})
+    tasks["cartpole-balance"]["random"] = {"mean": 326.7, "std": 47.4, "episodes": 16}
+    tasks["walker-stand"]["random"] = {"mean": 134.8, "std": 20.6, "episodes": 16}
+    curves = {"cartpole-balance": {2000: [310.0]}, "walker-stand": {2000: [133.0]}}
+    res = bench.judge(tasks, curves, learned_margin=100.0)
+    cart, walker = res["tasks"]["cartpole-balance"], res["tasks"]["walker-stand"]
+    assert cart["random_policy_return"] == 326.7 and cart["learned_floor"] == 426.7
+    assert cart["source_learned"] is False and cart["pass"] is None
+    assert walker["source_learned"] is True and walker["pass"] is False
+    assert res["tasks_learned_by_source"] == 1 and not res["passed"]
+    curves["walker-stand"][2000] = [461.0]                 # 0.5 x 922 = 461: passes
+    assert bench.judge(tasks, curves, learned_margin=100.0)["passed"]
+
+
+def test_random_returns_are_measured_once_and_recorded(monkeypatch):
+    import offline_check
+    calls = []
+    monkeypatch.setattr(offline_check, "random_policy_return",
+                        lambda task, T: calls.append((task, T)) or {"mean": 1.0, "std": 0.0,
+                                                                    "episodes": 16})
+    tasks, bench_json = _tasks(a=5.0, b=6.0), {"random_returns": {"b": {"mean": 2.0}}}
+    assert offline_check.with_random_returns(tasks, bench_json, 100) is True
+    assert calls == [("a", 100)]                            # b was recorded already
+    assert tasks["a"]["random"]["mean"] == 1.0 and tasks["b"]["random"] == {"mean": 2.0}
+    assert offline_check.with_random_returns(_tasks(a=5.0), bench_json, 100) is False
+    assert calls == [("a", 100)]
 
 
 def test_tdmpc2_run_must_share_the_dataset(tmp_path):
@@ -54,7 +85,7 @@ def test_results_are_written_plotted_and_printed(tmp_path, capsys):
     import offline_check
     tasks = _tasks(**{"cartpole-balance": 800.0, "acrobot-swingup": 20.0})
     res = bench.judge(tasks, {"cartpole-balance": {1000: [300.0], 2000: [500.0]}},
-                      learned_min=100.0)
+                      learned_margin=100.0)
     res.update({"updates_reached": 2000, "updates_planned": 20_000})
     path = offline_check.write_results(
         res, tmp_path, "check", label="offline", no_verdict="not learned", title="t",
@@ -68,3 +99,16 @@ def test_results_are_written_plotted_and_printed(tmp_path, capsys):
                     "acrobot-swingup": {"source": 20.0, "pass": None}}
     assert printed.endswith(f"passed: True (1/1 learned tasks); updates 2,000/20,000; "
                             f"results in {path}\n")
+
+
+def test_random_policy_return_on_a_probe_env():
+    import offline_check
+    # probe-constant pays 1 per agent step whatever the action: the return is T
+    const = offline_check.random_policy_return("probe-constant", 20, episodes=4)
+    assert const == {"mean": 20.0, "std": 0.0, "episodes": 4}
+    # probe-action pays a[0] ~ U[-1, 1]: mean 0, std sqrt(T / 3) over episodes
+    a = offline_check.random_policy_return("probe-action", 30, episodes=64)
+    assert a["episodes"] == 64 and abs(a["mean"]) < 4 * (30 / 3) ** 0.5 / 8
+    assert 0.5 * (30 / 3) ** 0.5 < a["std"] < 1.5 * (30 / 3) ** 0.5
+    assert offline_check.random_policy_return("probe-action", 30, episodes=64) == a
+    assert offline_check.random_policy_return("probe-action", 30, episodes=64, seed=1) != a
