@@ -3,7 +3,11 @@
     beam run pipelines/build_taskset.py --taskset TASKSET.json [--home DIR]
         [--sources SET ...] [--num_shards N] [--dask_workers N] [beam options]
 
-The TaskSet JSON is `wmx.schemas.taskset.TaskSet.to_json()`. Beam options
+The TaskSet JSON is `wmx.schemas.taskset.TaskSet.to_json()`. Its name is the
+dataset's, so it must be a valid dataset name that other datasets do not use:
+not ending in -synth (`wmx dataset synth`), and not mt19 or mt19-* (build_mt19.py's)
+except mt19[-<8 hex>]-T<T>-<T>..., an mt19 TaskSet with other episode lengths
+(`wmx.pipelines.sources.check_custom_taskset_name`). Beam options
 (--runner, --direct_num_workers, --direct_running_mode, --dask_client_address,
 ...) pass through; `--runner` takes a short name (direct, dask, flink, spark,
 dataflow; wmx.pipelines.runners).
@@ -77,9 +81,11 @@ def main(argv=None) -> int:
     ap.add_argument("--taskset", required=True, help="TaskSet JSON file")
     add_common_args(ap)
     args, beam_args = ap.parse_known_args(argv)
+    from wmx.pipelines.sources import check_custom_taskset_name
     from wmx.schemas.taskset import TaskSet
     try:
         taskset = TaskSet.from_json(Path(args.taskset).read_text())
+        check_custom_taskset_name(taskset.name)      # before any Beam work
     except (OSError, ValueError) as e:
         print(f"error: --taskset {args.taskset}: {e}", file=sys.stderr)
         return 2

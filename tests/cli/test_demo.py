@@ -276,12 +276,27 @@ def test_dreamerv3_and_both_agents_offline(tmp_path):
     (["--batch-size", "0"], "--batch-size: 0 must be at least 1"),
     (["--eval-episodes", "0"], "--eval-episodes: 0 must be at least 1"),
     (["--seeds", "-1"], "--seeds: -1 must be at least 0"),
+    (["--seed-steps", "-5"], "--seed-steps: -5 must be at least 0"),
+    (["--seed-steps", "2.5"], "--seed-steps: '2.5' is not a whole number"),
     (["--preset", "huge"], "--preset: invalid choice: 'huge'"),
 ])
 def test_bad_counts_are_refused_before_planning(tmp_path, capsys, flags, msg):
     with pytest.raises(SystemExit) as info:
         wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run", *flags])
     assert info.value.code == 2 and msg in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_seed_steps_takes_what_train_online_takes(tmp_path, capsys):
+    """--seed-steps: 0 (updates from the start) and a count written 1e3 reach train_online as
+    integers; a negative value is refused by run_pipeline too (callers not using argparse)."""
+    for given, passed in (("0", "0"), ("1e3", "1000")):
+        assert wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run",
+                              "--seed-steps", given]) == 0
+        assert f"--seed-steps {passed} --preset" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--seed-steps must be >= 0"):
+        demo.run_pipeline(opts(seed_steps=-5), tmp_path / "h", runners=Stubs(tmp_path).runners(),
+                          out=io.StringIO())
     assert not (tmp_path / "h").exists()
 
 

@@ -332,6 +332,57 @@ def test_beam_run_build_taskset_job_gives_the_same_dataset(store, built, tmp_pat
     assert [e.content_hash for e in Store(work).list_datasets()] == [built[0].name]
 
 
+@pytest.mark.parametrize("name,said", [
+    ("mt19", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
+    ("mt19-3fa2c1d0", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
+    ("mt19-mine", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
+    ("mine-synth", "names ending in '-synth' are synthetic datasets'"),
+    ("my taskset", "TaskSet name: dataset name 'my taskset' is not valid"),
+    ("x" * 101, "is not valid: use up to 100 letters"),
+])
+def test_build_taskset_refuses_a_name_of_other_datasets(store, tmp_path, capsys, name, said):
+    """A custom TaskSet may not take a name of build_mt19.py's or synthetic datasets, nor an
+    invalid one: one line, exit 2, before any Beam work (the sources would build)."""
+    home, ts, _ = store
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of(name, ts.tasks).to_json())
+    before = sorted(home.rglob("*"))
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(home)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"error: --taskset {spec}: ") and said in line
+    assert "building" not in captured.out
+    assert sorted(home.rglob("*")) == before
+
+
+def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(store, tmp_path,
+                                                                              capsys):
+    """benchmarks/learning/offline_check.py names the mt19 TaskSet of runs that overrode T
+    <mt19 subset name>-T<T>-<T>...: build_taskset.py builds it under that name."""
+    import importlib.util
+    home, _, _ = store
+    spec_ = importlib.util.spec_from_file_location(
+        "offline_check", REPO / "benchmarks" / "learning" / "offline_check.py")
+    offline_check = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(offline_check)
+    sets = {t: {"episode_sets": [str(d) for d in sorted((home / "episodes" / t).iterdir())]}
+            for t in ("cartpole-balance", "cheetah-run")}
+    ts, custom = offline_check.taskset_for(sets)
+    sub = mt19().subset(list(sets))
+    assert custom and ts.name == f"{sub.name}-T{T}-{T}"
+    work = tmp_path / "h"
+    shutil.copytree(home / "episodes", work / "episodes")
+    spec = tmp_path / "ts.json"
+    spec.write_text(ts.to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(work),
+                      "--direct_num_workers=1"]) == 0
+    assert f"dataset {ts.name}@" in capsys.readouterr().out
+    (entry,) = Store(work).list_datasets()
+    assert entry.name == ts.name
+
+
 def test_beam_run_build_mt19_subset(tmp_path, capsys):
     """build_mt19 --tasks on episode sets with mt19's real dims and T=500 (synthetic rows)."""
     rng = np.random.default_rng(5)

@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated mt19 tasks (mt30 spelling)")
     p.add_argument("--env-steps", type=_positive, default=2_000,
                    help="train_online env steps per task (1,000 per episode on DMC)")
-    p.add_argument("--seed-steps", type=int, default=None,
+    p.add_argument("--seed-steps", type=_non_negative, default=None,
                    help="train_online random-action agent steps before the first update "
                         "(default: the task's, max(1000, 5T) = 2,500 on DMC); e.g. 500 with "
                         "--env-steps 2000 trains on the second episode")
@@ -371,6 +371,8 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
                  "num_samples", "dreamerv3_updates"):
         if getattr(opts, flag, None) is not None and getattr(opts, flag) <= 0:
             raise ValueError(f"--{flag.replace('_', '-')} must be > 0")
+    if getattr(opts, "seed_steps", None) is not None and opts.seed_steps < 0:
+        raise ValueError("--seed-steps must be >= 0")     # train_online's bound: 0 is allowed
     n_stages = len(tasks) + 2 + len(agents)
     log: list[dict] = []
     t_all = time.perf_counter()

@@ -40,11 +40,12 @@ class ArtifactRef:
         return f"{self.name}@{self.version}"
 
 
-def check_dataset_name(name: str) -> str:
+def check_dataset_name(name: str, example: str = "mt80-synth") -> str:
     """A name a new dataset may be stored under (``<home>/datasets/<name>/``).
 
     Args:
       name: e.g. "mt19", "mt19-3fa2c1d0", "mt80-synth".
+      example: the valid name the error shows (one the caller would accept).
 
     Returns:
       ``name`` unchanged.
@@ -56,7 +57,7 @@ def check_dataset_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > NAME_MAX:
         raise ValueError(f"dataset name {name!r} is not valid: use up to {NAME_MAX} letters, "
                          "digits, '.', '_' and '-', starting with a letter or digit "
-                         "(e.g. mt80-synth)")
+                         f"(e.g. {example})")
     return name
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,6 +74,46 @@ def _match(ref: str, d: Path, man) -> bool:
     return (ref == d.name or ref == d.parent.name or ref == f"{d.parent.name}/{d.name}"
             or (len(ref) >= 8 and man.content_hash.startswith(ref))
             or Path(ref).expanduser().resolve() == d.resolve())
+
+
+MT19_VARIANT = re.compile(r"mt19(-[0-9a-f]{8})?-T[0-9]+(-[0-9]+)*")
+"""Name of an mt19 TaskSet (``mt19`` or a ``--tasks`` subset ``mt19-<8 hex>``) whose tasks
+have other episode lengths, one ``-<T>`` per task (the TaskSet the offline checks build from
+runs that overrode T, benchmarks/learning/offline_check.py ``taskset_for``)."""
+
+
+def check_custom_taskset_name(name: str) -> str:
+    """The name of a TaskSet built by pipelines/build_taskset.py, checked before the build.
+
+    Args:
+      name: the TaskSet's name, e.g. "probes", "mt19-3fa2c1d0-T500-500".
+
+    Returns:
+      ``name`` unchanged.
+
+    Raises:
+      BuildInputError: not a valid dataset name (`wmx.datasets.names.check_dataset_name`);
+        ending in "-synth" (synthetic datasets', `wmx dataset synth`); or a name of
+        build_mt19.py's datasets, ``mt19`` and ``mt19-*`` (`is_mt19_name`), other than an
+        mt19 TaskSet with other episode lengths (`MT19_VARIANT`), which build_mt19.py
+        cannot build. Such a name would be shared, with ``name@latest``, by datasets of
+        other TaskSets.
+    """
+    from wmx.datasets.names import check_dataset_name
+    from wmx.datasets.synth import SYNTH_SUFFIX
+    from wmx.schemas.taskset import is_mt19_name
+    try:
+        check_dataset_name(name, example="my-taskset")
+    except ValueError as e:
+        raise BuildInputError(f"TaskSet name: {e}") from None
+    if name.endswith(SYNTH_SUFFIX):
+        raise BuildInputError(f"TaskSet name {name!r}: names ending in {SYNTH_SUFFIX!r} are "
+                              "synthetic datasets' (wmx dataset synth); rename the TaskSet")
+    if is_mt19_name(name) and not MT19_VARIANT.fullmatch(name):
+        raise BuildInputError(f"TaskSet name {name!r}: mt19 and mt19-* are the names of "
+                              "pipelines/build_mt19.py's datasets (mt19 tasks: build with "
+                              "build_mt19.py --tasks); rename the TaskSet")
+    return name
 
 
 def _add_task_hint(task: str, taskset) -> str:

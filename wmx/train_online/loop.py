@@ -94,6 +94,33 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
     return _round_rows_like(rc, env, filled)
 
 
+def _stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float | None,
+                 stop_request: threading.Event | None, now: float | None = None) -> str | None:
+    """Why the run stops after the chunk that just ended, None when it goes on.
+
+    Args:
+        chunks_done: chunks of this call, the one that just ended included.
+        stop_after_chunks: `run`'s limit of chunks per call (None: no limit).
+        deadline: a ``time.monotonic()`` value or None.
+        stop_request: set by a first Ctrl-C or SIGTERM (None: no handler installed).
+        now: the clock (default ``time.monotonic()``); pass the one `eval_point` gets so
+            both read the deadline at the same instant.
+
+    Returns:
+        "interrupted" (``stop_request`` is set; it comes first, as it suppresses the
+        deadline's off-schedule evaluation), "deadline" (``now`` is past it), "chunks"
+        (``stop_after_chunks`` reached), or None. The caller leaves out the run's last
+        chunk, after which the run ends anyway.
+    """
+    if requested(stop_request):
+        return "interrupted"
+    if deadline is not None and (time.monotonic() if now is None else now) > deadline:
+        return "deadline"
+    if stop_after_chunks is not None and chunks_done >= stop_after_chunks:
+        return "chunks"
+    return None
+
+
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
         deadline: float | None = None, loggers=None,
@@ -211,9 +238,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if end % ticks_per_round:           # inside a round: checkpoint only
             host.wall_s += time.perf_counter() - t_start
             chunks_done += 1
-            stop = ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                    or (deadline is not None and time.monotonic() > deadline)
-                    or requested(stop_request))
+            stop = _stop_reason(chunks_done, stop_after_chunks, deadline,
+                                stop_request) is not None
             if stop or chunks_done % rc.checkpoint_every_chunks == 0:
                 last_ckpt = save(with_pending=True)
             if bar is not None:
@@ -249,10 +275,12 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                 jax.tree.map(np.zeros_like, m), jax.devices()[0]))
 
         final = host.next_tick >= total_ticks
-        interrupted = not final and requested(stop_request)
+        chunks_done += 1
+        now = time.monotonic()
+        stop = None if final else _stop_reason(chunks_done, stop_after_chunks, deadline,
+                                               stop_request, now)
         point = eval_point(env_steps >= host.next_eval_env_steps, final,
-                           None if interrupted else deadline)
-        past_deadline = point.past_deadline
+                           None if stop == "interrupted" else deadline, now)
         if point.evaluate:
             t_eval = time.perf_counter()
             rets = np.asarray(eval_fn(carries.agent, carries.key, host.eval_index))
@@ -269,7 +297,6 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                              "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)})
         metrics.append(rows)
 
-        chunks_done += 1
         if final:
             host.finished = True
         if final or chunks_done % rc.checkpoint_every_chunks == 0:
@@ -283,8 +310,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             post["sps"] = f"{chunk_env_steps / max(time.perf_counter() - t_start, 1e-9):.0f}"
             bar.set_postfix(post, refresh=False)
             bar.update(env_steps - bar.n)
-        if not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                          or past_deadline or interrupted):
+        if stop is not None:
             if chunks_done % rc.checkpoint_every_chunks:
                 save(with_pending=False)
             break
