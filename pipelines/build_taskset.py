@@ -5,9 +5,8 @@
 
 The TaskSet JSON is `wmx.schemas.taskset.TaskSet.to_json()`. Its name is the
 dataset's, so it must be a valid dataset name that other datasets do not use:
-not ending in -synth (`wmx dataset synth`), and not mt19 or mt19-* (build_mt19.py's)
-except mt19[-<8 hex>]-T<T>-<T>..., an mt19 TaskSet with other episode lengths
-(`wmx.pipelines.sources.check_custom_taskset_name`). Beam options
+not ending in -synth (`wmx dataset synth`), and not mt19 or mt19-* (build_mt19.py's;
+`wmx.pipelines.sources.check_custom_taskset_name`). Beam options
 (--runner, --direct_num_workers, --direct_running_mode, --dask_client_address,
 ...) pass through; `--runner` takes a short name (direct, dask, flink, spark,
 dataflow; wmx.pipelines.runners).

@@ -115,8 +115,10 @@ def with_random_returns(tasks: dict[str, dict], bench: dict, episode_length: int
 
 # ---- dataset ------------------------------------------------------------------------------
 def taskset_for(tasks: dict[str, dict]):
-    """The TaskSet to build: the mt19 subset of the tasks, with each task's T, action
-    repeat and discount taken from its episode sets when a source run overrode T."""
+    """The TaskSet to build: the mt19 subset of the tasks, or, when a source run overrode
+    T, that subset with each task's T, action repeat and discount taken from its episode
+    sets, named ``check-<subset name>-T<T>-<T>...`` (mt19 names are held to mt19's T by
+    validation and reserved for build_mt19.py)."""
     from wmx.schemas.manifest import EpisodeSetManifest
     from wmx.schemas.taskset import TaskSet, mt19
     sub = mt19().subset(list(tasks))
@@ -129,8 +131,8 @@ def taskset_for(tasks: dict[str, dict]):
         infos.append(found.pop())
     if tuple(infos) == sub.tasks:
         return sub, False
-    Ts = "-".join(str(i.episode_length) for i in infos)
-    return TaskSet(name=f"{sub.name}-T{Ts}", tasks=tuple(infos),
+    Ts = "-".join(str(i.episode_length) for i in infos)   # outside the mt19 family's
+    return TaskSet(name=f"check-{sub.name}-T{Ts}", tasks=tuple(infos),  # names (their T)
                    reference_scores=sub.reference_scores,
                    reference_source=sub.reference_source), True
 

@@ -336,6 +336,7 @@ def test_beam_run_build_taskset_job_gives_the_same_dataset(store, built, tmp_pat
     ("mt19", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
     ("mt19-3fa2c1d0", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
     ("mt19-mine", "mt19 and mt19-* are the names of pipelines/build_mt19.py's datasets"),
+    ("mt19-3fa2c1d0-T100-100", "mt19 and mt19-* are the names of pipelines/build_mt19.py's"),
     ("mine-synth", "names ending in '-synth' are synthetic datasets'"),
     ("my taskset", "TaskSet name: dataset name 'my taskset' is not valid"),
     ("x" * 101, "is not valid: use up to 100 letters"),
@@ -359,7 +360,8 @@ def test_build_taskset_refuses_a_name_of_other_datasets(store, tmp_path, capsys,
 def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(store, tmp_path,
                                                                               capsys):
     """benchmarks/learning/offline_check.py names the mt19 TaskSet of runs that overrode T
-    <mt19 subset name>-T<T>-<T>...: build_taskset.py builds it under that name."""
+    check-<mt19 subset name>-T<T>-<T>...: build_taskset.py builds it under that name, and
+    the dataset passes validation (train_offline's check before training)."""
     import importlib.util
     home, _, _ = store
     spec_ = importlib.util.spec_from_file_location(
@@ -370,7 +372,7 @@ def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(s
             for t in ("cartpole-balance", "cheetah-run")}
     ts, custom = offline_check.taskset_for(sets)
     sub = mt19().subset(list(sets))
-    assert custom and ts.name == f"{sub.name}-T{T}-{T}"
+    assert custom and ts.name == f"check-{sub.name}-T{T}-{T}"
     work = tmp_path / "h"
     shutil.copytree(home / "episodes", work / "episodes")
     spec = tmp_path / "ts.json"
@@ -381,6 +383,9 @@ def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(s
     assert f"dataset {ts.name}@" in capsys.readouterr().out
     (entry,) = Store(work).list_datasets()
     assert entry.name == ts.name
+    from wmx.datasets.validate import validate_dataset
+    rep = validate_dataset(entry.path)
+    assert rep.ok, rep.format()
 
 
 def test_beam_run_build_mt19_subset(tmp_path, capsys):

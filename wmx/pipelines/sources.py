@@ -76,17 +76,11 @@ def _match(ref: str, d: Path, man) -> bool:
             or Path(ref).expanduser().resolve() == d.resolve())
 
 
-MT19_VARIANT = re.compile(r"mt19(-[0-9a-f]{8})?-T[0-9]+(-[0-9]+)*")
-"""Name of an mt19 TaskSet (``mt19`` or a ``--tasks`` subset ``mt19-<8 hex>``) whose tasks
-have other episode lengths, one ``-<T>`` per task (the TaskSet the offline checks build from
-runs that overrode T, benchmarks/learning/offline_check.py ``taskset_for``)."""
-
-
 def check_custom_taskset_name(name: str) -> str:
     """The name of a TaskSet built by pipelines/build_taskset.py, checked before the build.
 
     Args:
-      name: the TaskSet's name, e.g. "probes", "mt19-3fa2c1d0-T500-500".
+      name: the TaskSet's name, e.g. "probes", "check-mt19-3fa2c1d0-T100-100".
 
     Returns:
       ``name`` unchanged.
@@ -94,10 +88,9 @@ def check_custom_taskset_name(name: str) -> str:
     Raises:
       BuildInputError: not a valid dataset name (`wmx.datasets.names.check_dataset_name`);
         ending in "-synth" (synthetic datasets', `wmx dataset synth`); or a name of
-        build_mt19.py's datasets, ``mt19`` and ``mt19-*`` (`is_mt19_name`), other than an
-        mt19 TaskSet with other episode lengths (`MT19_VARIANT`), which build_mt19.py
-        cannot build. Such a name would be shared, with ``name@latest``, by datasets of
-        other TaskSets.
+        build_mt19.py's datasets, ``mt19`` and ``mt19-*`` (`is_mt19_name`; validation
+        holds such a dataset to mt19's tasks and T). Such a name would be shared, with
+        ``name@latest``, by datasets of other TaskSets.
     """
     from wmx.datasets.names import check_dataset_name
     from wmx.datasets.synth import SYNTH_SUFFIX
@@ -109,7 +102,7 @@ def check_custom_taskset_name(name: str) -> str:
     if name.endswith(SYNTH_SUFFIX):
         raise BuildInputError(f"TaskSet name {name!r}: names ending in {SYNTH_SUFFIX!r} are "
                               "synthetic datasets' (wmx dataset synth); rename the TaskSet")
-    if is_mt19_name(name) and not MT19_VARIANT.fullmatch(name):
+    if is_mt19_name(name):
         raise BuildInputError(f"TaskSet name {name!r}: mt19 and mt19-* are the names of "
                               "pipelines/build_mt19.py's datasets (mt19 tasks: build with "
                               "build_mt19.py --tasks); rename the TaskSet")
