@@ -319,15 +319,22 @@ def test_wmx_dataset_validate_fails_on_a_flipped_byte(built, tmp_path, capsys):
     assert f"[shard_digest] {p.name}" in out and "FAILED" in out
 
 
-def test_beam_run_build_taskset_job_gives_the_same_dataset(store, built, tmp_path, capsys):
-    home, ts, _ = store
+def build_taskset_job(home, ts, tmp_path, *flags) -> tuple[int, Path]:
+    """Run pipelines/build_taskset.py for TaskSet ``ts`` on a copy of ``home``'s episode
+    sets (in tmp_path/h); returns (exit status, the copy's home)."""
     work = tmp_path / "h"
     shutil.copytree(home / "episodes", work / "episodes")
     spec = tmp_path / "ts.json"
     spec.write_text(ts.to_json())
     job = str(REPO / "pipelines" / "build_taskset.py")
-    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(work),
-                      "--num_shards", "2", "--direct_num_workers=1"]) == 0
+    return beam_main(["run", job, "--taskset", str(spec), "--home", str(work), *flags,
+                      "--direct_num_workers=1"]), work
+
+
+def test_beam_run_build_taskset_job_gives_the_same_dataset(store, built, tmp_path, capsys):
+    home, ts, _ = store
+    rc, work = build_taskset_job(home, ts, tmp_path, "--num_shards", "2")
+    assert rc == 0
     assert f"dataset tst@{built[0].name[:10]}" in capsys.readouterr().out
     assert [e.content_hash for e in Store(work).list_datasets()] == [built[0].name]
 
@@ -373,13 +380,8 @@ def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(s
     ts, custom = offline_check.taskset_for(sets)
     sub = mt19().subset(list(sets))
     assert custom and ts.name == f"check-{sub.name}-T{T}-{T}"
-    work = tmp_path / "h"
-    shutil.copytree(home / "episodes", work / "episodes")
-    spec = tmp_path / "ts.json"
-    spec.write_text(ts.to_json())
-    job = str(REPO / "pipelines" / "build_taskset.py")
-    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(work),
-                      "--direct_num_workers=1"]) == 0
+    rc, work = build_taskset_job(home, ts, tmp_path)
+    assert rc == 0
     assert f"dataset {ts.name}@" in capsys.readouterr().out
     (entry,) = Store(work).list_datasets()
     assert entry.name == ts.name
