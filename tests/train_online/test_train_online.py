@@ -126,22 +126,6 @@ def test_stop_request_stops_after_the_chunk_without_evaluating_and_resumes_exact
            [{k: v for k, v in r.items() if k != "wall_s"} for r in b]
 
 
-def test_stop_reason_puts_a_stop_request_before_the_deadline_and_the_chunk_limit():
-    """One rule for both stop points of the loop: a stop request wins (it suppresses the
-    deadline's off-schedule evaluation), then the deadline (read at ``now``), then the limit."""
-    import threading
-
-    from wmx.train_online.loop import _stop_reason
-    stop = threading.Event()
-    assert _stop_reason(3, 3, 10.0, stop, now=11.0) == "deadline"
-    assert _stop_reason(3, 3, 10.0, stop, now=9.0) == "chunks"
-    assert _stop_reason(2, 3, 10.0, stop, now=9.0) is None
-    assert _stop_reason(1, None, None, None) is None
-    stop.set()
-    assert _stop_reason(1, None, 10.0, stop, now=11.0) == "interrupted"
-    assert _stop_reason(1, 5, None, stop) == "interrupted"
-
-
 def test_cli_errors_write_nothing(tmp_path, capsys):
     home = tmp_path / "h"
     assert cli.main(["--task", "walker-wlak", "--home", str(home), "--no-progress"]) == 2

@@ -1,22 +1,27 @@
-"""The host loop's counters (saved in every checkpoint's host.json), its evaluation rule, atomic JSON.
+"""The host loop's counters (saved in every checkpoint's host.json), its evaluation and stop
+rules, atomic JSON.
 
 Both trainers keep one `HostState`; the fields a trainer does not use keep
 their defaults. `eval_point` is the one rule for when a chunk ends with an
 evaluation: on schedule, at the end, and at a deadline (budget) stop, where
 the evaluation uses the next scheduled evaluation's keys without consuming
 them, so a run stopped and resumed evaluates exactly as the uninterrupted run.
+`stop_reason` is the one rule for when a chunk ends the call early: a stop
+request, the deadline, or the chunk limit.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from wmx import temporaries
+from wmx.runs.interrupt import requested
 
 
 @dataclass
@@ -82,6 +87,35 @@ def eval_point(scheduled: bool, final: bool, deadline: float | None,
     past = (not final) and deadline is not None and now > deadline
     due = scheduled or final
     return EvalPoint(evaluate=due or past, advance=due, past_deadline=past)
+
+
+def stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float | None,
+                stop_request: threading.Event | None, now: float | None = None) -> str | None:
+    """Why a trainer's run stops after the chunk that just ended, None when it goes on.
+
+    Args:
+        chunks_done: chunks of this call of the trainer's ``run``, the one that just
+            ended included.
+        stop_after_chunks: ``run``'s limit of chunks per call (None: no limit).
+        deadline: a ``time.monotonic()`` value or None.
+        stop_request: set by a first Ctrl-C or SIGTERM (None: no handler installed).
+        now: the clock (default ``time.monotonic()``); pass the one `eval_point` gets so
+            both read the deadline at the same instant.
+
+    Returns:
+        "interrupted" (``stop_request`` is set; it comes first, as it suppresses the
+        deadline's off-schedule evaluation: the caller then gives `eval_point` no
+        deadline), "deadline" (``now`` is past it), "chunks" (``stop_after_chunks``
+        reached), or None. The caller leaves out the run's last chunk, after which the
+        run ends anyway.
+    """
+    if requested(stop_request):
+        return "interrupted"
+    if deadline is not None and (time.monotonic() if now is None else now) > deadline:
+        return "deadline"
+    if stop_after_chunks is not None and chunks_done >= stop_after_chunks:
+        return "chunks"
+    return None
 
 
 def env_steps_at_tick(tick: int, T: int, n_envs: int, action_repeat: int) -> int:

@@ -28,8 +28,7 @@ from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import HostState, eval_point, write_json_atomic
-from wmx.runs.interrupt import requested
+from wmx.runs.host import HostState, eval_point, stop_reason, write_json_atomic
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
 
@@ -255,19 +254,19 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 for i, seed in enumerate(rc.seeds)]
 
         final = end >= rc.updates
-        interrupted = not final and requested(stop_request)
-        point = eval_point(end % rc.eval_every == 0, final, None if interrupted else deadline)
-        past_deadline = point.past_deadline
+        chunks_done += 1
+        now = time.monotonic()
+        stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
+                                              stop_request, now)
+        point = eval_point(end % rc.eval_every == 0, final,
+                           None if stop == "interrupted" else deadline, now)
         if point.evaluate:
             rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=point.advance)
         metrics.append(rows)
-        chunks_done += 1
         if final:
             host.finished = True
         saved = final or end % rc.checkpoint_every == 0
-        stop = not final and ((stop_after_chunks is not None and chunks_done >= stop_after_chunks)
-                              or past_deadline or interrupted)
-        if saved or stop:
+        if saved or stop is not None:
             host.streams = feed.states()
             last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
                                         host.to_json())
@@ -277,7 +276,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 post["score"] = f"{_mean_score(host.last_eval):.1f}"
             bar.set_postfix(post, refresh=False)
             bar.update(end - bar.n)
-        if stop:
+        if stop is not None:
             break
 
     if bar is not None:

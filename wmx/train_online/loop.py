@@ -27,8 +27,8 @@ from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import HostState, env_steps_at_tick, eval_point, write_json_atomic
-from wmx.runs.interrupt import requested
+from wmx.runs.host import (HostState, env_steps_at_tick, eval_point, stop_reason,
+                           write_json_atomic)
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -92,33 +92,6 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
         raise ValueError("the newest checkpoint is inside a round (saved by a run with "
                          "--chunk-ticks); resume with the run's own config")
     return _round_rows_like(rc, env, filled)
-
-
-def _stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float | None,
-                 stop_request: threading.Event | None, now: float | None = None) -> str | None:
-    """Why the run stops after the chunk that just ended, None when it goes on.
-
-    Args:
-        chunks_done: chunks of this call, the one that just ended included.
-        stop_after_chunks: `run`'s limit of chunks per call (None: no limit).
-        deadline: a ``time.monotonic()`` value or None.
-        stop_request: set by a first Ctrl-C or SIGTERM (None: no handler installed).
-        now: the clock (default ``time.monotonic()``); pass the one `eval_point` gets so
-            both read the deadline at the same instant.
-
-    Returns:
-        "interrupted" (``stop_request`` is set; it comes first, as it suppresses the
-        deadline's off-schedule evaluation), "deadline" (``now`` is past it), "chunks"
-        (``stop_after_chunks`` reached), or None. The caller leaves out the run's last
-        chunk, after which the run ends anyway.
-    """
-    if requested(stop_request):
-        return "interrupted"
-    if deadline is not None and (time.monotonic() if now is None else now) > deadline:
-        return "deadline"
-    if stop_after_chunks is not None and chunks_done >= stop_after_chunks:
-        return "chunks"
-    return None
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
@@ -238,8 +211,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if end % ticks_per_round:           # inside a round: checkpoint only
             host.wall_s += time.perf_counter() - t_start
             chunks_done += 1
-            stop = _stop_reason(chunks_done, stop_after_chunks, deadline,
-                                stop_request) is not None
+            stop = stop_reason(chunks_done, stop_after_chunks, deadline,
+                               stop_request) is not None
             if stop or chunks_done % rc.checkpoint_every_chunks == 0:
                 last_ckpt = save(with_pending=True)
             if bar is not None:
@@ -277,8 +250,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         final = host.next_tick >= total_ticks
         chunks_done += 1
         now = time.monotonic()
-        stop = None if final else _stop_reason(chunks_done, stop_after_chunks, deadline,
-                                               stop_request, now)
+        stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
+                                              stop_request, now)
         point = eval_point(env_steps >= host.next_eval_env_steps, final,
                            None if stop == "interrupted" else deadline, now)
         if point.evaluate:
