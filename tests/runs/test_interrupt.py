@@ -14,14 +14,14 @@ PROBE = textwrap.dedent("""
     import os, signal, sys
     from wmx.runs.interrupt import exit_status, stop_on_interrupt
     sig = getattr(signal, sys.argv[2])
-    default = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}[sig]
+    before = signal.getsignal(sig)    # SIG_IGN for SIGINT when started as a background job
     with stop_on_interrupt("the probe's chunk") as stop:
         os.kill(os.getpid(), sig)
         print("after first", stop.is_set(), stop.signum == sig, flush=True)
         if sys.argv[1] == "twice":
             os.kill(os.getpid(), sig)
             print("not reached", flush=True)
-    print("handler restored", signal.getsignal(sig) is default, flush=True)
+    print("handler restored", signal.getsignal(sig) is before, flush=True)
     sys.exit(exit_status("probe", stop, finished=False, hint="continue with: probe --resume R"))
 """)
 
