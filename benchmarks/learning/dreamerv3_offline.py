@@ -19,8 +19,9 @@ the source's final return. A source learned its task when its final return
 is at least ``--learned-margin`` (default 100: a normalised score of 10)
 above the task's uniform-random policy return, measured by the check
 (`offline_check.random_policy_return`; cartpole-balance pays ~330 for random
-actions, so a fixed bar would count a source at random level as learned). A source agent's final return is the mean over
-its seeds of the last eval row of each seed in its metrics.csv.
+actions, so a fixed bar would count a source at random level as learned). A
+source agent's final return is the mean over its seeds of the last eval row of
+each seed in its metrics.csv.
 
     python benchmarks/learning/dreamerv3_offline.py --home H \\
         --sources H/runs/<cartpole run> H/runs/<pendulum run> H/runs/<reacher run> \\

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path

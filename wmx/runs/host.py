@@ -67,11 +67,10 @@ class HostState:
 
 class EvalPoint(NamedTuple):
     """evaluate: run an evaluation after this chunk; advance: it is the scheduled
-    one (consume its index); past_deadline: the run stops after this chunk."""
+    one (consume its index). Whether the run stops is `stop_reason`'s."""
 
     evaluate: bool
     advance: bool
-    past_deadline: bool
 
 
 def eval_point(scheduled: bool, final: bool, deadline: float | None,
@@ -86,7 +85,7 @@ def eval_point(scheduled: bool, final: bool, deadline: float | None,
     now = time.monotonic() if now is None else now
     past = (not final) and deadline is not None and now > deadline
     due = scheduled or final
-    return EvalPoint(evaluate=due or past, advance=due, past_deadline=past)
+    return EvalPoint(evaluate=due or past, advance=due)
 
 
 def stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float | None,
