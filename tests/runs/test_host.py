@@ -2,7 +2,7 @@
 import threading
 import time
 
-from wmx.runs.host import env_steps_at_tick, stop_reason
+from wmx.runs.host import env_steps_at_tick, eval_point, stop_reason
 
 
 def test_env_steps_at_tick_counts_agent_steps_not_the_held_tick():
@@ -36,3 +36,15 @@ def test_stop_reason_reads_the_clock_when_not_given_one():
     """Without ``now`` the deadline is compared with ``time.monotonic()``."""
     assert stop_reason(1, None, time.monotonic() - 1, None) == "deadline"
     assert stop_reason(1, None, time.monotonic() + 3600, None) is None
+
+
+def test_eval_point_evaluates_off_schedule_only_at_a_deadline_stop():
+    """A deadline stop evaluates without consuming the schedule; an interrupt or a
+    chunk limit evaluates only when due; the last chunk always evaluates on schedule."""
+    assert eval_point(False, False, None) == (False, False)
+    assert eval_point(False, False, "deadline") == (True, False)
+    assert eval_point(False, False, "interrupted") == (False, False)
+    assert eval_point(False, False, "chunks") == (False, False)
+    assert eval_point(True, False, "interrupted") == (True, True)
+    assert eval_point(True, False, "deadline") == (True, True)
+    assert eval_point(False, True, None) == (True, True)

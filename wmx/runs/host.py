@@ -73,19 +73,19 @@ class EvalPoint(NamedTuple):
     advance: bool
 
 
-def eval_point(scheduled: bool, final: bool, deadline: float | None,
-               now: float | None = None) -> EvalPoint:
+def eval_point(scheduled: bool, final: bool, stop: str | None) -> EvalPoint:
     """Whether the chunk that just ended evaluates, and whether that consumes the schedule.
 
-    scheduled: an evaluation is due (or ``final``: the run's last chunk);
-    deadline: a ``time.monotonic()`` value or None; now: the clock (default
-    ``time.monotonic()``). A chunk past the deadline that is not the last
-    stops the run and evaluates off the schedule (advance False).
+    Args:
+        scheduled: an evaluation is due by the schedule.
+        final: the run's last chunk (it always evaluates, on the schedule).
+        stop: `stop_reason`'s answer for this chunk (None: the run goes on). A
+            "deadline" stop evaluates off the schedule (advance False: the next
+            scheduled evaluation's keys, not consumed); an "interrupted" or
+            "chunks" stop evaluates only when one is due anyway.
     """
-    now = time.monotonic() if now is None else now
-    past = (not final) and deadline is not None and now > deadline
     due = scheduled or final
-    return EvalPoint(evaluate=due or past, advance=due)
+    return EvalPoint(evaluate=due or stop == "deadline", advance=due)
 
 
 def stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float | None,
@@ -98,13 +98,11 @@ def stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float
         stop_after_chunks: ``run``'s limit of chunks per call (None: no limit).
         deadline: a ``time.monotonic()`` value or None.
         stop_request: set by a first Ctrl-C or SIGTERM (None: no handler installed).
-        now: the clock (default ``time.monotonic()``); pass the one `eval_point` gets so
-            both read the deadline at the same instant.
+        now: the clock (default ``time.monotonic()``).
 
     Returns:
         "interrupted" (``stop_request`` is set; it comes first, as it suppresses the
-        deadline's off-schedule evaluation: the caller then gives `eval_point` no
-        deadline), "deadline" (``now`` is past it), "chunks" (``stop_after_chunks``
+        deadline's off-schedule evaluation in `eval_point`), "deadline" (``now`` is past it), "chunks" (``stop_after_chunks``
         reached), or None. The caller leaves out the run's last chunk, after which the
         run ends anyway.
     """

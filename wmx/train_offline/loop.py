@@ -255,11 +255,9 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
 
         final = end >= rc.updates
         chunks_done += 1
-        now = time.monotonic()
         stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
-                                              stop_request, now)
-        point = eval_point(end % rc.eval_every == 0, final,
-                           None if stop == "interrupted" else deadline, now)
+                                              stop_request)
+        point = eval_point(end % rc.eval_every == 0, final, stop)
         if point.evaluate:
             rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=point.advance)
         metrics.append(rows)

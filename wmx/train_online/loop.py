@@ -249,11 +249,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
 
         final = host.next_tick >= total_ticks
         chunks_done += 1
-        now = time.monotonic()
         stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
-                                              stop_request, now)
-        point = eval_point(env_steps >= host.next_eval_env_steps, final,
-                           None if stop == "interrupted" else deadline, now)
+                                              stop_request)
+        point = eval_point(env_steps >= host.next_eval_env_steps, final, stop)
         if point.evaluate:
             t_eval = time.perf_counter()
             rets = np.asarray(eval_fn(carries.agent, carries.key, host.eval_index))
