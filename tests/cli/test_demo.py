@@ -294,9 +294,12 @@ def test_seed_steps_takes_what_train_online_takes(tmp_path, capsys):
         assert wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run",
                               "--seed-steps", given]) == 0
         assert f"--seed-steps {passed} --preset" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="--seed-steps must be >= 0"):
-        demo.run_pipeline(opts(seed_steps=-5), tmp_path / "h", runners=Stubs(tmp_path).runners(),
-                          out=io.StringIO())
+    for bad, msg in (({"seed_steps": -5}, "--seed-steps must be >= 0, got -5"),
+                     ({"updates": 0}, "--updates must be >= 1, got 0"),
+                     ({"dreamerv3_updates": -1}, "--dreamerv3-updates must be >= 1, got -1")):
+        with pytest.raises(ValueError, match=msg):
+            demo.run_pipeline(opts(**bad), tmp_path / "h", runners=Stubs(tmp_path).runners(),
+                              out=io.StringIO())
     assert not (tmp_path / "h").exists()
 
 
