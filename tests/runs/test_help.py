@@ -41,3 +41,28 @@ def test_a_plain_default_is_still_shown():
     assert "gradient updates (default: 100)" in text
     assert "data root" in text and "data root (default" not in text
     assert "items (default: the preset's)" in text and "(default: 8)" not in text
+
+
+@pytest.mark.parametrize("argv, prog, msg", [
+    (["train_online", "--env-steps", "abc"], "train_online", "'abc' is not an integer"),
+    (["train_offline", "--updates", "1.5"], "train_offline", "'1.5' is not a whole number"),
+    (["evaluate"], "evaluate", "one of the arguments --run --runs is required"),
+    (["wmx", "demo", "--updates", "0"], "wmx demo", "0 must be at least 1"),
+    (["wmx", "dataset", "validate"], "wmx dataset validate", "arguments are required: ref"),
+])
+def test_a_usage_error_is_one_line_naming_the_problem_and_help(argv, prog, msg, capsys):
+    """Every wmx command's parser (and its subcommands') answers bad flags with exit status 2
+    and one line on stderr, without argparse's usage block."""
+    from wmx.cli.main import main as wmx_main
+    from wmx.evaluate.cli import build_parser as evaluate
+    from wmx.train_offline.cli import build_parser as offline
+    from wmx.train_online.cli import build_parser as online
+    parse = {"train_online": online().parse_args, "train_offline": offline().parse_args,
+             "evaluate": evaluate().parse_args, "wmx": wmx_main}[argv[0]]
+    with pytest.raises(SystemExit) as info:
+        parse(argv[1:])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n")
+    assert msg in err and "usage:" not in err

@@ -1,14 +1,15 @@
 """The `wmx` command: `wmx dataset ls|info|validate ...`, `wmx runs ls|info`, `wmx demo`."""
 from __future__ import annotations
 
-import argparse
 import sys
+
+from wmx.runs.cli_common import ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `wmx`; returns the exit status."""
     from wmx.cli import dataset, demo, runs
-    ap = argparse.ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
+    ap = ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
     ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx); "
                     "accepted before or after the subcommand")
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import add_cache_argument, enable_compile_cache
+from wmx.runs.cli_common import ArgumentParser, add_cache_argument, enable_compile_cache
 from wmx.runs.config_file import add_config_argument, parse_with_config
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -47,7 +47,7 @@ class UsageError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="evaluate", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1].replace("``", "").replace("::", ":")

@@ -27,6 +27,15 @@ from wmx import temporaries
 from wmx.runs.config_file import RUN_KIND_KEYS
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with a one-line usage error: ``PROG: error: MESSAGE (see PROG
+    --help)`` on stderr, exit status 2, instead of the usage block before it. Its
+    subparsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def count(text: str) -> int:
     """argparse type of a count flag: an integer, also written ``1e6`` or ``1_000_000``."""
     try:

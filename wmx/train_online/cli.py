@@ -26,16 +26,16 @@ from pathlib import Path
 from wmx.paths import wmx_home
 from wmx.runs.config_file import add_config_argument
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
-from wmx.runs.cli_common import (HelpFormatter, add_agent_arguments, add_cache_argument,
-                                 agent_overrides, count, create_run_dir, enable_compile_cache, hold_run_dir,
-                                 print_counts, resume_config, run_cli, run_name,
-                                 warn_if_restarting)
+from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
+                                 add_cache_argument, agent_overrides, count, create_run_dir,
+                                 enable_compile_cache, hold_run_dir, print_counts, resume_config,
+                                 run_cli, run_name, warn_if_restarting)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="train_online", description=DESCRIPTION,
         formatter_class=HelpFormatter,
         epilog="Presets (tdmpc2): paper = the TD-MPC2 paper's sizes (model size 5, 512 planner "
