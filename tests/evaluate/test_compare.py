@@ -77,6 +77,29 @@ def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog
     assert "| cheetah-run | 20.0 | not evaluated |" in md
     assert "| cartpole-balance | 50.0 | 40.0 |" in md
     assert "b lacks cheetah-run" in md
+    # like for like: aggregates over cartpole-balance alone beside each run's own
+    assert c["common_tasks"] == ["cartpole-balance"]
+    common = {lab: {a["statistic"]: a["value"] for a in rows}
+              for lab, rows in c["common_aggregates"].items()}
+    assert common == {"a": {"mean": 50.0, "median": 50.0, "iqm": 50.0},
+                      "b": {"mean": 40.0, "median": 40.0, "iqm": 40.0}}
+    own_a = {x["statistic"]: x["value"] for x in c["aggregates"]["a"]}
+    assert own_a["mean"] == 35.0                          # (50 + 20) / 2, over a's two tasks
+    assert "## Aggregates over the tasks every run scored" in md
+    assert "1 task(s): cartpole-balance." in md
+    rows = (out / "aggregates.csv").read_text().splitlines()
+    assert rows[0] == "run,tasks,statistic,value,ci_low,ci_high,n_tasks"
+    assert "a,common,mean,50.0,50.0,50.0,1" in rows and "a,own,mean,35.0" in "\n".join(rows)
+
+
+def test_runs_over_the_same_tasks_have_no_separate_common_aggregates(tmp_path):
+    """When every run scored the same tasks, its own aggregates are the like-for-like ones."""
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0, "cheetah-run": 20.0})
+    b = fake_run(tmp_path, "b", {"cheetah-run": 30.0, "cartpole-balance": 40.0})
+    reports = [json.loads((r / "report" / "report.json").read_text()) for r in (a, b)]
+    c = build_comparison(reports)
+    assert c["common_aggregates"] == {} and c["common_tasks"] == ["cartpole-balance",
+                                                                    "cheetah-run"]
 
 
 def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):

@@ -3,7 +3,8 @@
 Input: the report dicts (`report.load_report`) of the runs, in the order
 given. Output directory (written atomically, like a report): compare.md,
 compare.json, per_task.csv (one row per task, one score column per run),
-aggregates.csv (one row per run and statistic) and scores.png (grouped bars).
+aggregates.csv (one row per run, task set and statistic: "common", the tasks
+every run scored, when some run lacks one; "own", each run's tasks) and scores.png (grouped bars).
 
 A comparison is per task: every run must share a task with another run
 (`check_shared_tasks`), a task a run did not evaluate shows as "not
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from wmx.evaluate import aggregates as agg
 from wmx.evaluate import plots
 from wmx.evaluate.report import write_dir_atomically
 
@@ -102,8 +105,11 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
       runs (label, dir, kind, report created, checkpoint step, episodes,
       keys, seeds), tasks (union, in first-seen order), scores[label][task]
       (None where the run lacks the task or its score is not finite),
-      missing[label] (the tasks of the union the run did not evaluate) and
-      aggregates[label] (the run's own "wmx" aggregate rows, over its tasks).
+      missing[label] (the tasks of the union the run did not evaluate),
+      aggregates[label] (the run's own "wmx" aggregate rows, over its tasks),
+      common_tasks (the tasks every run scored, finite, in the union's order) and
+      common_aggregates[label] (aggregate rows over common_tasks: the like-for-like
+      figures; empty when every run's own tasks are common_tasks, or none is common).
     Raises:
       ValueError: a run shares no task with the others (`check_shared_tasks`).
     """
@@ -115,6 +121,9 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         tasks += [t for t in own[lab] if t not in tasks]
     scores = {lab: {t["task"]: t["score"] for t in r["per_task"]}
               for lab, r in zip(labels, reports)}
+    common = [t for t in tasks if all(_finite(scores[lab].get(t)) for lab in labels)]
+    partial = bool(common) and any(
+        {t for t in own[lab] if _finite(scores[lab][t])} != set(common) for lab in labels)
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
@@ -127,7 +136,14 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         "missing": {lab: [t for t in tasks if t not in own[lab]] for lab in labels},
         "aggregates": {lab: [a for a in r["aggregates"] if a["who"] == "wmx"]
                        for lab, r in zip(labels, reports)},
+        "common_tasks": common,
+        "common_aggregates": {lab: [a.to_dict() for a in agg.aggregate_all(
+            [scores[lab][t] for t in common])] for lab in labels} if partial else {},
     }
+
+
+def _finite(score) -> bool:
+    return score is not None and math.isfinite(score)
 
 
 def _markdown(c: dict) -> str:
@@ -155,16 +171,26 @@ def _markdown(c: dict) -> str:
         lines += ["", f"Not every run evaluated every task: {'; '.join(gaps)} "
                       f"(\"{NOT_EVALUATED}\"). Each run's aggregates below are over its own "
                       "tasks."]
+    if c["common_aggregates"]:
+        lines += ["", "## Aggregates over the tasks every run scored", "",
+                  f"{len(c['common_tasks'])} task(s): {', '.join(c['common_tasks'])}. "
+                  "95% percentile-bootstrap intervals over tasks.", ""]
+        lines += _aggregate_table(labels, c["common_aggregates"])
     lines += ["", "## Aggregates over each run's tasks", "",
-              "95% percentile-bootstrap intervals over tasks.", "",
-              "| run | tasks | mean | median | IQM |", "|---|---|---|---|---|"]
+              "95% percentile-bootstrap intervals over tasks.", ""]
+    lines += _aggregate_table(labels, c["aggregates"])
+    lines += ["", "![scores per task and run](scores.png)", ""]
+    return "\n".join(lines)
+
+
+def _aggregate_table(labels: Sequence[str], aggregates: Mapping[str, list]) -> list[str]:
+    lines = ["| run | tasks | mean | median | IQM |", "|---|---|---|---|---|"]
     for lab in labels:
-        a = {x["statistic"]: x for x in c["aggregates"][lab]}
+        a = {x["statistic"]: x for x in aggregates[lab]}
         cells = [f"{a[s]['value']:.1f} [{a[s]['ci_low']:.1f}, {a[s]['ci_high']:.1f}]"
                  for s in ("mean", "median", "iqm")]
         lines.append(f"| {lab} | {a['mean']['n_tasks']} | " + " | ".join(cells) + " |")
-    lines += ["", "![scores per task and run](scores.png)", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _fill(c: dict, d: Path) -> None:
@@ -178,11 +204,12 @@ def _fill(c: dict, d: Path) -> None:
                              for lab in labels]])
     with (d / "aggregates.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "statistic", "value", "ci_low", "ci_high", "n_tasks"])
-        for lab in labels:
-            for a in c["aggregates"][lab]:
-                w.writerow([lab, a["statistic"], a["value"], a["ci_low"], a["ci_high"],
-                            a["n_tasks"]])
+        w.writerow(["run", "tasks", "statistic", "value", "ci_low", "ci_high", "n_tasks"])
+        for over, rows in (("common", c["common_aggregates"]), ("own", c["aggregates"])):
+            for lab in labels:
+                for a in rows.get(lab, []):
+                    w.writerow([lab, over, a["statistic"], a["value"], a["ci_low"],
+                                a["ci_high"], a["n_tasks"]])
     plots.compare_bars(c["tasks"], labels, c["scores"], d / "scores.png", "runs compared")
     (d / "compare.md").write_text(_markdown(c))
 
