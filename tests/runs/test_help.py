@@ -66,3 +66,19 @@ def test_a_usage_error_is_one_line_naming_the_problem_and_help(argv, prog, msg, 
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n")
     assert msg in err and "usage:" not in err
+
+
+@pytest.mark.parametrize("prog", ["train_online", "train_offline", "evaluate"])
+@pytest.mark.parametrize("argv", [["--config"], ["--config", "--no-such-flag"]])
+def test_config_without_its_file_is_the_command_s_own_one_line_error(prog, argv, capsys):
+    """`--config` with no value is caught by the command's parser, not by the pre-parser that
+    looks for the file (which printed a usage block under the interpreter's name)."""
+    import importlib
+    from wmx.runs.config_file import parse_with_config
+    parser = importlib.import_module(f"wmx.{prog}.cli").build_parser()
+    with pytest.raises(SystemExit) as info:
+        parse_with_config(parser, argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err == (f"{prog}: error: argument --config: expected one argument "
+                   f"(see {prog} --help)\n")

@@ -181,9 +181,12 @@ def parse_with_config(parser: argparse.ArgumentParser,
     wrong value) prints ``<prog>: error: <one line>`` and exits with status 2, as
     argparse's own usage errors."""
     argv = list(argv)
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     pre.add_argument("--config", default=None)
-    known, _ = pre.parse_known_args(argv)
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except argparse.ArgumentError:        # `--config` without a file: the parser's own error
+        return parser.parse_args(argv)
     if known.config is not None and hasattr(parser, "_wmx_config_keys"):
         try:
             defaults = config_defaults(parser, load_config_file(known.config), known.config)
