@@ -49,6 +49,9 @@ def test_a_plain_default_is_still_shown():
     (["evaluate"], "evaluate", "one of the arguments --run --runs is required"),
     (["wmx", "demo", "--updates", "0"], "wmx demo", "0 must be at least 1"),
     (["wmx", "dataset", "validate"], "wmx dataset validate", "arguments are required: ref"),
+    (["wmx", "demo", "--updatez", "5"], "wmx demo", "unrecognized arguments: --updatez 5"),
+    (["wmx", "dataset", "ls", "--bogus"], "wmx dataset ls", "unrecognized arguments: --bogus"),
+    (["wmx", "dataset", "--bogus", "ls"], "wmx dataset", "unrecognized arguments: --bogus"),
 ])
 def test_a_usage_error_is_one_line_naming_the_problem_and_help(argv, prog, msg, capsys):
     """Every wmx command's parser (and its subcommands') answers bad flags with exit status 2

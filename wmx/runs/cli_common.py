@@ -35,6 +35,22 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def add_subparsers(self, **kwargs):
+        kwargs.setdefault("parser_class", _Subcommand)
+        return super().add_subparsers(**kwargs)
+
+
+class _Subcommand(ArgumentParser):
+    """A subcommand's parser: it names an argument it does not know itself (``wmx demo:
+    error: unrecognized arguments: ... (see wmx demo --help)``) rather than leaving it to
+    the top-level parser, whose --help does not list the subcommand's flags."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def count(text: str) -> int:
     """argparse type of a count flag: an integer, also written ``1e6`` or ``1_000_000``."""
