@@ -166,3 +166,39 @@ def test_unwritable_out_is_refused_before_evaluating(tmp_path, capsys, monkeypat
     assert cli.main(["--runs", a, b, "--out", ro / "deeper" / "cmp", "--episodes", 2]) == 2
     assert "--out" in capsys.readouterr().err
     assert _listing(ro) == []
+
+
+def _unscored(run_dir: Path, *tasks: str) -> dict:
+    """The report of ``run_dir`` with ``tasks`` scored None (a non-finite mean return, as
+    report.json stores it) and its aggregates over the tasks left, as `report` makes them."""
+    path = run_dir / "report" / "report.json"
+    report = json.loads(path.read_text())
+    for row in report["per_task"]:
+        if row["task"] in tasks:
+            row["score"] = None
+    left = [row["score"] for row in report["per_task"] if row["score"] is not None]
+    report["aggregates"] = [{"who": "wmx", **a.to_dict()}
+                            for a in agg.aggregate_all(left)] if left else []
+    path.write_text(json.dumps(report))
+    return report
+
+
+def test_a_task_one_run_did_not_score_is_left_out_of_the_common_aggregates(tmp_path):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0, "cheetah-run": 20.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0, "cheetah-run": 30.0})
+    c = build_comparison([_unscored(a, "cartpole-balance"),
+                          json.loads((b / "report" / "report.json").read_text())])
+    assert c["common_tasks"] == ["cheetah-run"]
+    assert {lab: [x["value"] for x in rows if x["statistic"] == "mean"]
+            for lab, rows in c["common_aggregates"].items()} == {"a": [20.0], "b": [30.0]}
+
+
+def test_a_run_without_a_finite_score_is_compared_without_aggregates(tmp_path):
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
+    _unscored(a, "cartpole-balance")
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    md = (out / "compare.md").read_text()
+    assert "| cartpole-balance | - | 40.0 |" in md
+    assert "| a | 0 | - | - | - |" in md and "| b | 1 | 40.0 [40.0, 40.0] |" in md

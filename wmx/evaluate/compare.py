@@ -187,6 +187,9 @@ def _aggregate_table(labels: Sequence[str], aggregates: Mapping[str, list]) -> l
     lines = ["| run | tasks | mean | median | IQM |", "|---|---|---|---|---|"]
     for lab in labels:
         a = {x["statistic"]: x for x in aggregates[lab]}
+        if not a:                   # no finite score: its report has no aggregates
+            lines.append(f"| {lab} | 0 | - | - | - |")
+            continue
         cells = [f"{a[s]['value']:.1f} [{a[s]['ci_low']:.1f}, {a[s]['ci_high']:.1f}]"
                  for s in ("mean", "median", "iqm")]
         lines.append(f"| {lab} | {a['mean']['n_tasks']} | " + " | ".join(cells) + " |")
