@@ -87,6 +87,7 @@ def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog
     assert own_a["mean"] == 35.0                          # (50 + 20) / 2, over a's two tasks
     assert "## Aggregates over the tasks every run scored" in md
     assert "1 task(s): cartpole-balance." in md
+    assert "The first aggregates below are over the tasks every run scored" in md
     rows = (out / "aggregates.csv").read_text().splitlines()
     assert rows[0] == "run,tasks,statistic,value,ci_low,ci_high,n_tasks"
     assert "a,common,mean,50.0,50.0,50.0,1" in rows and "a,own,mean,35.0" in "\n".join(rows)

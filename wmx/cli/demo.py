@@ -89,13 +89,18 @@ LEAST = {"env_steps": 1, "updates": 1, "batch_size": 1, "eval_episodes": 1, "ite
 types and `run_pipeline` (called with a Namespace built elsewhere) check the same bounds."""
 
 
+def _count_at_least(flag: str):
+    """argparse type of the count flag ``flag`` (its LEAST key): `at_least` its bound."""
+    return at_least(LEAST[flag])
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                    help="comma-separated mt19 tasks (mt30 spelling)")
-    p.add_argument("--env-steps", type=at_least(LEAST["env_steps"]), default=2_000,
+    p.add_argument("--env-steps", type=_count_at_least("env_steps"), default=2_000,
                    help="train_online env steps per task (1,000 per episode on DMC)")
-    p.add_argument("--seed-steps", type=at_least(LEAST["seed_steps"]), default=None,
+    p.add_argument("--seed-steps", type=_count_at_least("seed_steps"), default=None,
                    help="train_online random-action agent steps before the first update "
                         "(default: the task's, max(1000, 5T) = 2,500 on DMC); e.g. 500 with "
                         "--env-steps 2000 trains on the second episode")
@@ -103,21 +108,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="agent(s) trained offline on the pooled dataset (both: side by side, "
                         "one report comparing them); the episodes come from TD-MPC2's online "
                         "runs either way")
-    p.add_argument("--updates", type=at_least(LEAST["updates"]), default=300,
+    p.add_argument("--updates", type=_count_at_least("updates"), default=300,
                    help="train_offline gradient updates (TD-MPC2)")
-    p.add_argument("--batch-size", type=at_least(LEAST["batch_size"]), default=256,
+    p.add_argument("--batch-size", type=_count_at_least("batch_size"), default=256,
                    help="train_offline batch size (TD-MPC2)")
-    p.add_argument("--dreamerv3-updates", type=at_least(LEAST["dreamerv3_updates"]), default=DREAMERV3_UPDATES,
+    p.add_argument("--dreamerv3-updates", type=_count_at_least("dreamerv3_updates"),
+                   default=DREAMERV3_UPDATES,
                    help="train_offline gradient updates of DreamerV3 (its preset's batch)")
     p.add_argument("--seeds", type=at_least(0), nargs="+", default=[0],
                    help="seeds of every train_online and train_offline run")
     p.add_argument("--preset", default="cpu", choices=("paper", "cpu", "tiny"),
                    help="TD-MPC2 preset")
-    p.add_argument("--iterations", type=at_least(LEAST["iterations"]), default=2,
+    p.add_argument("--iterations", type=_count_at_least("iterations"), default=2,
                    help="MPPI iterations of the planner in every stage (the cpu preset's: 6)")
-    p.add_argument("--num-samples", type=at_least(LEAST["num_samples"]), default=128,
+    p.add_argument("--num-samples", type=_count_at_least("num_samples"), default=128,
                    help="MPPI samples of the planner in every stage (the cpu preset's: 256)")
-    p.add_argument("--eval-episodes", type=at_least(LEAST["eval_episodes"]), default=1,
+    p.add_argument("--eval-episodes", type=_count_at_least("eval_episodes"), default=1,
                    help="evaluation episodes per task (and seed) in every stage")
     p.add_argument("--dry-run", action="store_true",
                    help="print the stages and their commands, run nothing")

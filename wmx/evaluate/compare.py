@@ -4,7 +4,8 @@ Input: the report dicts (`report.load_report`) of the runs, in the order
 given. Output directory (written atomically, like a report): compare.md,
 compare.json, per_task.csv (one row per task, one score column per run),
 aggregates.csv (one row per run, task set and statistic: "common", the tasks
-every run scored, when some run lacks one; "own", each run's tasks) and scores.png (grouped bars).
+every run scored, when some run lacks one; "own", each run's tasks) and
+scores.png (grouped bars).
 
 A comparison is per task: every run must share a task with another run
 (`check_shared_tasks`), a task a run did not evaluate shows as "not
@@ -169,8 +170,10 @@ def _markdown(c: dict) -> str:
             if c["missing"][lab]]
     if gaps:
         lines += ["", f"Not every run evaluated every task: {'; '.join(gaps)} "
-                      f"(\"{NOT_EVALUATED}\"). Each run's aggregates below are over its own "
-                      "tasks."]
+                      f"(\"{NOT_EVALUATED}\"). "
+                      + ("The first aggregates below are over the tasks every run scored, "
+                         "the second over each run's own tasks." if c["common_aggregates"]
+                         else "Each run's aggregates below are over its own tasks.")]
     if c["common_aggregates"]:
         lines += ["", "## Aggregates over the tasks every run scored", "",
                   f"{len(c['common_tasks'])} task(s): {', '.join(c['common_tasks'])}. "

@@ -102,9 +102,9 @@ def stop_reason(chunks_done: int, stop_after_chunks: int | None, deadline: float
 
     Returns:
         "interrupted" (``stop_request`` is set; it comes first, as it suppresses the
-        deadline's off-schedule evaluation in `eval_point`), "deadline" (``now`` is past it), "chunks" (``stop_after_chunks``
-        reached), or None. The caller leaves out the run's last chunk, after which the
-        run ends anyway.
+        deadline's off-schedule evaluation in `eval_point`), "deadline" (``now`` is past
+        it), "chunks" (``stop_after_chunks`` reached), or None. The caller leaves out
+        the run's last chunk, after which the run ends anyway.
     """
     if requested(stop_request):
         return "interrupted"
