@@ -11,6 +11,12 @@ def test_normalised_score_is_return_over_ten():
     np.testing.assert_allclose(agg.normalised_score([0.0, 1000.0, 55.5]), [0.0, 100.0, 5.55])
 
 
+def test_is_score_rejects_none_nan_and_inf():
+    assert agg.is_score(0.0) and agg.is_score(-3) and agg.is_score(np.float32(2.5))
+    for bad in (None, float("nan"), float("inf"), -float("inf"), np.float32("nan")):
+        assert not agg.is_score(bad)
+
+
 def test_iqm_of_known_vectors():
     # n = 8: floor(8/4) = 2 dropped at each end of the sorted values -> mean(3, 4, 5, 6)
     assert agg.iqm([1, 2, 3, 4, 100, 5, 6, 7]) == pytest.approx(4.5)

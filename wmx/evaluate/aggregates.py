@@ -21,12 +21,17 @@ from scipy import stats
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 
 __all__ = ["DMC_SCORE_DIVISOR", "STATISTICS", "BOOTSTRAP_SEED", "BOOTSTRAP_RESAMPLES",
-           "Aggregate", "normalised_score", "iqm", "aggregate", "aggregate_all"]
+           "Aggregate", "is_score", "normalised_score", "iqm", "aggregate", "aggregate_all"]
 
 BOOTSTRAP_SEED = 0
 """Seed of the bootstrap's generator (reports are reproducible)."""
 BOOTSTRAP_RESAMPLES = 10_000
 CONFIDENCE = 0.95
+
+
+def is_score(x) -> bool:
+    """True for a number a report can aggregate: not None and finite (no NaN, no inf)."""
+    return x is not None and math.isfinite(x)
 
 
 def normalised_score(ret):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -122,9 +121,9 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         tasks += [t for t in own[lab] if t not in tasks]
     scores = {lab: {t["task"]: t["score"] for t in r["per_task"]}
               for lab, r in zip(labels, reports)}
-    common = [t for t in tasks if all(_finite(scores[lab].get(t)) for lab in labels)]
+    common = [t for t in tasks if all(agg.is_score(scores[lab].get(t)) for lab in labels)]
     partial = bool(common) and any(
-        {t for t in own[lab] if _finite(scores[lab][t])} != set(common) for lab in labels)
+        {t for t in own[lab] if agg.is_score(scores[lab][t])} != set(common) for lab in labels)
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
@@ -141,10 +140,6 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         "common_aggregates": {lab: [a.to_dict() for a in agg.aggregate_all(
             [scores[lab][t] for t in common])] for lab in labels} if partial else {},
     }
-
-
-def _finite(score) -> bool:
-    return score is not None and math.isfinite(score)
 
 
 def _markdown(c: dict) -> str:

@@ -159,7 +159,7 @@ def _aggregates(per_task: list[dict]) -> list[dict[str, Any]]:
     out = []
     for who, key in (("wmx", "score"), ("source", "source_score"),
                      ("published", "published_score")):
-        vals = [r[key] for r in per_task if r[key] is not None and math.isfinite(r[key])]
+        vals = [r[key] for r in per_task if agg.is_score(r[key])]
         if not vals:
             continue
         out += [{"who": who, **a.to_dict()} for a in agg.aggregate_all(vals)]
