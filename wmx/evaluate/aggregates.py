@@ -30,7 +30,10 @@ CONFIDENCE = 0.95
 
 
 def is_score(x) -> bool:
-    """True for a number a report can aggregate: not None and finite (no NaN, no inf)."""
+    """True for a score a report can aggregate: not None and finite (no NaN, no inf).
+
+    x: a Python or numpy real scalar, or None. A non-number raises TypeError (`math.isfinite`).
+    """
     return x is not None and math.isfinite(x)
 
 
