@@ -132,7 +132,10 @@ class WmxWorker:
         self.pcarry = dv3.init_policy(cfg, n_envs)
         compile_s, memory = {}, {}
         t = time.perf_counter()
-        update = jax.jit(update_fn).lower(self.state, batch, key()).compile()
+        # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on AVX-512 CPUs)
+        self.compiler_options = dv3.compiler_options(cfg)
+        update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
+            self.state, batch, key()).compile()
         compile_s["train"] = time.perf_counter() - t
         memory["train"] = compiled_memory(update)
         params = dv3.policy_params(self.state)
@@ -158,7 +161,7 @@ class WmxWorker:
             fn()
         counts = dv3.param_counts(cfg)
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
-                "params": int(counts["total"]),
+                "params": int(counts["total"]), "compiler_options": self.compiler_options,
                 "widths": {"deter": cfg.deter, "hidden": cfg.hidden, "classes": cfg.classes,
                            "units": cfg.units},
                 "versions": {"jax": jax.__version__, "numpy": np.__version__,
@@ -475,7 +478,8 @@ def main() -> None:
                 s["anchor_official_idle_ms"] = ANCHOR_MS[size]
             res["items"][f"{item}_{size}"] = s
         res["models"] = {size: {side: {k: v for k, v in (info or {}).items()
-                                       if k in ("params", "widths", "versions")}
+                                       if k in ("params", "widths", "versions",
+                                                "compiler_options")}
                                 for side, info in setups[size].items()}
                          for size in args.sizes}
         for w in list(workers):

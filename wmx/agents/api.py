@@ -169,6 +169,11 @@ class Agent(Protocol):
         replay needs back (DreamerV3: the window's new latents; {} for TD-MPC2).
         """
 
+    def compiler_options(self, cfg: Any) -> dict[str, str]:
+        """XLA compile options of the programs that run `update` (the trainers'
+        chunks; `wmx.xla_cpu.training_options` with the agent's measured preference);
+        {} for XLA's defaults. Acting and evaluation programs use the defaults."""
+
     # ---- online ----------------------------------------------------------------
     def schedule(self, cfg: Any, episode_length: int, n_envs: int) -> Schedule:
         """The online schedule for episodes of T agent steps on n_envs lockstep envs."""

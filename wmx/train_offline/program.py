@@ -170,10 +170,13 @@ def _constrain(batch: dict, spec, mesh: Mesh | None) -> dict:
     return jax.lax.with_sharding_constraint(batch, batch_shardings(spec, mesh))
 
 
-def _jit(fn, mesh: Mesh | None):
+def _jit(fn, mesh: Mesh | None, options: dict[str, str]):
+    """``jax.jit`` of a chunk program: carries donated, the agent's compile options
+    (`Agent.compiler_options`), replicated outputs with a mesh."""
     if mesh is None:
-        return jax.jit(fn, donate_argnums=0)
-    return jax.jit(fn, donate_argnums=0, out_shardings=NamedSharding(mesh, PartitionSpec()))
+        return jax.jit(fn, donate_argnums=0, compiler_options=options)
+    return jax.jit(fn, donate_argnums=0, out_shardings=NamedSharding(mesh, PartitionSpec()),
+                   compiler_options=options)
 
 
 def device_dataset(arrays: dict[str, Any], spec, mesh: Mesh | None = None) -> dict[str, jax.Array]:
@@ -225,7 +228,8 @@ def _chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
         carry, ms = jax.lax.scan(body, carry, idx)
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return _jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), mesh)
+    return _jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), mesh,
+                agent.compiler_options(cfg))
 
 
 def make_stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
@@ -251,7 +255,8 @@ def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
         carry, ms = jax.lax.scan(body, carry, (idx, batches))
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh)
+    return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh,
+                agent.compiler_options(cfg))
 
 
 def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: int):

@@ -171,7 +171,8 @@ def _chunk_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
     def one_seed(carry, ticks):
         return jax.lax.scan(tick_fn, carry, ticks)
 
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, None)), donate_argnums=0)
+    return jax.jit(jax.vmap(one_seed, in_axes=(0, None)), donate_argnums=0,
+                   compiler_options=agent.compiler_options(cfg))
 
 
 def make_part_fn(rc: OnlineRunConfig, env: Env):
@@ -197,7 +198,8 @@ def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
     def one_seed(carry, ticks, valid):
         return jax.lax.scan(masked_tick, carry, (ticks, valid))
 
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None)), donate_argnums=0)
+    return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None)), donate_argnums=0,
+                   compiler_options=agent.compiler_options(cfg))
 
 
 def make_eval_fn(rc: OnlineRunConfig, env: Env):

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from wmx import xla_cpu
 from wmx.agents.api import BatchSpec, BoundSchedule
 from wmx.agents.overrides import check_override_types, refuse_task_fields
 from wmx.agents.tdmpc2 import buffer as buffer_lib
@@ -145,6 +146,13 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
               task=None if tasks is None else batch["task"].astype(jnp.int32))
     state, m = _update(state, b, draw_update_noise(key, cfg), cfg, tasks=tasks)
     return state, {k: jnp.asarray(m[k], jnp.float32) for k in METRIC_KEYS}, {}
+
+
+def compiler_options(cfg: TDMPC2Config) -> dict[str, str]:
+    """XLA's defaults (YNNPACK dots) unless ``WMX_CPU_DOTS`` says otherwise
+    (`wmx.xla_cpu`; the update is as fast either way on AVX-512, docs/performance.md)."""
+    del cfg
+    return xla_cpu.training_options(prefer_xla_dots_on_avx512=False)
 
 
 # ---- online -------------------------------------------------------------------------
