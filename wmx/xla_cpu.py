@@ -2,11 +2,11 @@
 
 jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK
 fusions by default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""``
-keeps them as XLA's own (Eigen) dots. Measured side by side with the official
-code (docs/performance.md, "Dot backend"): on an AVX-512 CPU the DreamerV3 12m
-training step is 16-20% faster with XLA's dots and the 1m step ~10%, the
-TD-MPC2 update unchanged; policy steps (16 rows) are faster with YNNPACK, so
-only programs that run updates take the choice. Results change only by float
+keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot
+backend"): on an AVX-512 CPU the DreamerV3 training step is 4-20% faster with
+XLA's dots (same-process A/Bs at 1m and 12m), the TD-MPC2 update unchanged; the
+16-row policy step looked faster with YNNPACK, so only programs that run updates
+take the choice. Results change only by float
 summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``

@@ -275,7 +275,7 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 def compiler_options(cfg: DreamerV3Config) -> dict[str, str]:
     """XLA's own dots instead of YNNPACK fusions on AVX-512 CPUs (`wmx.xla_cpu`;
-    12m training step 16-20% faster there, docs/performance.md "Dot backend")."""
+    training step 4-20% faster there, docs/performance.md "Dot backend")."""
     del cfg
     return xla_cpu.training_options(prefer_xla_dots_on_avx512=True)
 
