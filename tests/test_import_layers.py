@@ -20,7 +20,8 @@ ROOT = Path(wmx.__file__).resolve().parent
 # (module prefix, layer); the longest matching prefix wins.
 LAYERS = [
     ("wmx.paths", 0), ("wmx.version", 0), ("wmx.envs.registry", 0), ("wmx.nn", 0),
-    ("wmx.temporaries", 0), ("wmx.sizes", 0), ("wmx.xla_cpu", 0), ("wmx.failpoints", 0), ("wmx.failures", 0),
+    ("wmx.temporaries", 0), ("wmx.sizes", 0), ("wmx.xla_cpu", 0), ("wmx.failpoints", 0),
+    ("wmx.failures", 0),
     ("wmx.schemas", 1), ("wmx.envs", 1),
     ("wmx.agents", 2),
     ("wmx.acting", 3), ("wmx.datasets", 3), ("wmx.pipelines", 3), ("wmx.episode_sets", 3),

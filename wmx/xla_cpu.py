@@ -6,8 +6,7 @@ keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot
 backend"): on an AVX-512 CPU the DreamerV3 training step is 4-20% faster with
 XLA's dots (same-process A/Bs at 1m and 12m), the TD-MPC2 update unchanged; the
 16-row policy step looked faster with YNNPACK, so only programs that run updates
-take the choice. Results change only by float
-summation order.
+take the choice. Results change only by float summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference on CPUs with AVX-512, YNNPACK elsewhere),
