@@ -42,6 +42,21 @@ def test_bad_choice_names_the_variable_and_the_values(monkeypatch):
         xla_cpu.training_options(True, flags=AVX512, backend="cpu")
 
 
+@pytest.mark.parametrize("trainer", ["train_online", "train_offline"])
+def test_trainers_refuse_a_bad_choice_before_writing(trainer, tmp_path, monkeypatch, capsys):
+    """A bad WMX_CPU_DOTS is the trainers' one-line error (exit 2) before any run
+    directory, lock or store exists, not an error at the first program's compile."""
+    import importlib
+    main = importlib.import_module(f"wmx.{trainer}.cli").main
+    monkeypatch.setenv(xla_cpu.ENV_VAR, "onednn")
+    home = tmp_path / "home"
+    argv = (["--task", "cartpole-balance", "--env-steps", "1000"] if trainer == "train_online"
+            else ["--dataset", "mt19@0123456789"])
+    assert main([*argv, "--home", str(home), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "WMX_CPU_DOTS='onednn' is not one of" in err[0], err
+    assert not home.exists()
+
 def test_agents_preferences(monkeypatch):
     """DreamerV3 takes XLA's dots on AVX-512 CPUs only; TD-MPC2 only when asked."""
     dv3, td = get_agent("dreamerv3"), get_agent("tdmpc2")

@@ -38,6 +38,19 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+def dots_choice(choice: str | None = None) -> str:
+    """The dot choice, ``choice`` or else ``WMX_CPU_DOTS`` (default ``auto``), lower-cased.
+
+    The trainers call it before they write anything, so a bad value fails before a run
+    directory exists. Raises ValueError (one line, naming the variable and the values)
+    unless it is one of `CHOICES`."""
+    choice = (os.environ.get(ENV_VAR, "auto") if choice is None else choice).strip().lower()
+    if choice not in CHOICES:
+        raise ValueError(f"{ENV_VAR}={choice!r} is not one of {', '.join(CHOICES)}; "
+                         f"unset it for the automatic choice")
+    return choice
+
+
 def training_options(prefer_xla_dots_on_avx512: bool, *, flags: frozenset[str] | None = None,
                      choice: str | None = None, backend: str | None = None) -> dict[str, str]:
     """XLA compile options (``jax.jit(..., compiler_options=...)``) for a program that
@@ -52,10 +65,7 @@ def training_options(prefer_xla_dots_on_avx512: bool, *, flags: frozenset[str] |
     Raises:
       ValueError: ``WMX_CPU_DOTS`` is not one of `CHOICES`.
     """
-    choice = (os.environ.get(ENV_VAR, "auto") if choice is None else choice).strip().lower()
-    if choice not in CHOICES:
-        raise ValueError(f"{ENV_VAR}={choice!r} is not one of {', '.join(CHOICES)}; "
-                         f"unset it for the automatic choice")
+    choice = dots_choice(choice)
     if (jax.default_backend() if backend is None else backend) != "cpu":
         return {}
     if choice == "auto":

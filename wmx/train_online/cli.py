@@ -226,6 +226,8 @@ def _main(args: argparse.Namespace) -> int:
 
     home = wmx_home(args.home)
     parse_loggers(args.logger)           # a bad --logger is an error before anything runs
+    from wmx.xla_cpu import dots_choice
+    dots_choice()                        # so is a bad WMX_CPU_DOTS
     if args.resume:
         run_dir, cfg, home = resume_config(args.resume, args.home, home, "train_online")
         rc = resumed_config(args, run_dir, cfg)
