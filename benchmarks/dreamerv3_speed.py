@@ -132,7 +132,7 @@ class WmxWorker:
         self.pcarry = dv3.init_policy(cfg, n_envs)
         compile_s, memory = {}, {}
         t = time.perf_counter()
-        # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on AVX-512 CPUs)
+        # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on the CPU)
         self.compiler_options = dv3.compiler_options(cfg)
         update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
             self.state, batch, key()).compile()

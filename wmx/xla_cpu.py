@@ -3,19 +3,19 @@
 jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK
 fusions by default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""``
 keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot
-backend"): on an AVX-512 CPU the DreamerV3 training step is 4-20% faster with
-XLA's dots (same-process A/Bs at 1m and 12m), the TD-MPC2 update unchanged; the
-16-row policy step looked faster with YNNPACK, so only programs that run updates
-take the choice. Results change only by float summation order.
+backend"): the DreamerV3 training step is 4-20% faster with XLA's dots on an
+AVX-512 CPU and ~10% faster on an AVX2 one (same-process A/Bs at 1m and 12m);
+the TD-MPC2 update is unchanged on AVX-512 and its Linear+LayerNorm+Mish stacks
+slower on AVX2; the 16-row policy step looked faster with YNNPACK, so only
+programs that run updates take the choice. Results change only by float
+summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
-(default: the agent's preference on CPUs with AVX-512, YNNPACK elsewhere),
-``ynnpack`` or ``xla``.
+(default: the agent's preference), ``ynnpack`` or ``xla``.
 """
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import jax
 
@@ -23,19 +23,6 @@ ENV_VAR = "WMX_CPU_DOTS"
 CHOICES = ("auto", "ynnpack", "xla")
 XLA_DOTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 """Compile options that turn YNNPACK fusions off (XLA's own dots)."""
-
-
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
-    """The CPU feature flags of the first processor in ``cpuinfo`` (Linux), e.g.
-    ``{"avx2", "avx512f", ...}``; empty when the file is missing or has no flags line."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
 
 
 def dots_choice(choice: str | None = None) -> str:
@@ -51,15 +38,15 @@ def dots_choice(choice: str | None = None) -> str:
     return choice
 
 
-def training_options(prefer_xla_dots_on_avx512: bool, *, flags: frozenset[str] | None = None,
-                     choice: str | None = None, backend: str | None = None) -> dict[str, str]:
+def training_options(prefer_xla_dots: bool, *, choice: str | None = None,
+                     backend: str | None = None) -> dict[str, str]:
     """XLA compile options (``jax.jit(..., compiler_options=...)``) for a program that
     runs training updates.
 
     Args:
-      prefer_xla_dots_on_avx512: the agent's measured preference (DreamerV3 True,
-        TD-MPC2 False). flags / choice / backend: the CPU flags, the ``WMX_CPU_DOTS``
-        value and ``jax.default_backend()``; read from the machine when None.
+      prefer_xla_dots: the agent's measured preference (DreamerV3 True, TD-MPC2 False).
+      choice / backend: the ``WMX_CPU_DOTS`` value and ``jax.default_backend()``; read
+        from the environment when None.
     Returns:
       `XLA_DOTS` or {} (always {} off the CPU backend).
     Raises:
@@ -69,6 +56,11 @@ def training_options(prefer_xla_dots_on_avx512: bool, *, flags: frozenset[str] |
     if (jax.default_backend() if backend is None else backend) != "cpu":
         return {}
     if choice == "auto":
-        flags = cpu_flags() if flags is None else flags
-        choice = "xla" if prefer_xla_dots_on_avx512 and "avx512f" in flags else "ynnpack"
+        choice = "xla" if prefer_xla_dots else "ynnpack"
     return dict(XLA_DOTS) if choice == "xla" else {}
+
+
+def options_key(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Compile options in a hashable form, for caches of jitted programs: the options
+    follow ``WMX_CPU_DOTS``, which may change within a process."""
+    return tuple(sorted(options.items()))

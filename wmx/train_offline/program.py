@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from wmx.acting import make_evaluate_fn
 from wmx.datasets.samplers import batch_axes, sample, spec_keys
 from wmx.envs.base import Env
+from wmx.xla_cpu import options_key
 
 # fold_in tags separating the key streams
 _INIT, _SAMPLE, _NOISE = 0x1A1, 0x5A, 0x40
@@ -207,15 +208,15 @@ def make_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
     sums: per seed, the sum over the chunk of each of the agent's METRIC_KEYS
     (f32[S]). Carries are donated. With a ``mesh`` (`data_mesh`) the sampled batch
     is sharded over it and the carries come back replicated (place the carries, data
-    and tasks with `replicate`). Cached per (agent, config, mesh).
+    and tasks with `replicate`). Cached per (agent, config, mesh, compile options).
 
     Raises ValueError when the batch does not split evenly over the mesh.
     """
-    return _chunk_fn(agent, cfg, mesh)
+    return _chunk_fn(agent, cfg, mesh, options_key(agent.compiler_options(cfg)))
 
 
 @functools.lru_cache(maxsize=8)
-def _chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
+def _chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None, options: tuple):
     spec = agent.batch_spec(cfg)
     if mesh is not None:
         check_batch(spec, mesh.size)
@@ -228,8 +229,7 @@ def _chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
         carry, ms = jax.lax.scan(body, carry, idx)
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return _jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), mesh,
-                agent.compiler_options(cfg))
+    return _jit(jax.vmap(one_seed, in_axes=(0, None, None, None)), mesh, dict(options))
 
 
 def make_stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
@@ -239,11 +239,11 @@ def make_stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
     agent's `batch_spec` (leading axes [S, U]; each seed reads its own seeded
     stream; with a mesh, placed by `shard_batches`). Otherwise as `make_chunk_fn`.
     """
-    return _stream_chunk_fn(agent, cfg, mesh)
+    return _stream_chunk_fn(agent, cfg, mesh, options_key(agent.compiler_options(cfg)))
 
 
 @functools.lru_cache(maxsize=8)
-def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
+def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None, options: tuple):
     spec = agent.batch_spec(cfg)
     if mesh is not None:
         check_batch(spec, mesh.size)
@@ -255,8 +255,7 @@ def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None = None):
         carry, ms = jax.lax.scan(body, carry, (idx, batches))
         return carry, {k: v.sum() for k, v in ms.items()}
 
-    return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh,
-                agent.compiler_options(cfg))
+    return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh, dict(options))
 
 
 def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: int):

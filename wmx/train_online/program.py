@@ -27,6 +27,7 @@ from wmx.agents.api import HELD, POLICY, RANDOM
 from wmx.envs import collector as collector_lib
 from wmx.envs.base import Env
 from wmx.runs.online_config import OnlineRunConfig
+from wmx.xla_cpu import options_key
 
 # fold_in tags that separate the key streams of one tick
 _ACT, _ENV, _UPD = 0, 1, 2
@@ -158,21 +159,22 @@ def make_chunk_fn(rc: OnlineRunConfig, env: Env):
     ``ticks`` are absolute tick indices (unbatched, shared by the seeds);
     carries are stacked on a leading seed axis and donated; rows is the
     chunk's `wmx.envs.collector.Row` with leading axes [S, L, n_envs].
-    Cached per (agent, config, n_envs, env), so runs in one process compile
-    once.
+    Cached per (agent, config, n_envs, env, compile options), so runs in one
+    process compile once.
     """
-    return _chunk_fn(rc.agent_module, rc.agent_config, rc.n_envs, env)
+    return _chunk_fn(rc.agent_module, rc.agent_config, rc.n_envs, env,
+                     options_key(rc.agent_module.compiler_options(rc.agent_config)))
 
 
 @functools.lru_cache(maxsize=8)
-def _chunk_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
+def _chunk_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env, options: tuple):
     tick_fn = make_tick_fn(agent, cfg, n_envs, env)
 
     def one_seed(carry, ticks):
         return jax.lax.scan(tick_fn, carry, ticks)
 
     return jax.jit(jax.vmap(one_seed, in_axes=(0, None)), donate_argnums=0,
-                   compiler_options=agent.compiler_options(cfg))
+                   compiler_options=dict(options))
 
 
 def make_part_fn(rc: OnlineRunConfig, env: Env):
@@ -183,11 +185,12 @@ def make_part_fn(rc: OnlineRunConfig, env: Env):
     carries after a part are exactly those of the whole-round chunk at that tick
     (all randomness is keyed by the absolute tick).
     """
-    return _part_fn(rc.agent_module, rc.agent_config, rc.n_envs, env)
+    return _part_fn(rc.agent_module, rc.agent_config, rc.n_envs, env,
+                    options_key(rc.agent_module.compiler_options(rc.agent_config)))
 
 
 @functools.lru_cache(maxsize=8)
-def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
+def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env, options: tuple):
     tick_fn = make_tick_fn(agent, cfg, n_envs, env)
 
     def masked_tick(carry, xs):
@@ -199,7 +202,7 @@ def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
         return jax.lax.scan(masked_tick, carry, (ticks, valid))
 
     return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None)), donate_argnums=0,
-                   compiler_options=agent.compiler_options(cfg))
+                   compiler_options=dict(options))
 
 
 def make_eval_fn(rc: OnlineRunConfig, env: Env):

@@ -274,10 +274,10 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 
 def compiler_options(cfg: DreamerV3Config) -> dict[str, str]:
-    """XLA's own dots instead of YNNPACK fusions on AVX-512 CPUs (`wmx.xla_cpu`;
-    training step 4-20% faster there, docs/performance.md "Dot backend")."""
+    """XLA's own dots instead of YNNPACK fusions on the CPU (`wmx.xla_cpu`; training
+    step 4-20% faster on AVX-512, ~10% on AVX2, docs/performance.md "Dot backend")."""
     del cfg
-    return xla_cpu.training_options(prefer_xla_dots_on_avx512=True)
+    return xla_cpu.training_options(prefer_xla_dots=True)
 
 
 # ---- online -------------------------------------------------------------------------

@@ -150,9 +150,10 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 def compiler_options(cfg: TDMPC2Config) -> dict[str, str]:
     """XLA's defaults (YNNPACK dots) unless ``WMX_CPU_DOTS`` says otherwise
-    (`wmx.xla_cpu`; the update is as fast either way on AVX-512, docs/performance.md)."""
+    (`wmx.xla_cpu`; the update is as fast either way on AVX-512, its Linear+LayerNorm+Mish
+    stacks slower with XLA's dots on AVX2, docs/performance.md)."""
     del cfg
-    return xla_cpu.training_options(prefer_xla_dots_on_avx512=False)
+    return xla_cpu.training_options(prefer_xla_dots=False)
 
 
 # ---- online -------------------------------------------------------------------------
