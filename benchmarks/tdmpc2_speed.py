@@ -81,6 +81,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from wmx.agents.tdmpc2 import agent as tdmpc2_agent
 from wmx.agents.tdmpc2.config import make_config
 from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
@@ -115,8 +116,12 @@ def matmul_ceiling(repeats: int, driver: "Reference | None", n: int = 2048) -> d
 
 # ---- the wmx programs -------------------------------------------------------------------
 def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6):
-    """(call, matmul FLOPs) of one wmx update at batch 256; the state is fed back."""
+    """(call, matmul FLOPs) of one wmx update at batch 256, compiled with the trainers'
+    options (`Agent.compiler_options`: XLA's defaults unless ``WMX_CPU_DOTS`` is set);
+    the state is fed back."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
+    step = jax.jit(lambda s, b, n: update(s, b, n, cfg),
+                   compiler_options=tdmpc2_agent.compiler_options(cfg))
     state = [init_train_state(jax.random.PRNGKey(0), cfg)]
     H, B = cfg.horizon, cfg.batch_size
     k = jax.random.split(jax.random.PRNGKey(1), 4)
@@ -126,7 +131,7 @@ def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6):
     noise = draw_update_noise(k[3], cfg)
 
     def call():
-        state[0], m = update(state[0], batch, noise, cfg)
+        state[0], m = step(state[0], batch, noise)
         jax.block_until_ready(m["total_loss"])
 
     flops = program_flops(lambda s, b, n: update(s, b, n, cfg), state[0], batch, noise)
@@ -298,6 +303,8 @@ def main() -> None:
                              "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                  "rounds": rounds, "calls_per_block": calls, "max_foreign": args.max_foreign,
                  "target_ratio": TARGET_RATIO,
+                 # the update's compile options (the trainers'; `wmx.xla_cpu`)
+                 "wmx_update_compiler_options": tdmpc2_agent.compiler_options(None),
                  "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     ref = None
     if args.reference_dir:
