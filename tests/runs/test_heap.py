@@ -52,3 +52,53 @@ def test_without_malloc_trim_it_does_nothing_and_says_so(monkeypatch):
         raise OSError("no C library")
     monkeypatch.setattr(heap.ctypes, "CDLL", unloadable)
     assert release_free_heap() is False
+
+
+# ---- huge pages for malloc's mapped memory (restart_with_huge_pages) -----------------------
+GLIBC = ("glibc", "2.36")
+
+
+@pytest.mark.parametrize("environ, libc, want_tunables", [
+    ({}, GLIBC, "glibc.malloc.hugetlb=1"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, GLIBC,
+     "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, GLIBC, None),   # the user's choice stays
+    ({"WMX_HUGE_PAGES": "0"}, GLIBC, None),
+    ({}, ("glibc", "2.31"), None),                                 # no such tunable before 2.35
+    ({}, ("", ""), None),                                          # not glibc (musl, macOS)
+])
+def test_huge_pages_argv(environ, libc, want_tunables):
+    env = dict(environ)
+    argv = heap.huge_pages_argv(env, ["python3", "-m", "wmx.cli.main", "runs", "ls"],
+                                "/venv/bin/python", libc)
+    if want_tunables is None:
+        assert argv is None and env == environ
+    else:
+        assert argv == ["/venv/bin/python", "-m", "wmx.cli.main", "runs", "ls"]
+        assert env["GLIBC_TUNABLES"] == want_tunables
+        # the restarted process sees the tunable and goes on: no second restart
+        assert heap.huge_pages_argv(env, argv, argv[0], libc) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")
+def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
+    """`wmx` from a command line runs with the tunable (one restart, same arguments and
+    output); in-process callers (argv given) never restart."""
+    import os
+    import platform
+    if platform.libc_ver()[0] != "glibc" or tuple(
+            int(x) for x in platform.libc_ver()[1].split(".")[:2]) < (2, 35):
+        pytest.skip("glibc 2.35+ only")
+    probe = ("import os, sys; from wmx.runs import heap; heap.restart_with_huge_pages(); "
+             "print(os.getpid(), os.environ.get('GLIBC_TUNABLES'), sys.argv[1:])")
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "WMX_HUGE_PAGES")}
+    out = subprocess.run([sys.executable, "-c", probe, "a b", "--x"], capture_output=True,
+                         text=True, check=True, env=env).stdout.splitlines()
+    assert len(out) == 1 and out[0].split(" ", 2)[1:] == ["glibc.malloc.hugetlb=1",
+                                                          "['a b', '--x']"]
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**env, "WMX_HUGE_PAGES": "0"}).stdout.split()
+    assert out[1] == "None"
+    r = subprocess.run([sys.executable, "-m", "wmx.cli.main", "--home", str(tmp_path), "runs",
+                        "ls"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr

@@ -121,10 +121,15 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     usage errors exit 2 as well); the expected runtime failures of
     `wmx.failures.describe` (disk, permissions, memory, non-finite
     values) one line and exit status 1 (`wmx.failures.report_failure`).
+    Called from a command line (``argv`` None) the process first restarts itself with
+    huge pages for malloc's mapped memory (`wmx.runs.heap.restart_with_huge_pages`).
     ``args.cleanup`` is a `contextlib.ExitStack` closed when ``body`` returns
     or raises (before the error line is printed; what is entered on it sees
     the exception): the run lock (`hold_run_dir`) and the loggers
     (`wmx.runs.loggers`) are entered on it."""
+    if argv is None:                    # a command line, not a caller in this process
+        from wmx.runs.heap import restart_with_huge_pages
+        restart_with_huge_pages()
     from wmx.failures import report_failure
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from wmx.runs.config_file import parse_with_config
