@@ -100,6 +100,19 @@ def cpu_info() -> dict:
             "avx2": "avx2" in flags, "fma": "fma" in flags, "avx512f": "avx512f" in flags}
 
 
+def allocator_info() -> dict:
+    """The C allocator's settings that change XLA's per-call page faults (docs/performance.md
+    "Huge pages"): ``glibc_tunables`` (the environment's ``GLIBC_TUNABLES``, inherited by
+    every worker of a benchmark) and ``transparent_hugepage`` (the kernel's THP mode, e.g.
+    "madvise"; None where unreadable)."""
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+        mode = thp[thp.index("[") + 1:thp.index("]")]
+    except (OSError, ValueError):
+        mode = None
+    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "transparent_hugepage": mode}
+
+
 # ---- matmul FLOPs of a program -----------------------------------------------------
 def _sub_jaxprs(params: dict) -> list:
     """The jaxprs held in an equation's params (directly or in a tuple/list), unwrapped."""

@@ -331,6 +331,10 @@ def _summary(wmx_blocks: list[dict], ref_blocks: list[dict] | None) -> dict:
 
 
 def main() -> None:
+    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
+    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference-dir", default=None,
                    help="danijar/dreamerv3 checkout at 29eb964 (omit: wmx only)")
@@ -383,7 +387,8 @@ def main() -> None:
                  if args.reference_dir else None)
 
     import jax
-    from _machine import bench_blas_ceiling, bench_matmul, cpu_info, machine_busy
+    from _machine import (allocator_info, bench_blas_ceiling, bench_matmul, cpu_info,
+                          machine_busy)
     t_start = time.time()
     env: dict = {}
     if args.compile_cache:
@@ -405,7 +410,7 @@ def main() -> None:
 
     res: dict = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
-                    "jax": jax.__version__, "backend": jax.default_backend()},
+                    **allocator_info(), "jax": jax.__version__, "backend": jax.default_backend()},
         "protocol": {"obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "batch_size": BATCH_SIZE,
                      "batch_length": BATCH_LENGTH, "replay_context": 1, "n_envs": N_ENVS,
                      "rounds": args.rounds, "train_calls": args.train_calls,

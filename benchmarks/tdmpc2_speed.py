@@ -87,8 +87,8 @@ from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import (LoadProbe, cpu_info, median_ms, peak_rss_mib,  # noqa: E402
-                      program_flops, time_calls)
+from _machine import (LoadProbe, allocator_info, cpu_info, median_ms,  # noqa: E402
+                      peak_rss_mib, program_flops, time_calls)
 
 # official time / wmx time asked for (issue 16), per quantity and model size
 TARGET_RATIO = {"update": {1: 1.5, 5: 2.0}, "plan": {1: 2.0, 5: 2.0}}
@@ -264,6 +264,10 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
 
 
 def main() -> None:
+    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
+    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference-dir", default=None,
                    help="root of a nicklashansen/tdmpc2 checkout at e9f5932 (see above)")
@@ -299,7 +303,7 @@ def main() -> None:
     t_start = time.perf_counter()
     res: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                              "python": platform.python_version(), "jax": jax.__version__,
-                             "backend": jax.default_backend(), **cpu_info(),
+                             "backend": jax.default_backend(), **cpu_info(), **allocator_info(),
                              "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                  "rounds": rounds, "calls_per_block": calls, "max_foreign": args.max_foreign,
                  "target_ratio": TARGET_RATIO,
