@@ -66,6 +66,7 @@ GLIBC = ("glibc", "2.36")
     ({"WMX_HUGE_PAGES": "0"}, GLIBC, None),
     ({}, ("glibc", "2.31"), None),                                 # no such tunable before 2.35
     ({}, ("", ""), None),                                          # not glibc (musl, macOS)
+    ({}, ("glibc", "2.36-unknown"), None),                         # an unreadable version
 ])
 def test_huge_pages_argv(environ, libc, want_tunables):
     env = dict(environ)
@@ -76,7 +77,9 @@ def test_huge_pages_argv(environ, libc, want_tunables):
     else:
         assert argv == ["/venv/bin/python", "-m", "wmx.cli.main", "runs", "ls"]
         assert env["GLIBC_TUNABLES"] == want_tunables
-        # the restarted process sees the tunable and goes on: no second restart
+        # no command line to restart (an embedded interpreter): nothing to do
+    assert heap.huge_pages_argv(dict(environ), [], "/venv/bin/python", libc) is None
+    # the restarted process sees the tunable and goes on: no second restart
         assert heap.huge_pages_argv(env, argv, argv[0], libc) is None
 
 

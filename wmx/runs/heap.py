@@ -53,7 +53,8 @@ def huge_pages_argv(environ: dict[str, str], orig_argv: list[str], executable: s
       executable: ``sys.executable``. libc: ``platform.libc_ver()``.
     """
     name, version = libc
-    if name != "glibc" or environ.get(HUGE_PAGES_ENV, "1").strip() == "0":
+    if (name != "glibc" or not executable or not orig_argv
+            or environ.get(HUGE_PAGES_ENV, "1").strip() == "0"):
         return None
     try:
         if tuple(int(x) for x in version.split(".")[:2]) < (2, 35):
@@ -69,13 +70,22 @@ def huge_pages_argv(environ: dict[str, str], orig_argv: list[str], executable: s
 
 def restart_with_huge_pages() -> None:
     """Re-execute this process (`os.execv`) with huge pages for malloc's mapped memory
-    (`huge_pages_argv`); returns only when there is nothing to do. Call it first thing in
-    a command-line entry point, before anything is written or any thread started."""
+    (`huge_pages_argv`); returns only when there is nothing to do or the restart fails
+    (``OSError``; the process then goes on unchanged). Call it first thing in a
+    command-line entry point, before anything is written or any thread started."""
     import os
     import platform
     import sys
+    before = os.environ.get("GLIBC_TUNABLES")
     argv = huge_pages_argv(os.environ, list(sys.orig_argv), sys.executable, platform.libc_ver())
-    if argv is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if argv is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
         os.execv(argv[0], argv)
+    except OSError:                     # cannot restart: go on as the process is
+        if before is None:
+            os.environ.pop("GLIBC_TUNABLES", None)
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
