@@ -77,10 +77,10 @@ def test_huge_pages_argv(environ, libc, want_tunables):
     else:
         assert argv == ["/venv/bin/python", "-m", "wmx.cli.main", "runs", "ls"]
         assert env["GLIBC_TUNABLES"] == want_tunables
-        # no command line to restart (an embedded interpreter): nothing to do
-    assert heap.huge_pages_argv(dict(environ), [], "/venv/bin/python", libc) is None
-    # the restarted process sees the tunable and goes on: no second restart
+        # the restarted process sees the tunable and goes on: no second restart
         assert heap.huge_pages_argv(env, argv, argv[0], libc) is None
+    # no command line to restart (an embedded interpreter): nothing to do
+    assert heap.huge_pages_argv(dict(environ), [], "/venv/bin/python", libc) is None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")
