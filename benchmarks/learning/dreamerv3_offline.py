@@ -96,6 +96,8 @@ def compare_report(home: Path, runs: list[str], out: Path, episodes: int) -> str
 
 
 def main(argv=None) -> int:
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)       # from a command line: as the trainers' own
     p = parser(__doc__, batch_size=None, log_every=500,
                batch_help="windows per update (default: the preset's, 16 x 65 rows)")
     p.add_argument("--tdmpc2-run", default=None, metavar="RUN_DIR",

@@ -78,6 +78,8 @@ def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float 
 def main(agent: str, defaults: dict, argv=None) -> dict:
     """Parse the flags (``defaults`` replaces the argparse defaults), run, write the
     result JSON and plot; returns the result dict."""
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)       # from a command line: as the trainers' own
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

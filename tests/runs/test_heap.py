@@ -102,6 +102,9 @@ def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, env={**env, "WMX_HUGE_PAGES": "0"}).stdout.split()
     assert out[1] == "None"
+    out = subprocess.run([sys.executable, "-c", probe.replace("pages()", "pages(['x'])")],
+                         capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert out[1] == "None"                     # an in-process caller (argv given): no restart
     r = subprocess.run([sys.executable, "-m", "wmx.cli.main", "--home", str(tmp_path), "runs",
                         "ls"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr

@@ -9,9 +9,8 @@ from wmx.runs.cli_common import ArgumentParser
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `wmx`; returns the exit status. From a command line (``argv``
     None) the process first restarts with huge pages (`wmx.runs.heap`)."""
-    if argv is None:
-        from wmx.runs.heap import restart_with_huge_pages
-        restart_with_huge_pages()
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)
     from wmx.cli import dataset, demo, runs
     ap = ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
     ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx); "

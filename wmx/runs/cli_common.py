@@ -127,9 +127,8 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     or raises (before the error line is printed; what is entered on it sees
     the exception): the run lock (`hold_run_dir`) and the loggers
     (`wmx.runs.loggers`) are entered on it."""
-    if argv is None:                    # a command line, not a caller in this process
-        from wmx.runs.heap import restart_with_huge_pages
-        restart_with_huge_pages()
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)       # a command line only, not a caller in this process
     from wmx.failures import report_failure
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from wmx.runs.config_file import parse_with_config

@@ -68,11 +68,14 @@ def huge_pages_argv(environ: dict[str, str], orig_argv: list[str], executable: s
     return [executable, *orig_argv[1:]]
 
 
-def restart_with_huge_pages() -> None:
+def restart_with_huge_pages(argv: list[str] | None = None) -> None:
     """Re-execute this process (`os.execv`) with huge pages for malloc's mapped memory
     (`huge_pages_argv`); returns only when there is nothing to do or the restart fails
     (``OSError``; the process then goes on unchanged). Call it first thing in a
-    command-line entry point, before anything is written or any thread started."""
+    command-line entry point, before anything is written or any thread started, with the
+    entry point's ``argv``: a list means an in-process caller (a test), never restarted."""
+    if argv is not None:
+        return
     import os
     import platform
     import sys
