@@ -6,9 +6,10 @@ keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot
 backend"): the DreamerV3 training step is 4-20% faster with XLA's dots on an
 AVX-512 CPU and ~10% faster on an AVX2 one (same-process A/Bs at 1m and 12m);
 the TD-MPC2 update is unchanged on AVX-512 and its Linear+LayerNorm+Mish stacks
-slower on AVX2; the 16-row policy step looked faster with YNNPACK, so only
-programs that run updates take the choice. Results change only by float
-summation order.
+slower on AVX2. Only programs that run updates take the choice: the 16-env policy
+step looked faster with YNNPACK at 1m on AVX-512 and is 27% faster with XLA's dots
+at 12m on AVX2, so acting waits for a 12m A/B on AVX-512. Results change only by
+float summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference), ``ynnpack`` or ``xla``.

@@ -67,20 +67,58 @@ GLIBC = ("glibc", "2.36")
     ({}, ("glibc", "2.31"), None),                                 # no such tunable before 2.35
     ({}, ("", ""), None),                                          # not glibc (musl, macOS)
     ({}, ("glibc", "2.36-unknown"), None),                         # an unreadable version
+    ({"WMX_HUGE_PAGES": "Off"}, GLIBC, None),
+    ({"THP": "never"}, GLIBC, None),                               # the kernel has none
 ])
 def test_huge_pages_argv(environ, libc, want_tunables):
+    environ = dict(environ)
+    thp = environ.pop("THP", "madvise")
     env = dict(environ)
     argv = heap.huge_pages_argv(env, ["python3", "-m", "wmx.cli.main", "runs", "ls"],
-                                "/venv/bin/python", libc)
+                                "/venv/bin/python", libc, thp)
     if want_tunables is None:
         assert argv is None and env == environ
     else:
         assert argv == ["/venv/bin/python", "-m", "wmx.cli.main", "runs", "ls"]
         assert env["GLIBC_TUNABLES"] == want_tunables
         # the restarted process sees the tunable and goes on: no second restart
-        assert heap.huge_pages_argv(env, argv, argv[0], libc) is None
+        assert heap.huge_pages_argv(env, argv, argv[0], libc, thp) is None
     # no command line to restart (an embedded interpreter): nothing to do
-    assert heap.huge_pages_argv(dict(environ), [], "/venv/bin/python", libc) is None
+    assert heap.huge_pages_argv(dict(environ), [], "/venv/bin/python", libc, thp) is None
+
+
+def _restarts_here() -> bool:
+    import platform
+    name, version = platform.libc_ver()
+    return (name == "glibc" and tuple(int(x) for x in version.split(".")[:2]) >= (2, 35)
+            and heap.thp_mode() not in (None, "never"))
+
+
+def test_thp_mode_reads_the_bracketed_word(tmp_path):
+    (tmp_path / "enabled").write_text("always [madvise] never\n")
+    assert heap.thp_mode(str(tmp_path / "enabled")) == "madvise"
+    assert heap.thp_mode(str(tmp_path / "missing")) is None
+
+
+def test_a_failed_restart_leaves_the_process_as_it_was(monkeypatch):
+    import os
+    if not _restarts_here():
+        pytest.skip("glibc 2.35+ with transparent huge pages only")
+    calls = []
+
+    def no_exec(path, argv):
+        calls.append(argv)
+        raise OSError("exec refused")
+    monkeypatch.setattr(os, "execv", no_exec)
+    monkeypatch.delenv("WMX_HUGE_PAGES", raising=False)
+    for before in (None, "glibc.malloc.arena_max=2"):
+        if before is None:
+            monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+        else:
+            monkeypatch.setenv("GLIBC_TUNABLES", before)
+        heap.restart_with_huge_pages()
+        assert os.environ.get("GLIBC_TUNABLES") == before
+    assert len(calls) == 2
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")
@@ -88,10 +126,8 @@ def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
     """`wmx` from a command line runs with the tunable (one restart, same arguments and
     output); in-process callers (argv given) never restart."""
     import os
-    import platform
-    if platform.libc_ver()[0] != "glibc" or tuple(
-            int(x) for x in platform.libc_ver()[1].split(".")[:2]) < (2, 35):
-        pytest.skip("glibc 2.35+ only")
+    if not _restarts_here():
+        pytest.skip("glibc 2.35+ with transparent huge pages only")
     probe = ("import os, sys; from wmx.runs import heap; heap.restart_with_huge_pages(); "
              "print(os.getpid(), os.environ.get('GLIBC_TUNABLES'), sys.argv[1:])")
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "WMX_HUGE_PAGES")}
@@ -108,3 +144,21 @@ def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
     r = subprocess.run([sys.executable, "-m", "wmx.cli.main", "--home", str(tmp_path), "runs",
                         "ls"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")
+def test_restart_with_closed_streams_and_not_from_stdin(tmp_path):
+    """A command line started with standard output and error closed still restarts and
+    runs; a script read from standard input is never restarted (it could not be re-read)."""
+    import os
+    if not _restarts_here():
+        pytest.skip("glibc 2.35+ with transparent huge pages only")
+    out = tmp_path / "out"
+    probe = ("import os, sys; from wmx.runs import heap; heap.restart_with_huge_pages(); "
+             f"open({str(out)!r}, 'a').write(str(os.environ.get('GLIBC_TUNABLES')) + '\\n')")
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "WMX_HUGE_PAGES")}
+    r = subprocess.run(["bash", "-c", f'"$0" -c "$1" >&- 2>&-', sys.executable, probe], env=env)
+    assert r.returncode == 0 and out.read_text() == "glibc.malloc.hugetlb=1\n"
+    out.unlink()
+    r = subprocess.run([sys.executable, "-"], input=probe, text=True, env=env)
+    assert r.returncode == 0 and out.read_text() == "None\n"

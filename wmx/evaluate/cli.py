@@ -313,7 +313,10 @@ def _runs(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evaluate`` console script; returns the exit status
-    (0 success, 2 bad input, with the reason on standard error)."""
+    (0 success, 2 bad input, with the reason on standard error). From a command line
+    (``argv`` None) the process first restarts with huge pages (`wmx.runs.heap`)."""
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     parser = build_parser()
     try:
