@@ -104,13 +104,10 @@ def allocator_info() -> dict:
     """The C allocator's settings that change XLA's per-call page faults (docs/performance.md
     "Huge pages"): ``glibc_tunables`` (the environment's ``GLIBC_TUNABLES``, inherited by
     every worker of a benchmark) and ``transparent_hugepage`` (the kernel's THP mode, e.g.
-    "madvise"; None where unreadable)."""
-    try:
-        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-        mode = thp[thp.index("[") + 1:thp.index("]")]
-    except (OSError, ValueError):
-        mode = None
-    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "transparent_hugepage": mode}
+    "madvise"; None where unreadable). For the orchestrators only: it imports wmx, which
+    the official drivers' environments do not have."""
+    from wmx.runs.heap import thp_mode
+    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "transparent_hugepage": thp_mode()}
 
 
 # ---- matmul FLOPs of a program -----------------------------------------------------

@@ -143,7 +143,9 @@ def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
     assert out[1] == "None"                     # an in-process caller (argv given): no restart
     r = subprocess.run([sys.executable, "-m", "wmx.cli.main", "--home", str(tmp_path), "runs",
                         "ls"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, r.stderr          # `-m` replayed: the command runs, once
+    assert r.stdout.splitlines() == [f"no runs in {tmp_path / 'runs'} (start one with "
+                                     "train_online or train_offline)"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")

@@ -18,6 +18,7 @@ page; the command lines restart once with glibc's huge-page tunable
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 
 def release_free_heap() -> bool:
@@ -80,7 +81,7 @@ def thp_mode(path: str = THP_ENABLED) -> str | None:
     """The kernel's transparent-huge-page mode ("always", "madvise" or "never"; the
     bracketed word of ``path``), or None where it cannot be read (not Linux)."""
     try:
-        text = open(path).read()
+        text = Path(path).read_text()
         return text[text.index("[") + 1:text.index("]")]
     except (OSError, ValueError):
         return None
