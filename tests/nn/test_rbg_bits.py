@@ -42,3 +42,26 @@ def test_bernoulli_threshold_is_exact():
     for bits in (m << 9, (m << 9) - 1, ((m - 1) << 9) + 511, 0, 2 ** 32 - 1):
         u = np.float32((np.uint32(bits) >> np.uint32(9)) * 2.0 ** -23)
         assert (u < p32) == (bits < (m << 9))
+
+
+@pytest.mark.parametrize("shape", [(512, 384), (3, 5), (1,)])
+def test_batched_keys_match_one_key_at_a_time(shape):
+    """Keys u32[2, 3, 4] share one loop; each slice equals the single-key bits."""
+    ks = jnp.stack(_keys()[:6]).reshape(2, 3, 4)
+    got = np.asarray(jax.jit(lambda k: rbg_bits(k, shape))(ks))
+    assert got.shape == (2, 3, *shape)
+    for i in range(2):
+        for j in range(3):
+            want = jax.random.bits(jax.random.wrap_key_data(ks[i, j], impl="rbg"), shape,
+                                   jnp.uint32)
+            np.testing.assert_array_equal(got[i, j], np.asarray(want))
+    masks = np.asarray(rbg_bernoulli(ks, 0.99, shape))
+    assert masks.shape == (2, 3, *shape)
+    np.testing.assert_array_equal(masks[1, 2], np.asarray(jax.random.bernoulli(
+        jax.random.wrap_key_data(ks[1, 2], impl="rbg"), 0.99, shape)))
+    assert rbg_bernoulli(ks, 1.0, shape).shape == (2, 3, *shape)
+
+
+def test_bad_key_shape_is_refused():
+    with pytest.raises(ValueError, match=r"u32\[\.\.\., 4\]"):
+        rbg_bits(jnp.zeros((3,), jnp.uint32), (2,))

@@ -8,9 +8,9 @@ counter i at flat position 4 i + j. On the CPU that expansion lands in one
 loop fusion whose final interleave evaluates the whole ten-round chain once
 per output word (and unrolled jnp code is worse: each round's fusion
 re-evaluates its inputs). Here the rounds run in a `fori_loop`, so each
-round's four words are materialised once: the same bits at about half the
-CPU time (`tests/nn/test_rbg_bits.py` checks them against
-`jax.random.bits` on the running backend).
+round's four words are materialised once, and several keys share the loop:
+the same bits at a third to a half of the CPU time (`tests/nn/test_rbg_bits.py`
+checks them against `jax.random.bits` on the running backend).
 """
 from __future__ import annotations
 
@@ -37,40 +37,51 @@ def _mulhilo(a: int, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def rbg_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """u32[*shape]: `jax.random.bits(wrap_key_data(key_data, impl="rbg"), shape, uint32)`.
+    """u32[*lead, *shape]: `jax.random.bits(wrap_key_data(k, impl="rbg"), shape, uint32)`
+    for every key k of `key_data` u32[*lead, 4] (u32[4]: one key, no leading axes).
 
-    key_data u32[4] (the rbg key's data). Bit-identical to that call.
+    Bit-identical to that call key by key. The keys share one ten-round loop on
+    a u32[4, m, n/4] state (m keys): the loop's per-round overhead is paid
+    once for all of them (two [512, 384] masks: ~2x faster than two loops).
     """
     key_data = jnp.asarray(key_data, _U)
+    if key_data.shape[-1:] != (4,):
+        raise ValueError(f"rbg key data must be u32[..., 4], got shape {key_data.shape}")
+    lead = key_data.shape[:-1]
+    kd = key_data.reshape(-1, 4)
     n = math.prod(shape)
     nc = -(-n // 4)                                     # counters, 4 words each
-    lo = key_data[2] + lax.iota(_U, nc)
-    c1 = (lo < key_data[2]).astype(_U)                  # carry out of word 0
-    x1 = key_data[3] + c1
+    k = [kd[:, j:j + 1] for j in range(4)]              # u32[m, 1] each
+    lo = k[2] + lax.iota(_U, nc)[None]
+    c1 = (lo < k[2]).astype(_U)                         # carry out of word 0
+    x1 = k[3] + c1
     c2 = ((c1 == 1) & (x1 == 0)).astype(_U)
-    x2 = key_data[0] + c2
-    x3 = key_data[1] + ((c2 == 1) & (x2 == 0)).astype(_U)
+    x2 = k[0] + c2
+    x3 = k[1] + ((c2 == 1) & (x2 == 0)).astype(_U)
 
     def round_(_, carry):
-        (x0, x1, x2, x3), k0, k1 = carry
-        hi0, lo0 = _mulhilo(_M0, x0)
-        hi1, lo1 = _mulhilo(_M1, x2)
-        return (hi1 ^ x1 ^ k0, lo1, hi0 ^ x3 ^ k1, lo0), k0 + _U(_W0), k1 + _U(_W1)
+        x, k0, k1 = carry
+        hi0, lo0 = _mulhilo(_M0, x[0])
+        hi1, lo1 = _mulhilo(_M1, x[2])
+        return jnp.stack([hi1 ^ x[1] ^ k0, lo1, hi0 ^ x[3] ^ k1, lo0]), k0 + _U(_W0), k1 + _U(_W1)
 
-    x, _, _ = lax.fori_loop(0, 10, round_, ((lo, x1, x2, x3), key_data[0], key_data[1]))
-    return jnp.stack(x, axis=-1).reshape(-1)[:n].reshape(shape)
+    x, _, _ = lax.fori_loop(0, 10, round_, (jnp.stack([lo, x1, x2, x3]), k[0], k[1]))
+    words = jnp.moveaxis(x, 0, -1).reshape(kd.shape[0], 4 * nc)[:, :n]
+    return words.reshape(*lead, *shape)
 
 
 def rbg_bernoulli(key_data: jax.Array, p: float, shape: tuple[int, ...]) -> jax.Array:
-    """bool[*shape]: `jax.random.bernoulli(wrap_key_data(key_data, impl="rbg"), p, shape)`.
+    """bool[*lead, *shape]: `jax.random.bernoulli(wrap_key_data(k, impl="rbg"), p, shape)`
+    for every key k of `key_data` u32[*lead, 4] (as `rbg_bits`).
 
     p a Python float (rounded to float32 as bernoulli does). bernoulli keeps
     u < p with u = (bits >> 9) * 2^-23 exactly, i.e. bits < ceil(p 2^23) * 2^9:
     one integer compare, the same mask.
     """
     m = math.ceil(float(np.float32(p)) * 2.0 ** 23)    # exact: p32 * 2^23 is a float64
+    full = tuple(jnp.shape(key_data)[:-1]) + tuple(shape)
     if m >= 2 ** 23:
-        return jnp.ones(shape, bool)
+        return jnp.ones(full, bool)
     if m <= 0:
-        return jnp.zeros(shape, bool)
+        return jnp.zeros(full, bool)
     return rbg_bits(key_data, shape) < _U(m << 9)
