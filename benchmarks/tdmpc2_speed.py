@@ -117,8 +117,8 @@ def matmul_ceiling(repeats: int, driver: "Reference | None", n: int = 2048) -> d
 # ---- the wmx programs -------------------------------------------------------------------
 def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6):
     """(call, matmul FLOPs) of one wmx update at batch 256, compiled with the trainers'
-    options (`Agent.compiler_options`: XLA's defaults unless ``WMX_CPU_DOTS`` is set);
-    the state is fed back."""
+    options (`Agent.compiler_options`: XLA's own dots unless ``WMX_CPU_DOTS`` says
+    otherwise); the state is fed back."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
     step = jax.jit(lambda s, b, n: update(s, b, n, cfg),
                    compiler_options=tdmpc2_agent.compiler_options(cfg))
@@ -139,16 +139,18 @@ def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6):
 
 
 def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6):
-    """(call, matmul FLOPs) of one wmx planning decision (t0 False, fresh draws per call)."""
+    """(call, matmul FLOPs) of one wmx planning decision (t0 False, fresh draws per call),
+    compiled with the trainers' options (the online chunk plans inside its program)."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
     params = init_train_state(jax.random.PRNGKey(0), cfg).params
     obs = jax.random.normal(jax.random.PRNGKey(2), (obs_dim,))
     prev = jnp.zeros((cfg.horizon, action_dim))
 
-    @jax.jit
-    def decide(params, obs, prev, key):
+    def decide_fn(params, obs, prev, key):
         noise = draw_plan_noise(key, cfg, False)
         return plan(params, obs, prev, jnp.bool_(False), noise, cfg, eval_mode=False)
+
+    decide = jax.jit(decide_fn, compiler_options=tdmpc2_agent.compiler_options(cfg))
 
     key = [jax.random.PRNGKey(3)]
 
@@ -156,7 +158,7 @@ def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6):
         key[0], sub = jax.random.split(key[0])
         jax.block_until_ready(decide(params, obs, prev, sub)[0])
 
-    return call, program_flops(decide, params, obs, prev, key[0])
+    return call, program_flops(decide_fn, params, obs, prev, key[0])
 
 
 # ---- the official implementation, in its own process -----------------------------------
@@ -307,8 +309,10 @@ def main() -> None:
                              "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
                  "rounds": rounds, "calls_per_block": calls, "max_foreign": args.max_foreign,
                  "target_ratio": TARGET_RATIO,
-                 # the update's compile options (the trainers'; `wmx.xla_cpu`)
+                 # the update's and the decision's compile options (the trainers';
+                 # `wmx.xla_cpu`)
                  "wmx_update_compiler_options": tdmpc2_agent.compiler_options(None),
+                 "wmx_plan_compiler_options": tdmpc2_agent.compiler_options(None),
                  "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     ref = None
     if args.reference_dir:

@@ -44,16 +44,15 @@ def test_trainers_refuse_a_bad_choice_before_writing(trainer, tmp_path, monkeypa
     assert not home.exists()
 
 def test_agents_preferences(monkeypatch):
-    """DreamerV3 takes XLA's dots on the CPU; TD-MPC2 only when asked; off the CPU neither."""
+    """Both agents take XLA's dots on the CPU unless asked otherwise; off the CPU neither."""
     dv3, td = get_agent("dreamerv3"), get_agent("tdmpc2")
     monkeypatch.setattr(xla_cpu.jax, "default_backend", lambda: "cpu")
     monkeypatch.delenv(xla_cpu.ENV_VAR, raising=False)
-    assert dv3.compiler_options(None) == xla_cpu.XLA_DOTS
-    assert td.compiler_options(None) == {}
+    assert dv3.compiler_options(None) == td.compiler_options(None) == xla_cpu.XLA_DOTS
+    monkeypatch.setenv(xla_cpu.ENV_VAR, "ynnpack")
+    assert dv3.compiler_options(None) == td.compiler_options(None) == {}
     monkeypatch.setenv(xla_cpu.ENV_VAR, "xla")
     assert td.compiler_options(None) == xla_cpu.XLA_DOTS
-    monkeypatch.setenv(xla_cpu.ENV_VAR, "ynnpack")
-    assert dv3.compiler_options(None) == {}
     monkeypatch.setattr(xla_cpu.jax, "default_backend", lambda: "gpu")
     monkeypatch.setenv(xla_cpu.ENV_VAR, "xla")
     assert dv3.compiler_options(None) == td.compiler_options(None) == {}

@@ -2,14 +2,13 @@
 
 jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK
 fusions by default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""``
-keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot
-backend"): the DreamerV3 training step is 4-20% faster with XLA's dots on an
-AVX-512 CPU and ~10% faster on an AVX2 one (same-process A/Bs at 1m and 12m);
-the TD-MPC2 update is unchanged on AVX-512 and its Linear+LayerNorm+Mish stacks
-slower on AVX2. Only programs that run updates take the choice: the 16-env policy
-step looked faster with YNNPACK at 1m on AVX-512 and is 27% faster with XLA's dots
-at 12m on AVX2, so acting waits for a 12m A/B on AVX-512. Results change only by
-float summation order.
+keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot backend"
+and TD-MPC2's "XLA's dots"): the DreamerV3 training step is 4-20% faster with XLA's dots on an AVX-512 CPU and ~10%
+faster on an AVX2 one; TD-MPC2's size-1 planning decision (which the online chunk runs)
+is ~25% faster on AVX2 and its update as fast or ~3% faster (equal on AVX-512). Only
+programs that run updates take the choice: the 16-env policy step looked faster with
+YNNPACK at 1m on AVX-512 and is 27% faster with XLA's dots at 12m on AVX2, so acting
+waits for a 12m A/B on AVX-512. Results change only by float summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference), ``ynnpack`` or ``xla``.
@@ -45,7 +44,7 @@ def training_options(prefer_xla_dots: bool, *, choice: str | None = None,
     runs training updates.
 
     Args:
-      prefer_xla_dots: the agent's measured preference (DreamerV3 True, TD-MPC2 False).
+      prefer_xla_dots: the agent's measured preference (True for both agents).
       choice / backend: the ``WMX_CPU_DOTS`` value and ``jax.default_backend()``; read
         from the environment when None.
     Returns:

@@ -149,11 +149,12 @@ def update(state: TrainState, batch: Mapping[str, jax.Array], key: jax.Array,
 
 
 def compiler_options(cfg: TDMPC2Config) -> dict[str, str]:
-    """XLA's defaults (YNNPACK dots) unless ``WMX_CPU_DOTS`` says otherwise
-    (`wmx.xla_cpu`; the update is as fast either way on AVX-512, its Linear+LayerNorm+Mish
-    stacks slower with XLA's dots on AVX2, docs/performance.md)."""
+    """XLA's own dots instead of YNNPACK fusions on the CPU unless ``WMX_CPU_DOTS`` says
+    otherwise (`wmx.xla_cpu`): the online chunk runs planning decisions, and the size-1
+    decision is ~25% faster with XLA's dots on AVX2, the update as fast or ~3% faster
+    (docs/performance.md, "Dot backend")."""
     del cfg
-    return xla_cpu.training_options(prefer_xla_dots=False)
+    return xla_cpu.training_options(prefer_xla_dots=True)
 
 
 # ---- online -------------------------------------------------------------------------
