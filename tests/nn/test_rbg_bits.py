@@ -62,6 +62,9 @@ def test_batched_keys_match_one_key_at_a_time(shape):
     assert rbg_bernoulli(ks, 1.0, shape).shape == (2, 3, *shape)
 
 
-def test_bad_key_shape_is_refused():
+@pytest.mark.parametrize("p", [0.5, 1.0, 0.0])
+def test_bad_key_shape_is_refused(p):
     with pytest.raises(ValueError, match=r"u32\[\.\.\., 4\]"):
         rbg_bits(jnp.zeros((3,), jnp.uint32), (2,))
+    with pytest.raises(ValueError, match=r"u32\[\.\.\., 4\]"):
+        rbg_bernoulli(jnp.zeros((2, 3), jnp.uint32), p, (2,))

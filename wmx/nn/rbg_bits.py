@@ -27,13 +27,21 @@ _W0, _W1 = 0x9E3779B9, 0xBB67AE85          # key schedule increments
 
 
 def _mulhilo(a: int, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(high, low) 32-bit halves of the 64-bit product a * b; a a constant, b u32[n]."""
+    """(high, low) 32-bit halves of the 64-bit product a * b; a a constant, b u32[...]."""
     al, ah = _U(a & 0xFFFF), _U(a >> 16)
     bl, bh = b & _U(0xFFFF), b >> _U(16)
     ll, lh, hl, hh = al * bl, al * bh, ah * bl, ah * bh
     mid = (ll >> _U(16)) + (lh & _U(0xFFFF)) + (hl & _U(0xFFFF))
     hi = hh + (lh >> _U(16)) + (hl >> _U(16)) + (mid >> _U(16))
     return hi, _U(a) * b
+
+
+def _key_data(key_data) -> jax.Array:
+    key_data = jnp.asarray(key_data, _U)
+    if key_data.shape[-1:] != (4,):
+        raise ValueError(f"rbg key data must be u32[..., 4] (one key per row of 4 words), "
+                         f"got shape {key_data.shape}")
+    return key_data
 
 
 def rbg_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -43,10 +51,11 @@ def rbg_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     Bit-identical to that call key by key. The keys share one ten-round loop on
     a u32[4, m, n/4] state (m keys): the loop's per-round overhead is paid
     once for all of them (two [512, 384] masks: ~2x faster than two loops).
+
+    Raises:
+      ValueError: key_data's last axis is not 4.
     """
-    key_data = jnp.asarray(key_data, _U)
-    if key_data.shape[-1:] != (4,):
-        raise ValueError(f"rbg key data must be u32[..., 4], got shape {key_data.shape}")
+    key_data = _key_data(key_data)
     lead = key_data.shape[:-1]
     kd = key_data.reshape(-1, 4)
     n = math.prod(shape)
@@ -77,9 +86,13 @@ def rbg_bernoulli(key_data: jax.Array, p: float, shape: tuple[int, ...]) -> jax.
     p a Python float (rounded to float32 as bernoulli does). bernoulli keeps
     u < p with u = (bits >> 9) * 2^-23 exactly, i.e. bits < ceil(p 2^23) * 2^9:
     one integer compare, the same mask.
+
+    Raises:
+      ValueError: key_data's last axis is not 4 (also when p is 0 or 1).
     """
     m = math.ceil(float(np.float32(p)) * 2.0 ** 23)    # exact: p32 * 2^23 is a float64
-    full = tuple(jnp.shape(key_data)[:-1]) + tuple(shape)
+    key_data = _key_data(key_data)
+    full = tuple(key_data.shape[:-1]) + tuple(shape)
     if m >= 2 ** 23:
         return jnp.ones(full, bool)
     if m <= 0:

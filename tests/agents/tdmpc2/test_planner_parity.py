@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from parity_helpers import (TOL, VTOL, ZTOL, check_decision, check_iteration, close,
+from parity_helpers import (TOL, ZTOL, check_decision, check_iteration, close,
                             decision_cfg, decision_draws, load_fixture, planner_params)
 
 from wmx.agents.tdmpc2 import planner as pl
@@ -68,16 +68,18 @@ def _teacher_forced_decision(f, d, cfg, params, prev_mean):
         _, _, st = step(params, z, pi_ref, m_in, s_in, it_noise, cfg=cfg,
                         elite_idxs=jnp.asarray(f[p + "elite_idxs"]))
         check_iteration(f, d, i, st, f"{msg} iter {i}", check_elites=False)
-        # the free top-k may differ only at the razor-thin boundary: every candidate
-        # in one set and not the other is tied with the k-th value within the
-        # values' tolerance (float summation order decides such ties)
+        # the free top-k may differ only at the razor-thin boundary: at most 4 elites
+        # swap, and each swapped candidate's reference value ties the reference's k-th
+        # value within twice this iteration's largest value error (float summation
+        # order decides such ties)
         free_idx, _, _ = pl.select_elites(st.value, st.candidates, cfg.num_elites)
-        swapped = set(np.asarray(free_idx).tolist()) ^ set(f[p + "elite_idxs"].tolist())
-        v = np.asarray(st.value).reshape(-1)
-        kth = np.sort(v)[::-1][cfg.num_elites - 1]
-        assert len(swapped) <= cfg.num_elites // 4, msg
-        for j in swapped:
-            assert abs(v[j] - kth) <= VTOL["atol"] + VTOL["rtol"] * abs(kth), (msg, j, v[j], kth)
+        free, ref = set(np.asarray(free_idx).tolist()), set(f[p + "elite_idxs"].tolist())
+        assert len(free - ref) <= 4, (msg, sorted(free - ref))
+        v, v_ref = np.asarray(st.value).reshape(-1), np.asarray(f[p + "value"]).reshape(-1)
+        err = float(np.max(np.abs(v - v_ref)))
+        kth_ref = np.sort(v_ref)[::-1][cfg.num_elites - 1]
+        for j in free ^ ref:
+            assert abs(v_ref[j] - kth_ref) <= 2 * err + 1e-9, (msg, j, v_ref[j], kth_ref, err)
     close(st.score, f[o + "final_score"], msg + " final_score", TOL)
     k = int(pl.pick_elite(st.score, noise.elite_uniform))
     assert k == int(f[o + "elite_choice_index"]), msg

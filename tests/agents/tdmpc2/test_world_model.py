@@ -120,6 +120,8 @@ def test_q_dropout_masks_shared_loop_equals_one_loop_per_member(mlp_dim, monkeyp
         np.testing.assert_array_equal(np.asarray(wm.q_dropout_mask(key, m, (7, 3), cfg)),
                                       got[0][i])
     assert 0.95 < got[0].mean() < 1.0       # keep probability 1 - 0.01
+    with pytest.raises(ValueError, match="at least one Q member"):
+        wm.q_dropout_masks(key, [], (7, 3), cfg)
 
 
 def test_pi_forward_pe_worked_example():

@@ -152,7 +152,7 @@ def compiler_options(cfg: TDMPC2Config) -> dict[str, str]:
     """XLA's own dots instead of YNNPACK fusions on the CPU unless ``WMX_CPU_DOTS`` says
     otherwise (`wmx.xla_cpu`): the online chunk runs planning decisions, and the size-1
     decision is ~25% faster with XLA's dots on AVX2, the update as fast or ~3% faster
-    (docs/performance.md, "Dot backend")."""
+    (docs/performance.md, "XLA's dots and one mask loop per Q pass")."""
     del cfg
     return xla_cpu.training_options(prefer_xla_dots=True)
 

@@ -15,7 +15,7 @@ concatenated as [obs, e] (encoder), [z, e, a] (dynamics, reward, Q), [z, e]
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -222,18 +222,21 @@ def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tup
 
 JOINT_MASK_MAX_WIDTH = 384
 """Widest mlp_dim at which a Q pass draws its members' dropout masks in one shared Philox
-loop (`q_dropout_masks`). Measured on a 2-core AVX2 CPU (docs/performance.md): one loop
-for both members is 14% faster for the size-1 planning decision (mlp_dim 384) and 4-7%
-slower for size 5 (512), where the members' loops run side by side on the two cores."""
+loop (`q_dropout_masks`). Measured on a 2-core AVX2 CPU (process CPU time,
+docs/performance.md): one loop for both members is 14% faster for the size-1 planning
+decision (mlp_dim 384) and 4-7% slower for size 5 (512); why size 5 loses is not known."""
 
 
-def q_dropout_masks(dropout_key: jax.Array, members, shape: tuple,
+def q_dropout_masks(dropout_key: jax.Array, members: Sequence[int | jax.Array], shape: tuple,
                     cfg: TDMPC2Config) -> jnp.ndarray:
     """bool[len(members), *shape, mlp_dim]: `q_dropout_mask` of each member, in order.
 
     At mlp_dim <= `JOINT_MASK_MAX_WIDTH` the members' keys share one `rbg_bernoulli`
-    loop, wider ones get a loop each; the masks are the same either way.
+    loop, wider ones get a loop each; the masks are the same either way. Raises
+    ValueError when `members` is empty.
     """
+    if len(members) == 0:
+        raise ValueError("q_dropout_masks needs at least one Q member index")
     c = cfg.resolved()
     full = (*shape, c.mlp_dim)
     seeds = [jax.random.bits(jax.random.fold_in(dropout_key, m), (4,), jnp.uint32)
