@@ -90,3 +90,25 @@ def test_trainer_program_caches_follow_the_choice(monkeypatch):
         offline._chunk_fn.cache_clear()          # no stand-in program left for other tests
     assert built == [{}, xla_cpu.XLA_DOTS]      # the third call is the first's, cached
     assert xla_cpu.options_key({"b": "1", "a": ""}) == (("a", ""), ("b", "1"))
+
+
+def test_evaluation_program_takes_the_agents_options(monkeypatch):
+    """`make_evaluate_fn` compiles with `Agent.compiler_options` (the policy computed as
+    in the training chunk) and caches per options, like the trainers' programs."""
+    from wmx import acting
+    from wmx.agents.dreamerv3.config import make_config
+    from wmx.envs.probes import make_probe_env
+    monkeypatch.setattr(xla_cpu.jax, "default_backend", lambda: "cpu")
+    env = make_probe_env("probe-action")
+    dv3 = get_agent("dreamerv3")
+    cfg = make_config("tiny", obs_dim=env.obs_dim, action_dim=env.action_dim)
+    built = []
+    monkeypatch.setattr(acting.jax, "jit", lambda fn, **kw: built.append(kw) or fn)
+    acting._evaluate_fn.cache_clear()
+    try:
+        for choice in ("xla", "ynnpack", "xla"):
+            monkeypatch.setenv(xla_cpu.ENV_VAR, choice)
+            acting.make_evaluate_fn(dv3, cfg, 2, env)
+    finally:
+        acting._evaluate_fn.cache_clear()        # no stand-in program left for other tests
+    assert [kw.get("compiler_options") for kw in built] == [xla_cpu.XLA_DOTS, {}]

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from wmx.envs.base import Env
+from wmx.xla_cpu import options_key
 
 EVAL_TAG = 0x5EED
 """fold_in tag of the evaluation key stream (the trainers' key streams use others)."""
@@ -91,7 +92,9 @@ def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
     after agent step t), for rendering on the host. Recording adds outputs
     only; the episodes and returns are those of ``record=0``.
 
-    Cached per (agent, config, episodes, env, task id, record): env instances
+    Compiled with the agent's `compiler_options` (the trainers' dot path, so an
+    evaluation computes the policy as the training chunk does). Cached per (agent,
+    config, episodes, env, task id, record, compile options): env instances
     hash by identity, so pass the same env object to reuse the compiled
     program. Raises ValueError for episodes < 1, a task id that does not fit
     the config, env dims that do not fit the config (multi-task: within the
@@ -121,12 +124,13 @@ def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
     elif (env.obs_dim, env.action_dim) != (cfg.obs_dim, cfg.action_dim):
         raise ValueError(f"env {env.name} (obs {env.obs_dim}, action {env.action_dim}) does not "
                          f"match the config ({cfg.obs_dim}, {cfg.action_dim})")
-    return _evaluate_fn(agent, cfg, episodes, env, task_id, record)
+    return _evaluate_fn(agent, cfg, episodes, env, task_id, record,
+                        options_key(agent.compiler_options(cfg)))
 
 
 @functools.lru_cache(maxsize=64)
 def _evaluate_fn(agent: ModuleType, cfg: Any, E: int, env: Env, task_id: int | None,
-                 record: int):
+                 record: int, options: tuple):
     A = env.action_dim
 
     def physics(states):      # {name: [record, ...]} of the first `record` envs
@@ -156,4 +160,5 @@ def _evaluate_fn(agent: ModuleType, cfg: Any, E: int, env: Env, task_id: int | N
             physics(states), traj)
         return ret, traj
 
-    return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)))
+    return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)),
+                   compiler_options=dict(options))

@@ -1,4 +1,4 @@
-"""Which matmul path XLA's CPU backend compiles the training programs with.
+"""Which matmul path XLA's CPU backend compiles the training and evaluation programs with.
 
 jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK
 fusions by default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""``
@@ -6,10 +6,11 @@ keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot backen
 and TD-MPC2's "XLA's dots and one mask loop per Q pass"): the DreamerV3 training step is
 4-20% faster with XLA's dots on an AVX-512 CPU and ~10% faster on an AVX2 one; TD-MPC2's
 size-1 planning decision (which the online chunk runs) is ~25% faster on AVX2 and its
-update as fast or ~3% faster (equal on AVX-512; planning not measured there). Only
-programs that run updates take the choice: the 16-env policy step looked faster with
-YNNPACK at 1m on AVX-512 and is 27% faster with XLA's dots at 12m on AVX2, so acting
-waits for a 12m A/B on AVX-512. Results change only by float summation order.
+update as fast or ~3% faster (equal on AVX-512; planning not measured there). The
+trainers' chunks and the evaluation rollout take the choice (the policy computed as in
+training); the 16-env DreamerV3 policy step looked faster with YNNPACK at 1m on AVX-512
+(one run) and is 27% faster with XLA's dots at 12m on AVX2. Results change only by float
+summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference), ``ynnpack`` or ``xla``.
@@ -41,8 +42,8 @@ def dots_choice(choice: str | None = None) -> str:
 
 def training_options(prefer_xla_dots: bool, *, choice: str | None = None,
                      backend: str | None = None) -> dict[str, str]:
-    """XLA compile options (``jax.jit(..., compiler_options=...)``) for a program that
-    runs training updates.
+    """XLA compile options (``jax.jit(..., compiler_options=...)``) for an agent's
+    programs: the trainers' chunks and the evaluation rollout (`Agent.compiler_options`).
 
     Args:
       prefer_xla_dots: the agent's measured preference (True for both agents).

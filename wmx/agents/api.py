@@ -170,9 +170,10 @@ class Agent(Protocol):
         """
 
     def compiler_options(self, cfg: Any) -> dict[str, str]:
-        """XLA compile options of the programs that run `update` (the trainers'
-        chunks; `wmx.xla_cpu.training_options` with the agent's measured preference);
-        {} for XLA's defaults. Acting and evaluation programs use the defaults."""
+        """XLA compile options of the agent's programs: the trainers' chunks and the
+        evaluation rollout (`wmx.acting.make_evaluate_fn`), so an evaluation computes the
+        policy as training does (`wmx.xla_cpu.training_options` with the agent's measured
+        preference); {} for XLA's defaults."""
 
     # ---- online ----------------------------------------------------------------
     def schedule(self, cfg: Any, episode_length: int, n_envs: int) -> Schedule:
