@@ -16,6 +16,7 @@ import pytest
 from parity_helpers import (TOL, ZTOL, check_decision, check_iteration, close,
                             decision_cfg, decision_draws, load_fixture, planner_params)
 
+from wmx import xla_cpu
 from wmx.agents.tdmpc2 import planner as pl
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.config import TDMPC2Config
@@ -42,7 +43,7 @@ def _free_decision(f, d, cfg, params, prev_mean, run):
     return new_prev
 
 
-def _teacher_forced_decision(f, d, cfg, params, prev_mean):
+def _teacher_forced_decision(f, d, cfg, params, prev_mean, options):
     o = f"decision{d}/out/"
     t0 = bool(f[f"decision{d}/cfg/t0"])
     eval_mode = bool(f[f"decision{d}/cfg/eval_mode"])
@@ -55,7 +56,7 @@ def _teacher_forced_decision(f, d, cfg, params, prev_mean):
     mean, std = pl.init_mean_std(prev_mean, jnp.asarray(t0), cfg)
     close(mean, f[o + "init_mean"], msg + " init_mean", TOL)
     close(std, f[o + "init_std"], msg + " init_std", TOL)
-    step = jax.jit(pl.plan_iteration, static_argnames=("cfg",))
+    step = jax.jit(pl.plan_iteration, static_argnames=("cfg",), compiler_options=options)
     pi_ref = jnp.asarray(f[o + "pi_actions"])
     for i in range(cfg.planning_iterations):
         p = f"decision{d}/iter{i}/"
@@ -92,15 +93,21 @@ def _teacher_forced_decision(f, d, cfg, params, prev_mean):
     return st.mean
 
 
+@pytest.mark.parametrize("dots", ["default", "xla"])
 @pytest.mark.parametrize("name,teacher_forced", [
     ("planner_small.npz", {4}),
     ("planner_small_warm_q2.npz", set()),
 ])
-def test_planner_parity(name, teacher_forced):
+def test_planner_parity(name, teacher_forced, dots):
+    """dots: XLA's default dot path, or the trainers' (`wmx.xla_cpu.XLA_DOTS`)."""
+    if dots == "xla" and jax.default_backend() != "cpu":
+        pytest.skip("XLA's CPU dot option")
+    options = xla_cpu.XLA_DOTS if dots == "xla" else {}
     f = load_fixture("tdmpc2", name, skip_missing=True)
     base = _base_cfg(f)
     assert np.float32(base.discount) == f["meta/discount"]
-    run = jax.jit(pl.plan_with_stats, static_argnames=("cfg",))  # eval_mode traced
+    run = jax.jit(pl.plan_with_stats, static_argnames=("cfg",),   # eval_mode traced
+                  compiler_options=options)
     with jax.default_matmul_precision("highest"):
         params = planner_params(f, base)
         prev_mean = jnp.zeros((base.horizon, base.action_dim), jnp.float32)
@@ -109,6 +116,6 @@ def test_planner_parity(name, teacher_forced):
             if f"decision{d}/prev_mean_before" in f:
                 close(prev_mean, f[f"decision{d}/prev_mean_before"], f"decision {d} prev", TOL)
             if d in teacher_forced:
-                prev_mean = _teacher_forced_decision(f, d, cfg, params, prev_mean)
+                prev_mean = _teacher_forced_decision(f, d, cfg, params, prev_mean, options)
             else:
                 prev_mean = _free_decision(f, d, cfg, params, prev_mean, run)

@@ -4,7 +4,8 @@ fixtures/tdmpc2/README.md: update_q5.npz (num_q 5, reference init) and
 update_q2_warm.npz (num_q 2, warm heads), 3 calls each, every draw injected,
 dropout 0. Each call is checked (a) in isolation from the file's state and
 (b) chained through wmx's own state. Tolerances are the README's
-(`parity_helpers.check_update_call`).
+(`parity_helpers.check_update_call`). The isolated calls run twice on the CPU: with
+XLA's default dot path and with the trainers' (`wmx.xla_cpu.XLA_DOTS`, XLA's own dots).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from parity_helpers import check_update_call, file_state, load_fixture, update_inputs
 
+from wmx import xla_cpu
 from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.agents.tdmpc2.update import update_with_aux
 
@@ -34,13 +36,21 @@ def fx(request):
     return request.param, data, cfg
 
 
-def test_each_call_in_isolation(fx):
+@pytest.mark.parametrize("dots", ["default", "xla"])
+def test_each_call_in_isolation(fx, dots):
     _, data, cfg = fx
+    if dots == "default":
+        run = update_with_aux
+    elif jax.default_backend() != "cpu":
+        pytest.skip("XLA's CPU dot option")
+    else:
+        run = jax.jit(update_with_aux.__wrapped__, static_argnames=("cfg",),
+                      compiler_options=xla_cpu.XLA_DOTS)
     with jax.default_matmul_precision("highest"):
         for k in range(NCALLS):
             state = file_state(data, k, cfg)
             batch, noise = update_inputs(data, k)
-            new_state, metrics, aux = update_with_aux(state, batch, noise, cfg)
+            new_state, metrics, aux = run(state, batch, noise, cfg=cfg)
             check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS)
 
 
