@@ -52,6 +52,66 @@ def test_dropout_before_norm_and_deterministic_path():
     assert not np.allclose(a, c)
 
 
+
+def _layers_by_hand(p, x, keep=None, rate=0.0):
+    """Literal per-layer MLP on x of any leading shape (the pre-row-flattening code)."""
+    n = len(p)
+    h = x
+    for i in range(n):
+        q = p[f"layer{i}"]
+        h = h @ q["kernel"] + q["bias"]
+        if i == 0 and keep is not None:
+            h = jnp.where(keep, h / (1.0 - rate), 0.0)
+        if "ln_scale" in q:
+            h = layer_norm(h, q["ln_scale"], q["ln_bias"])
+            if i < n - 1:
+                h = jax.nn.mish(h)
+    return h
+
+
+def test_rows_flattening_keeps_values_masks_and_draws():
+    """normed_mlp_apply runs on rows x.reshape(-1, in): the same function of any leading
+    shape, the same keep-mask from a dropout key as `jax.random.bernoulli` at h0's shape."""
+    p = normed_mlp_init(jax.random.key(0), [6, 32, 32, 5], last_normed=False)
+    x = jax.random.normal(jax.random.key(1), (3, 4, 6))
+    want = _layers_by_hand(p, x)
+    got = normed_mlp_apply(p, x)
+    assert got.shape == (3, 4, 5)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(normed_mlp_apply(p, x[0, 0]), want[0, 0], rtol=2e-5, atol=2e-6)
+    assert normed_mlp_apply(p, jnp.zeros((0, 7, 6))).shape == (0, 7, 5)
+    key = jax.random.key(2)
+    keep = jax.random.bernoulli(key, 0.75, (3, 4, 32))
+    want_d = _layers_by_hand(p, x, keep, 0.25)
+    np.testing.assert_allclose(normed_mlp_apply(p, x, dropout_rate=0.25, dropout_key=key),
+                               want_d, rtol=2e-5, atol=2e-6)
+    # a mask broadcast over leading axes (shared by rows) is applied as given
+    np.testing.assert_allclose(
+        normed_mlp_apply(p, x, dropout_rate=0.25, dropout_mask=keep[0]),
+        _layers_by_hand(p, x, keep[0], 0.25), rtol=2e-5, atol=2e-6)
+
+
+def test_parameter_gradients_sum_over_one_row_axis():
+    """The point of the row flattening (docs/performance.md, "Rows"): in the compiled
+    gradient no reduction of a hidden width runs over two row axes at once (XLA's CPU
+    backend reduces [3, 256, F] over (0, 1) ~6x slower than [768, F] over 0)."""
+    import re
+
+    from wmx.xla_cpu import XLA_DOTS
+    p = normed_mlp_init(jax.random.key(0), [10, 48, 48, 7], last_normed=False)
+    x = jax.random.normal(jax.random.key(1), (3, 256, 10))
+
+    def loss(p):
+        return jnp.sum(normed_mlp_apply(p, x) ** 2)
+
+    hlo = jax.jit(jax.grad(loss), compiler_options=XLA_DOTS).lower(p).compile().as_text()
+    # XLA's CPU backend sums long axes as reduce-window (windows of 32) and then reduce
+    windows = re.findall(r"= f32\[([\d,]*)\][^\n]*? reduce-window\([^\n]*?window=\{size=([\dx]+)", hlo)
+    hidden = [(out, w) for out, w in windows if out.endswith(",48")]
+    assert hidden, "no reduction of the hidden width found: the check would pass vacuously"
+    for out, w in hidden:
+        assert sum(int(k) > 1 for k in w.split("x")) == 1, (out, w)
+
 def test_param_count_normed_linear():
     p = normed_mlp_init(jax.random.key(0), [5, 7, 3], last_normed=True)
     assert sum(v.size for v in jax.tree.leaves(p)) == (5 * 7 + 3 * 7) + (7 * 3 + 3 * 3)

@@ -109,11 +109,14 @@ def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
     and a key is given; or a precomputed boolean keep-mask `dropout_mask` of
     the first layer's output shape] -> LayerNorm -> act. Last layer: Linear -> LayerNorm ->
     last_act if it is normed (last_act None = identity), else plain Linear.
+    The layers run on the rows x.reshape(-1, in) (see `normed_mlp_apply_from`).
     """
     p = params["layer0"]
-    return normed_mlp_apply_from(params, x @ p["kernel"] + p["bias"], act=act,
-                                 last_act=last_act, dropout_rate=dropout_rate,
-                                 dropout_key=dropout_key, eps=eps, dropout_mask=dropout_mask)
+    rows = x.reshape(-1, x.shape[-1])
+    h0 = (rows @ p["kernel"] + p["bias"]).reshape(x.shape[:-1] + p["bias"].shape)
+    return normed_mlp_apply_from(params, h0, act=act, last_act=last_act,
+                                 dropout_rate=dropout_rate, dropout_key=dropout_key, eps=eps,
+                                 dropout_mask=dropout_mask)
 
 
 def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
@@ -126,24 +129,33 @@ def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
     For callers that compute h0 their own way (one matmul shared by several
     heads, or split as x1 W0[:k] + x2 W0[k:] when x1 is shared by many rows);
     everything after the first Linear is `normed_mlp_apply`'s.
+
+    The layers run on the rows h0.reshape(-1, width) and the result takes h0's
+    leading shape back: the same values, but the backward pass's sums over rows
+    (bias, LayerNorm scale and bias gradients) are over one axis, which XLA's CPU
+    backend reduces several times faster than over two (docs/performance.md,
+    "Rows"). A dropout key draws its keep-mask at h0's shape, as `dropout` does.
     """
+    lead, width = h0.shape[:-1], h0.shape[-1]
+    keep = dropout_mask
+    if dropout_rate > 0.0 and keep is None and dropout_key is not None:
+        keep = jax.random.bernoulli(dropout_key, 1.0 - dropout_rate, h0.shape)
+    h = h0.reshape(-1, width)
+    if dropout_rate > 0.0 and keep is not None:
+        keep = jnp.broadcast_to(keep, h0.shape).reshape(h.shape)
+        h = jnp.where(keep, h / (1.0 - dropout_rate), 0.0)
     n = len(params)
-    h = h0
     for i in range(n):
         p = params[f"layer{i}"]
         if i > 0:
             h = h @ p["kernel"] + p["bias"]
-        if i == 0 and dropout_rate > 0.0 and dropout_mask is not None:
-            h = jnp.where(dropout_mask, h / (1.0 - dropout_rate), 0.0)
-        elif i == 0 and dropout_rate > 0.0 and dropout_key is not None:
-            h = dropout(dropout_key, h, dropout_rate)
         if "ln_scale" in p:
             h = layer_norm(h, p["ln_scale"], p["ln_bias"], eps)
             if i < n - 1:
                 h = act(h)
             elif last_act is not None:
                 h = last_act(h)
-    return h
+    return h.reshape(lead + h.shape[-1:])
 
 
 class NormedMLP(nn.Module):
