@@ -7,8 +7,8 @@ i = 0, 1, ... as four 32-bit words, key (k[0], k[1]), output word j of
 counter i at flat position 4 i + j. On the CPU that expansion lands in one
 loop fusion whose final interleave evaluates the whole ten-round chain once
 per output word (and unrolled jnp code is worse: each round's fusion
-re-evaluates its inputs). Here the rounds run in a `fori_loop`, so each
-round's four words are materialised once, and several keys share the loop:
+re-evaluates its inputs). Here the rounds run in a `fori_loop` (two rounds a
+step), so the four words are materialised every other round, and several keys share the loop:
 the same bits at a third to a half of the CPU time (`tests/nn/test_rbg_bits.py`
 checks them against `jax.random.bits` on the running backend).
 """
@@ -74,7 +74,10 @@ def rbg_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         hi1, lo1 = _mulhilo(_M1, x[2])
         return jnp.stack([hi1 ^ x[1] ^ k0, lo1, hi0 ^ x[3] ^ k1, lo0]), k0 + _U(_W0), k1 + _U(_W1)
 
-    x, _, _ = lax.fori_loop(0, 10, round_, (jnp.stack([lo, x1, x2, x3]), k[0], k[1]))
+    # two rounds per loop step: half the loop-state copies, and XLA still materialises
+    # every second round (more unrolling re-evaluates the chain: 7x slower at 5 or 10)
+    x, _, _ = lax.fori_loop(0, 10, round_, (jnp.stack([lo, x1, x2, x3]), k[0], k[1]),
+                            unroll=2)
     words = jnp.moveaxis(x, 0, -1).reshape(kd.shape[0], 4 * nc)[:, :n]
     return words.reshape(*lead, *shape)
 
