@@ -207,6 +207,11 @@ def _q_member_split(p, x_ze, a, mask, cfg):
     return normed_mlp_apply_from(p, h0, dropout_rate=cfg.dropout, dropout_mask=mask)
 
 
+def _member_seed(dropout_key: jax.Array, member: jnp.ndarray | int) -> jax.Array:
+    """u32[4] rbg key data of member `member`: bits of fold_in(dropout_key, member)."""
+    return jax.random.bits(jax.random.fold_in(dropout_key, member), (4,), jnp.uint32)
+
+
 def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tuple,
                    cfg: TDMPC2Config) -> jnp.ndarray:
     """Keep-mask bool[*shape, mlp_dim] of Q member `member` for one Q pass.
@@ -217,33 +222,23 @@ def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tup
     are computed by `wmx.nn.rbg_bits.rbg_bernoulli`, identical to
     `jax.random.bernoulli` on that key at about half its CPU time.
     """
-    return q_dropout_masks(dropout_key, [member], shape, cfg)[0]
-
-
-JOINT_MASK_MAX_WIDTH = 384
-"""Widest mlp_dim at which a Q pass draws its members' dropout masks in one shared Philox
-loop (`q_dropout_masks`). Measured on a 2-core AVX2 CPU (process CPU time,
-docs/performance.md): one loop for both members is 14% faster for the size-1 planning
-decision (mlp_dim 384) and 4-7% slower for size 5 (512); why size 5 loses is not known."""
+    c = cfg.resolved()
+    return rbg_bernoulli(_member_seed(dropout_key, member), 1.0 - c.dropout,
+                         (*shape, c.mlp_dim))
 
 
 def q_dropout_masks(dropout_key: jax.Array, members: Sequence[int | jax.Array], shape: tuple,
                     cfg: TDMPC2Config) -> jnp.ndarray:
     """bool[len(members), *shape, mlp_dim]: `q_dropout_mask` of each member, in order.
 
-    At mlp_dim <= `JOINT_MASK_MAX_WIDTH` the members' keys share one `rbg_bernoulli`
-    loop, wider ones get a loop each; the masks are the same either way. Raises
-    ValueError when `members` is empty.
+    The members' keys share one `rbg_bernoulli` loop (one loop's overhead per Q pass,
+    docs/performance.md "Rows"). Raises ValueError when `members` is empty.
     """
     if len(members) == 0:
         raise ValueError("q_dropout_masks needs at least one Q member index")
     c = cfg.resolved()
-    full = (*shape, c.mlp_dim)
-    seeds = [jax.random.bits(jax.random.fold_in(dropout_key, m), (4,), jnp.uint32)
-             for m in members]
-    if c.mlp_dim <= JOINT_MASK_MAX_WIDTH:
-        return rbg_bernoulli(jnp.stack(seeds), 1.0 - c.dropout, full)
-    return jnp.stack([rbg_bernoulli(s, 1.0 - c.dropout, full) for s in seeds])
+    seeds = jnp.stack([_member_seed(dropout_key, m) for m in members])
+    return rbg_bernoulli(seeds, 1.0 - c.dropout, (*shape, c.mlp_dim))
 
 
 def _run_members(q_params, members, x, dropout_key, cfg, a=None):
