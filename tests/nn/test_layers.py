@@ -9,7 +9,7 @@ import pytest
 from wmx.nn.ema import ema_update
 from wmx.nn.ensemble import random_pair, reduce_pair
 from wmx.nn.init import dreamer_trunc_normal, normal_init
-from wmx.nn.mlp import NormedMLP, layer_norm, normed_mlp_apply, normed_mlp_init
+from wmx.nn.mlp import NormedMLP, layer_norm, mish, normed_mlp_apply, normed_mlp_init
 from wmx.nn.simnorm import simnorm
 from wmx.nn.tanh_gaussian import (HALF_LOG_2PI, bound_log_std, gaussian_residual,
                                   pe_log_prob, squash, squash_logdet)
@@ -52,9 +52,8 @@ def test_dropout_before_norm_and_deterministic_path():
     assert not np.allclose(a, c)
 
 
-
 def _layers_by_hand(p, x, keep=None, rate=0.0):
-    """Literal per-layer MLP on x of any leading shape (the pre-row-flattening code)."""
+    """Literal per-layer MLP on x with its leading axes kept (no flattening to rows)."""
     n = len(p)
     h = x
     for i in range(n):
@@ -65,30 +64,31 @@ def _layers_by_hand(p, x, keep=None, rate=0.0):
         if "ln_scale" in q:
             h = layer_norm(h, q["ln_scale"], q["ln_bias"])
             if i < n - 1:
-                h = jax.nn.mish(h)
+                h = mish(h)
     return h
 
 
 def test_rows_flattening_keeps_values_masks_and_draws():
     """normed_mlp_apply runs on rows x.reshape(-1, in): the same function of any leading
-    shape, the same keep-mask from a dropout key as `jax.random.bernoulli` at h0's shape."""
+    shape (the same values up to the dots' float order), the keep-mask from a dropout key
+    is `jax.random.bernoulli` at h0's shape, and a mask may broadcast over leading axes."""
     p = normed_mlp_init(jax.random.key(0), [6, 32, 32, 5], last_normed=False)
     x = jax.random.normal(jax.random.key(1), (3, 4, 6))
     want = _layers_by_hand(p, x)
     got = normed_mlp_apply(p, x)
     assert got.shape == (3, 4, 5)
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
-    np.testing.assert_allclose(normed_mlp_apply(p, x[0, 0]), want[0, 0], rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(normed_mlp_apply(p, x[0, 0]), want[0, 0], rtol=1e-6, atol=1e-7)
     assert normed_mlp_apply(p, jnp.zeros((0, 7, 6))).shape == (0, 7, 5)
     key = jax.random.key(2)
     keep = jax.random.bernoulli(key, 0.75, (3, 4, 32))
     want_d = _layers_by_hand(p, x, keep, 0.25)
     np.testing.assert_allclose(normed_mlp_apply(p, x, dropout_rate=0.25, dropout_key=key),
-                               want_d, rtol=2e-5, atol=2e-6)
+                               want_d, rtol=1e-6, atol=1e-7)
     # a mask broadcast over leading axes (shared by rows) is applied as given
     np.testing.assert_allclose(
         normed_mlp_apply(p, x, dropout_rate=0.25, dropout_mask=keep[0]),
-        _layers_by_hand(p, x, keep[0], 0.25), rtol=2e-5, atol=2e-6)
+        _layers_by_hand(p, x, keep[0], 0.25), rtol=1e-6, atol=1e-7)
 
 
 def test_parameter_gradients_sum_over_one_row_axis():
@@ -106,7 +106,8 @@ def test_parameter_gradients_sum_over_one_row_axis():
 
     hlo = jax.jit(jax.grad(loss), compiler_options=XLA_DOTS).lower(p).compile().as_text()
     # XLA's CPU backend sums long axes as reduce-window (windows of 32) and then reduce
-    windows = re.findall(r"= f32\[([\d,]*)\][^\n]*? reduce-window\([^\n]*?window=\{size=([\dx]+)", hlo)
+    windows = re.findall(
+        r"= f32\[([\d,]*)\][^\n]*? reduce-window\([^\n]*?window=\{size=([\dx]+)", hlo)
     hidden = [(out, w) for out, w in windows if out.endswith(",48")]
     assert hidden, "no reduction of the hidden width found: the check would pass vacuously"
     for out, w in hidden:

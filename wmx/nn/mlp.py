@@ -67,12 +67,6 @@ def _mish_jvp(primals, tangents):
     return x * t, (t + x * (4.0 * e * (e + 1.0) / (d * d))) * dx
 
 
-def dropout(key: jax.Array, x: jnp.ndarray, rate: float) -> jnp.ndarray:
-    """Inverted dropout: zero with probability `rate`, scale kept units by 1/(1-rate)."""
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), 0.0)
-
-
 def normed_mlp_init(key: jax.Array, dims: Sequence[int], *, last_normed: bool,
                     kernel_init: Initializer = normal_init(0.02),
                     last_kernel_init: Initializer | None = None) -> Params:
@@ -106,9 +100,10 @@ def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
     """Apply `normed_mlp_init` params to x f32[..., in] -> f32[..., out].
 
     Hidden layers: Linear -> [Dropout, first layer only, when dropout_rate > 0
-    and a key is given; or a precomputed boolean keep-mask `dropout_mask` of
-    the first layer's output shape] -> LayerNorm -> act. Last layer: Linear -> LayerNorm ->
-    last_act if it is normed (last_act None = identity), else plain Linear.
+    and a key is given; or a precomputed boolean keep-mask `dropout_mask`
+    broadcastable to the first layer's output shape (not larger)] -> LayerNorm ->
+    act. Last layer: Linear -> LayerNorm -> last_act if it is normed (last_act
+    None = identity), else plain Linear.
     The layers run on the rows x.reshape(-1, in) (see `normed_mlp_apply_from`).
     """
     p = params["layer0"]
@@ -131,10 +126,11 @@ def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
     everything after the first Linear is `normed_mlp_apply`'s.
 
     The layers run on the rows h0.reshape(-1, width) and the result takes h0's
-    leading shape back: the same values, but the backward pass's sums over rows
-    (bias, LayerNorm scale and bias gradients) are over one axis, which XLA's CPU
-    backend reduces several times faster than over two (docs/performance.md,
-    "Rows"). A dropout key draws its keep-mask at h0's shape, as `dropout` does.
+    leading shape back: the same values, but the backward pass's sums over rows of
+    the hidden layers' bias and LayerNorm gradients are over one axis, which XLA's
+    CPU backend reduces several times faster than over two (docs/performance.md,
+    "Rows"). A dropout key draws its keep-mask as jax.random.bernoulli(key,
+    1 - rate, h0.shape); `dropout_mask` must broadcast to h0's shape.
     """
     lead, width = h0.shape[:-1], h0.shape[-1]
     keep = dropout_mask
