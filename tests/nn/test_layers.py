@@ -1,5 +1,7 @@
 """MLP/LayerNorm (B4), initialisers (B5), SimNorm (B7), ensemble (B9), EMA (B10),
 tanh-Gaussian (B12): pinned numbers and properties."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,7 @@ from wmx.nn.mlp import NormedMLP, layer_norm, mish, normed_mlp_apply, normed_mlp
 from wmx.nn.simnorm import simnorm
 from wmx.nn.tanh_gaussian import (HALF_LOG_2PI, bound_log_std, gaussian_residual,
                                   pe_log_prob, squash, squash_logdet)
+from wmx.xla_cpu import XLA_DOTS
 
 
 def test_norm_and_activation_values():
@@ -95,9 +98,6 @@ def test_parameter_gradients_sum_over_one_row_axis():
     """The point of the row flattening (docs/performance.md, "Rows"): in the compiled
     gradient no reduction of a hidden width runs over two row axes at once (XLA's CPU
     backend reduces [3, 256, F] over (0, 1) ~6x slower than [768, F] over 0)."""
-    import re
-
-    from wmx.xla_cpu import XLA_DOTS
     p = normed_mlp_init(jax.random.key(0), [10, 48, 48, 7], last_normed=False)
     x = jax.random.normal(jax.random.key(1), (3, 256, 10))
 
@@ -112,6 +112,7 @@ def test_parameter_gradients_sum_over_one_row_axis():
     assert hidden, "no reduction of the hidden width found: the check would pass vacuously"
     for out, w in hidden:
         assert sum(int(k) > 1 for k in w.split("x")) == 1, (out, w)
+
 
 def test_param_count_normed_linear():
     p = normed_mlp_init(jax.random.key(0), [5, 7, 3], last_normed=True)

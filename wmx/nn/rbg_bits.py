@@ -7,10 +7,11 @@ i = 0, 1, ... as four 32-bit words, key (k[0], k[1]), output word j of
 counter i at flat position 4 i + j. On the CPU that expansion lands in one
 loop fusion whose final interleave evaluates the whole ten-round chain once
 per output word (and unrolled jnp code is worse: each round's fusion
-re-evaluates its inputs). Here the rounds run in a `fori_loop` (two rounds a
-step), so the four words are materialised every other round, and several keys share the loop:
-the same bits at a third to a half of the CPU time (`tests/nn/test_rbg_bits.py`
-checks them against `jax.random.bits` on the running backend).
+re-evaluates its inputs). Here the rounds run in a `fori_loop`, two rounds a
+step, so the four words are materialised every other round, and several keys
+share the loop: the same bits at a third to a half of the CPU time
+(`tests/nn/test_rbg_bits.py` checks them against `jax.random.bits` on the
+running backend; docs/performance.md "Rows").
 """
 from __future__ import annotations
 
