@@ -20,6 +20,9 @@ from wmx.agents.registry import get_agent
 ])
 def test_training_options(prefer, choice, backend, want):
     assert xla_cpu.training_options(prefer, choice=choice, backend=backend) == want
+    native = xla_cpu.training_options(prefer, native_row_reductions=True, choice=choice,
+                                      backend=backend)
+    assert native == ({**want, **xla_cpu.NATIVE_ROW_REDUCTIONS} if backend == "cpu" else {})
 
 
 def test_bad_choice_names_the_variable_and_the_values(monkeypatch):
@@ -44,15 +47,19 @@ def test_trainers_refuse_a_bad_choice_before_writing(trainer, tmp_path, monkeypa
     assert not home.exists()
 
 def test_agents_preferences(monkeypatch):
-    """Both agents take XLA's dots on the CPU unless asked otherwise; off the CPU neither."""
+    """Both agents take XLA's dots on the CPU unless asked otherwise, TD-MPC2 native row
+    reductions whatever the dots; off the CPU neither option."""
     dv3, td = get_agent("dreamerv3"), get_agent("tdmpc2")
+    native = xla_cpu.NATIVE_ROW_REDUCTIONS
     monkeypatch.setattr(xla_cpu.jax, "default_backend", lambda: "cpu")
     monkeypatch.delenv(xla_cpu.ENV_VAR, raising=False)
-    assert dv3.compiler_options(None) == td.compiler_options(None) == xla_cpu.XLA_DOTS
+    assert dv3.compiler_options(None) == xla_cpu.XLA_DOTS
+    assert td.compiler_options(None) == {**xla_cpu.XLA_DOTS, **native}
     monkeypatch.setenv(xla_cpu.ENV_VAR, "ynnpack")
-    assert dv3.compiler_options(None) == td.compiler_options(None) == {}
+    assert dv3.compiler_options(None) == {}
+    assert td.compiler_options(None) == native
     monkeypatch.setenv(xla_cpu.ENV_VAR, "xla")
-    assert td.compiler_options(None) == xla_cpu.XLA_DOTS
+    assert td.compiler_options(None) == {**xla_cpu.XLA_DOTS, **native}
     monkeypatch.setattr(xla_cpu.jax, "default_backend", lambda: "gpu")
     monkeypatch.setenv(xla_cpu.ENV_VAR, "xla")
     assert dv3.compiler_options(None) == td.compiler_options(None) == {}
@@ -71,6 +78,20 @@ def test_the_option_takes_ynnpack_out_of_the_program():
     assert "__ynn_fusion" in default
     assert "__ynn_fusion" not in xla and " dot(" in xla
 
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA's CPU backend option")
+def test_native_row_reductions_take_the_tree_rewrite_out_of_the_program():
+    """This jaxlib knows the pass name: a row sum wider than 32 stays one reduce
+    instead of a reduce-window over blocks of 32 and a second reduce."""
+    x = jnp.ones((64, 384))
+    rewritten = jax.jit(lambda x: x.sum(-1), compiler_options=xla_cpu.XLA_DOTS
+                        ).lower(x).compile().as_text()
+    native = jax.jit(lambda x: x.sum(-1),
+                     compiler_options={**xla_cpu.XLA_DOTS, **xla_cpu.NATIVE_ROW_REDUCTIONS}
+                     ).lower(x).compile().as_text()
+    assert "reduce-window(" in rewritten
+    assert "reduce-window(" not in native and " reduce(" in native
 
 def test_trainer_program_caches_follow_the_choice(monkeypatch):
     """The trainers' cached chunk programs are keyed by the compile options, so a process

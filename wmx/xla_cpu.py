@@ -25,6 +25,12 @@ ENV_VAR = "WMX_CPU_DOTS"
 CHOICES = ("auto", "ynnpack", "xla")
 XLA_DOTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 """Compile options that turn YNNPACK fusions off (XLA's own dots)."""
+NATIVE_ROW_REDUCTIONS = {"xla_disable_hlo_passes": "tree_reduction_rewriter"}
+"""Compile options that keep reductions as XLA's own loops instead of its CPU
+tree-reduction rewrite (a reduce-window over blocks of 32, then a reduce): row sums
+(LayerNorm statistics, softmax) then fuse with their producers and run faster, column
+sums as reductions 5-9x slower, so a program taking it writes its parameter
+gradients' column sums as dots (`wmx.nn.affine`). TD-MPC2 takes it."""
 
 
 def dots_choice(choice: str | None = None) -> str:
@@ -40,17 +46,21 @@ def dots_choice(choice: str | None = None) -> str:
     return choice
 
 
-def training_options(prefer_xla_dots: bool, *, choice: str | None = None,
-                     backend: str | None = None) -> dict[str, str]:
+def training_options(prefer_xla_dots: bool, *, native_row_reductions: bool = False,
+                     choice: str | None = None, backend: str | None = None
+                     ) -> dict[str, str]:
     """XLA compile options (``jax.jit(..., compiler_options=...)``) for an agent's
     programs: the trainers' chunks and the evaluation rollout (`Agent.compiler_options`).
 
     Args:
       prefer_xla_dots: the agent's measured preference (True for both agents).
+      native_row_reductions: add `NATIVE_ROW_REDUCTIONS` on the CPU (whatever the dot
+        choice): for programs whose column sums are dots (TD-MPC2's).
       choice / backend: the ``WMX_CPU_DOTS`` value and ``jax.default_backend()``; read
         from the environment when None.
     Returns:
-      `XLA_DOTS` or {} (always {} off the CPU backend).
+      `XLA_DOTS` or {}, with `NATIVE_ROW_REDUCTIONS` when asked (always {} off the
+      CPU backend).
     Raises:
       ValueError: ``WMX_CPU_DOTS`` is not one of `CHOICES`.
     """
@@ -59,7 +69,10 @@ def training_options(prefer_xla_dots: bool, *, choice: str | None = None,
         return {}
     if choice == "auto":
         choice = "xla" if prefer_xla_dots else "ynnpack"
-    return dict(XLA_DOTS) if choice == "xla" else {}
+    options = dict(XLA_DOTS) if choice == "xla" else {}
+    if native_row_reductions:
+        options.update(NATIVE_ROW_REDUCTIONS)
+    return options
 
 
 def options_key(options: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from wmx.nn import affine
 from wmx.nn.init import Initializer, normal_init, zeros_init
 
 Params = dict
@@ -34,7 +35,7 @@ def layer_norm(x: jnp.ndarray, scale: jnp.ndarray, bias: jnp.ndarray,
     mu = jnp.mean(x, axis=-1, keepdims=True)
     xc = x - mu
     var = jnp.mean(xc * xc, axis=-1, keepdims=True)
-    return xc * jax.lax.rsqrt(var + eps) * scale + bias
+    return affine.scale_shift(xc * jax.lax.rsqrt(var + eps), scale, bias)
 
 
 def _mish_parts(x):
@@ -108,7 +109,7 @@ def normed_mlp_apply(params: Params, x: jnp.ndarray, *,
     """
     p = params["layer0"]
     rows = x.reshape(-1, x.shape[-1])
-    h0 = (rows @ p["kernel"] + p["bias"]).reshape(x.shape[:-1] + p["bias"].shape)
+    h0 = affine.linear(rows, p["kernel"], p["bias"]).reshape(x.shape[:-1] + p["bias"].shape)
     return normed_mlp_apply_from(params, h0, act=act, last_act=last_act,
                                  dropout_rate=dropout_rate, dropout_key=dropout_key, eps=eps,
                                  dropout_mask=dropout_mask)
@@ -144,7 +145,7 @@ def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
     for i in range(n):
         p = params[f"layer{i}"]
         if i > 0:
-            h = h @ p["kernel"] + p["bias"]
+            h = affine.linear(h, p["kernel"], p["bias"])
         if "ln_scale" in p:
             h = layer_norm(h, p["ln_scale"], p["ln_bias"], eps)
             if i < n - 1:

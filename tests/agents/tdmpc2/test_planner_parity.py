@@ -21,6 +21,8 @@ from wmx.agents.tdmpc2 import planner as pl
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.config import TDMPC2Config
 
+TRAINERS_CPU = {**xla_cpu.XLA_DOTS, **xla_cpu.NATIVE_ROW_REDUCTIONS}
+
 
 def _base_cfg(f) -> TDMPC2Config:
     c = lambda k: int(f[f"meta/cfg/{k}"])  # noqa: E731
@@ -99,10 +101,11 @@ def _teacher_forced_decision(f, d, cfg, params, prev_mean, options):
     ("planner_small_warm_q2.npz", set()),
 ])
 def test_planner_parity(name, teacher_forced, dots):
-    """dots: XLA's default dot path, or the trainers' (`wmx.xla_cpu.XLA_DOTS`)."""
+    """dots: XLA's default dot path, or TD-MPC2's trainers' CPU options (XLA's dots and
+    native row reductions, `TRAINERS_CPU`)."""
     if dots == "xla" and jax.default_backend() != "cpu":
         pytest.skip("XLA's CPU dot option")
-    options = xla_cpu.XLA_DOTS if dots == "xla" else {}
+    options = TRAINERS_CPU if dots == "xla" else {}
     f = load_fixture("tdmpc2", name, skip_missing=True)
     base = _base_cfg(f)
     assert np.float32(base.discount) == f["meta/discount"]

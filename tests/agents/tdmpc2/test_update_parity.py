@@ -5,7 +5,8 @@ update_q2_warm.npz (num_q 2, warm heads), 3 calls each, every draw injected,
 dropout 0. Each call is checked (a) in isolation from the file's state and
 (b) chained through wmx's own state. Tolerances are the README's
 (`parity_helpers.check_update_call`). The isolated calls run twice on the CPU: with
-XLA's default dot path and with the trainers' (`wmx.xla_cpu.XLA_DOTS`, XLA's own dots).
+XLA's default dot path and with TD-MPC2's trainers' CPU options (`wmx.xla_cpu.XLA_DOTS`,
+XLA's own dots, and `NATIVE_ROW_REDUCTIONS`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from parity_helpers import check_update_call, file_state, load_fixture, update_i
 from wmx import xla_cpu
 from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.agents.tdmpc2.update import update_with_aux
+
+TRAINERS_CPU = {**xla_cpu.XLA_DOTS, **xla_cpu.NATIVE_ROW_REDUCTIONS}
 
 FILES = ["update_q5.npz", "update_q2_warm.npz"]
 NCALLS = 3
@@ -45,7 +48,7 @@ def test_each_call_in_isolation(fx, dots):
         pytest.skip("XLA's CPU dot option")
     else:
         run = jax.jit(update_with_aux.__wrapped__, static_argnames=("cfg",),
-                      compiler_options=xla_cpu.XLA_DOTS)
+                      compiler_options=TRAINERS_CPU)
     with jax.default_matmul_precision("highest"):
         for k in range(NCALLS):
             state = file_state(data, k, cfg)

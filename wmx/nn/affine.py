@@ -1,0 +1,72 @@
+"""Linear layer and LayerNorm affine whose parameter gradients are dots (shared_blocks B4).
+
+Forward values are exactly `x @ kernel + bias` and `xhat * scale + bias`; only the
+backward pass differs from autodiff's, and only in float summation order: the
+gradients of bias, LayerNorm scale and LayerNorm bias are sums over every row,
+written as `1 @ g` (a matrix-vector product) instead of a reduction. With XLA's CPU
+tree-reduction rewrite turned off for TD-MPC2's programs (row sums, such as
+LayerNorm's statistics, then fuse with their producers and run several times
+faster), a column sum as a reduction is 5-9x slower than before, while as a dot it
+is as fast as the rewritten one (docs/performance.md, "Native row sums").
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def column_sum(g: jnp.ndarray) -> jnp.ndarray:
+    """Sum over every axis but the last, as a dot: f32[..., F] -> f32[F].
+
+    The ones vector is derived from g (a select XLA folds to the constant 1) so that
+    under `jax.vmap` (the Q ensemble, the seeds) it carries g's batch axes: XLA then
+    forms one batched matrix-vector product, where a shared ones vector would make
+    it transpose g first (a copy of the whole gradient per sum).
+    """
+    rows = g.reshape(-1, g.shape[-1])
+    first = rows[:, 0]
+    ones = jnp.where(first == first, 1.0, 1.0).astype(rows.dtype)
+    return ones @ rows
+
+
+@jax.custom_vjp
+def linear(x: jnp.ndarray, kernel: jnp.ndarray, bias: jnp.ndarray) -> jnp.ndarray:
+    """x f32[..., in] @ kernel f32[in, out] + bias f32[out] -> f32[..., out].
+
+    Gradients: x g kernel^T, kernel x^T g over all rows, bias `column_sum(g)`.
+    """
+    return x @ kernel + bias
+
+
+def _linear_fwd(x, kernel, bias):
+    return x @ kernel + bias, (x, kernel)
+
+
+def _linear_bwd(res, g):
+    x, kernel = res
+    rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    return g @ kernel.T, rows.T @ g_rows, column_sum(g_rows)
+
+
+linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+@jax.custom_vjp
+def scale_shift(xhat: jnp.ndarray, scale: jnp.ndarray, bias: jnp.ndarray) -> jnp.ndarray:
+    """LayerNorm's affine xhat f32[..., F] * scale f32[F] + bias f32[F] -> f32[..., F].
+
+    Gradients: xhat g * scale, scale `column_sum(g * xhat)`, bias `column_sum(g)`.
+    """
+    return xhat * scale + bias
+
+
+def _scale_shift_fwd(xhat, scale, bias):
+    return xhat * scale + bias, (xhat, scale)
+
+
+def _scale_shift_bwd(res, g):
+    xhat, scale = res
+    return g * scale, column_sum(g * xhat), column_sum(g)
+
+
+scale_shift.defvjp(_scale_shift_fwd, _scale_shift_bwd)
