@@ -14,6 +14,11 @@ summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference), ``ynnpack`` or ``xla``.
+
+TD-MPC2's programs also keep XLA's reductions native (`NATIVE_ROW_REDUCTIONS`, no
+tree-reduction rewrite), with their parameter gradients' column sums written as dots:
+its planning decision 6-11% faster, the update as fast or faster (docs/performance.md,
+"Native row sums").
 """
 from __future__ import annotations
 

@@ -128,10 +128,10 @@ def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
 
     The layers run on the rows h0.reshape(-1, width) and the result takes h0's
     leading shape back: the same values, but the backward pass's sums over rows of
-    the hidden layers' bias and LayerNorm gradients are over one axis, which XLA's
-    CPU backend reduces several times faster than over two (docs/performance.md,
-    "Rows"). A dropout key draws its keep-mask as jax.random.bernoulli(key,
-    1 - rate, h0.shape); `dropout_mask` must broadcast to h0's shape.
+    the bias and LayerNorm gradients run over one axis (docs/performance.md, "Rows"),
+    as dots (`wmx.nn.affine`, "Native row sums"). A dropout key draws its keep-mask
+    as jax.random.bernoulli(key, 1 - rate, h0.shape); `dropout_mask` must broadcast
+    to h0's shape.
     """
     lead, width = h0.shape[:-1], h0.shape[-1]
     keep = dropout_mask
