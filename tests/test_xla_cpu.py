@@ -79,7 +79,6 @@ def test_the_option_takes_ynnpack_out_of_the_program():
     assert "__ynn_fusion" not in xla and " dot(" in xla
 
 
-
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA's CPU backend option")
 def test_native_row_reductions_take_the_tree_rewrite_out_of_the_program():
     """This jaxlib knows the pass name: a row sum wider than 32 stays one reduce
@@ -92,6 +91,7 @@ def test_native_row_reductions_take_the_tree_rewrite_out_of_the_program():
                      ).lower(x).compile().as_text()
     assert "reduce-window(" in rewritten
     assert "reduce-window(" not in native and " reduce(" in native
+
 
 def test_trainer_program_caches_follow_the_choice(monkeypatch):
     """The trainers' cached chunk programs are keyed by the compile options, so a process

@@ -35,7 +35,10 @@ NATIVE_ROW_REDUCTIONS = {"xla_disable_hlo_passes": "tree_reduction_rewriter"}
 tree-reduction rewrite (a reduce-window over blocks of 32, then a reduce): row sums
 (LayerNorm statistics, softmax) then fuse with their producers and run faster, column
 sums as reductions 5-9x slower, so a program taking it writes its parameter
-gradients' column sums as dots (`wmx.nn.affine`). TD-MPC2 takes it."""
+gradients' column sums as dots (`wmx.nn.affine`). Long full reductions then add
+sequentially (a 1.3M-element sum of squares: relative error 4.5e-6 against 2.2e-8).
+As a compile option it replaces any ``--xla_disable_hlo_passes`` of ``XLA_FLAGS`` for
+these programs. TD-MPC2 takes it."""
 
 
 def dots_choice(choice: str | None = None) -> str:

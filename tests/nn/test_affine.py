@@ -22,7 +22,8 @@ def _inputs():
 
 def test_forward_is_the_plain_expression_bit_for_bit():
     x, w, b, _ = _inputs()
-    np.testing.assert_array_equal(jax.jit(linear)(x, w, b), jax.jit(lambda *a: a[0] @ a[1] + a[2])(x, w, b))
+    np.testing.assert_array_equal(jax.jit(linear)(x, w, b),
+                                  jax.jit(lambda *a: a[0] @ a[1] + a[2])(x, w, b))
     xh = x[..., :5]
     np.testing.assert_array_equal(jax.jit(scale_shift)(xh, b, -b),
                                   jax.jit(lambda *a: a[0] * a[1] + a[2])(xh, b, -b))
@@ -52,6 +53,30 @@ def test_gradients_equal_autodiff_of_the_plain_expressions():
             for a, b_ in zip(got, want):
                 np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-4)
 
+
+
+def test_ensemble_pattern_subsets_zero_rows_and_dtypes():
+    """The Q ensemble's pattern (input shared, parameters batched by vmap), gradients
+    w.r.t. a subset of the arguments, zero rows, and cotangents in the inputs' dtypes."""
+    x, w, b, _ = _inputs()
+    ws, bs = jnp.stack([w, -w, 2 * w]), jnp.stack([b, b, -b])
+
+    def loss(fn, x, ws, bs):
+        return jnp.sum(jnp.tanh(jax.vmap(fn, in_axes=(None, 0, 0))(x, ws, bs)))
+
+    plain = lambda x, w, b: x @ w + b  # noqa: E731
+    for argnums in ((0, 1, 2), (1, 2), (0,)):
+        got = jax.grad(loss, argnums=tuple(a + 1 for a in argnums))(linear, x, ws, bs)
+        want = jax.grad(loss, argnums=tuple(a + 1 for a in argnums))(plain, x, ws, bs)
+        for a, b_ in zip(got, want):
+            np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-5)
+    gx, gw, gb = jax.grad(lambda *a: jnp.sum(linear(*a)), argnums=(0, 1, 2))(
+        jnp.zeros((0, 6)), w, b)
+    assert gx.shape == (0, 6) and not gw.any() and not gb.any()
+    xb = x.astype(jnp.bfloat16)
+    grads = jax.grad(lambda *a: jnp.sum(linear(*a).astype(jnp.float32)), argnums=(0, 1, 2))(
+        xb, w.astype(jnp.bfloat16), b)
+    assert [g.dtype for g in grads] == [jnp.bfloat16, jnp.bfloat16, jnp.float32]
 
 def test_column_sum_of_a_nan_row_spoils_only_its_own_columns():
     g = jnp.arange(12.0).reshape(4, 3).at[1, 0].set(jnp.nan)

@@ -108,9 +108,12 @@ def test_parameter_gradients_sum_rows_as_dots():
     hlo = jax.jit(jax.grad(loss), compiler_options={**XLA_DOTS, **NATIVE_ROW_REDUCTIONS}
                   ).lower(p).compile().as_text()
     assert "reduce-window(" not in hlo
-    reduced = re.findall(r"= f32\[([\d,]*)\][^\n]*? reduce\(", hlo)
-    assert "768" in reduced, reduced             # LayerNorm statistics over a row
-    assert not {"48", "7"} & set(reduced), reduced
+    # every reduce's output shape and reduced dimensions
+    reduces = re.findall(
+        r"= f32\[([\d,]*)\]\{[\d,]*\} reduce\([^\n]*?dimensions=\{([\d,]*)\}", hlo)
+    assert ("768", "1") in reduces, reduces      # LayerNorm statistics over a row
+    over_rows = [(out, dims) for out, dims in reduces if out and "0" in dims.split(",")]
+    assert not over_rows, over_rows              # no sum over the rows (axis 0) but the loss's
 
 
 def test_param_count_normed_linear():

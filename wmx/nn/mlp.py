@@ -11,6 +11,10 @@ Hidden layer: act(Norm(Dropout_{first layer only}(x W + b))). Two forms:
 LayerNorm: eps 1e-5 for TD-MPC2, biased variance computed as mean((x-mu)^2)
 (flax's default eps 1e-6 and fast variance are both wrong here).
 
+The functional form's Linear layers and LayerNorm affine are `wmx.nn.affine`'s
+(parameter gradients' sums over rows as dots; reverse-mode autodiff only, scale and
+bias of shape [F]).
+
 Mish: `mish` is x * tanh(softplus(x)) in the one-exp rational form (same
 function, within 1 float32 ulp-scale rounding of `jax.nn.mish`, ~9x cheaper
 on the XLA CPU backend, where exp + log1p + tanh dominated the MLP layers).
@@ -31,7 +35,11 @@ Params = dict
 
 def layer_norm(x: jnp.ndarray, scale: jnp.ndarray, bias: jnp.ndarray,
                eps: float = 1e-5) -> jnp.ndarray:
-    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * scale + bias."""
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * scale + bias.
+
+    x f32[..., F]; scale and bias f32[F] (their gradients have that shape,
+    `wmx.nn.affine.scale_shift`).
+    """
     mu = jnp.mean(x, axis=-1, keepdims=True)
     xc = x - mu
     var = jnp.mean(xc * xc, axis=-1, keepdims=True)
@@ -124,7 +132,11 @@ def normed_mlp_apply_from(params: Params, h0: jnp.ndarray, *,
 
     For callers that compute h0 their own way (one matmul shared by several
     heads, or split as x1 W0[:k] + x2 W0[k:] when x1 is shared by many rows);
-    everything after the first Linear is `normed_mlp_apply`'s.
+    everything after the first Linear is `normed_mlp_apply`'s. The caller's own
+    bias add is not `wmx.nn.affine.linear`: if b0 is differentiated there, its sum
+    over rows is a reduction (slow in TD-MPC2's programs, which keep reductions
+    native); wmx's callers use this only where b0 is a constant (planning; the Q
+    pair of the policy loss).
 
     The layers run on the rows h0.reshape(-1, width) and the result takes h0's
     leading shape back: the same values, but the backward pass's sums over rows of

@@ -21,7 +21,9 @@ from wmx.agents.tdmpc2 import planner as pl
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.config import TDMPC2Config
 
-TRAINERS_CPU = {**xla_cpu.XLA_DOTS, **xla_cpu.NATIVE_ROW_REDUCTIONS}
+# TD-MPC2's trainers' options on the CPU (XLA's dots, native row reductions)
+TRAINERS_CPU = xla_cpu.training_options(True, native_row_reductions=True,
+                                        choice="xla", backend="cpu")
 
 
 def _base_cfg(f) -> TDMPC2Config:

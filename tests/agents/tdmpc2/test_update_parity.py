@@ -19,7 +19,9 @@ from wmx import xla_cpu
 from wmx.agents.tdmpc2.config import TDMPC2Config
 from wmx.agents.tdmpc2.update import update_with_aux
 
-TRAINERS_CPU = {**xla_cpu.XLA_DOTS, **xla_cpu.NATIVE_ROW_REDUCTIONS}
+# TD-MPC2's trainers' options on the CPU (XLA's dots, native row reductions)
+TRAINERS_CPU = xla_cpu.training_options(True, native_row_reductions=True,
+                                        choice="xla", backend="cpu")
 
 FILES = ["update_q5.npz", "update_q2_warm.npz"]
 NCALLS = 3
