@@ -37,16 +37,23 @@ import pytest
 from parity_helpers import (TOL, check_decision, close, decision_cfg, decision_draws,
                             load_fixture, mt_fixture_setup, planner_params)
 
+from wmx import xla_cpu
 from wmx.agents.tdmpc2 import multitask as mt
 from wmx.agents.tdmpc2 import planner as pl
 
 ND = 8
 EMB_ATOL = 1e-6
+# TD-MPC2's trainers' options on the CPU (XLA's dots, native row reductions): the multi-task
+# evaluation plans with them
+TRAINERS_CPU = xla_cpu.training_options(True, native_row_reductions=True,
+                                        choice="xla", backend="cpu")
 
 
-@pytest.fixture(scope="module")
-def run():
+def _run(options=None):
     """(file, base cfg, TaskContext, params, [(cfg, prev_mean_in, action, new_prev, info)])."""
+    plan = mt.plan_task_with_stats
+    if options is not None:
+        plan = jax.jit(plan.__wrapped__, static_argnames=("cfg",), compiler_options=options)
     f = load_fixture("tdmpc2_mt", "planner_mt.npz")
     base, tasks = mt_fixture_setup(f)
     params = planner_params(f, base)
@@ -57,7 +64,7 @@ def run():
             cfg = decision_cfg(f, base, d)
             eval_mode = bool(f[f"decision{d}/cfg/eval_mode"])
             noise = pl.noise_from_reference(decision_draws(f, d), cfg, eval_mode)
-            action, new_prev, info = mt.plan_task_with_stats(
+            action, new_prev, info = plan(
                 params, jnp.asarray(f[f"decision{d}/obs"]), prev,
                 jnp.asarray(bool(f[f"decision{d}/cfg/t0"])), noise, cfg, tasks,
                 jnp.int32(f[f"decision{d}/task"]), eval_mode=jnp.asarray(eval_mode))
@@ -66,11 +73,30 @@ def run():
     return f, base, tasks, params, out
 
 
+@pytest.fixture(scope="module")
+def run():
+    return _run()
+
+
+@pytest.fixture(scope="module")
+def run_trainers():
+    if jax.default_backend() != "cpu":
+        pytest.skip("TD-MPC2's CPU compile options")
+    return _run(TRAINERS_CPU)
+
+
 def test_setup_matches_recording(run):
     f, base, tasks, _, out = run
     np.testing.assert_array_equal(np.asarray(tasks.discounts), f["meta/discount"])
     np.testing.assert_array_equal(np.asarray(tasks.action_masks), f["meta/action_masks"])
     assert [o[0].planning_iterations for o in out] == [3] * 7 + [6]   # padded A = 3 < 20
+
+
+@pytest.mark.parametrize("d", range(ND))
+def test_decision_with_the_trainers_options(run_trainers, d):
+    f, _, _, _, out = run_trainers
+    cfg, prev_in, action, new_prev, info = out[d]
+    check_decision(f, d, cfg, action, new_prev, info, f"decision {d} (trainers' options)")
 
 
 @pytest.mark.parametrize("d", range(ND))

@@ -38,6 +38,7 @@ import pytest
 from parity_helpers import (check_update_call, file_state, load_fixture, mt_fixture_setup,
                             sub_dict, update_inputs)
 
+from wmx import xla_cpu
 from wmx.agents.tdmpc2 import multitask as mt
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.update import update_with_aux
@@ -46,6 +47,10 @@ from wmx.nn.tanh_gaussian import pe_log_prob
 NCALLS = 3
 EMB_ATOL = 1e-6          # README: embedding tables
 LOG_PROB_FACTOR = 2.5    # pi_log_prob atol = 2.5 x the intermediates' (module docstring)
+# TD-MPC2's trainers' options on the CPU (XLA's dots, native row reductions): the offline
+# multi-task trainer compiles its update with them
+TRAINERS_CPU = xla_cpu.training_options(True, native_row_reductions=True,
+                                        choice="xla", backend="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +60,12 @@ def fx():
     return data, cfg, tasks
 
 
-def _run(fx, chained):
+def _run(fx, chained, options=None):
     data, cfg, tasks = fx
+    run = update_with_aux
+    if options is not None:
+        run = jax.jit(update_with_aux.__wrapped__, static_argnames=("cfg",),
+                      compiler_options=options)
     out = []
     with jax.default_matmul_precision("highest"):
         state = file_state(data, 0, cfg)
@@ -64,7 +73,7 @@ def _run(fx, chained):
             if not chained:
                 state = file_state(data, k, cfg)
             batch, noise = update_inputs(data, k, with_task=True)
-            new_state, metrics, aux = update_with_aux(state, batch, noise, cfg, tasks)
+            new_state, metrics, aux = run(state, batch, noise, cfg, tasks)
             out.append((state, batch, noise, new_state, metrics, aux))
             state = new_state
     return out
@@ -78,6 +87,13 @@ def isolated(fx):
 @pytest.fixture(scope="module")
 def chained(fx):
     return _run(fx, chained=True)
+
+
+@pytest.fixture(scope="module")
+def isolated_trainers(fx):
+    if jax.default_backend() != "cpu":
+        pytest.skip("TD-MPC2's CPU compile options")
+    return _run(fx, chained=False, options=TRAINERS_CPU)
 
 
 def _next_params(data, k):
@@ -138,6 +154,15 @@ def test_config_matches_recording(fx):
 def test_update_in_isolation(fx, isolated, k):
     data, cfg, tasks = fx
     state, batch, _, new_state, metrics, aux = isolated[k]
+    check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
+                      log_prob_atol_factor=LOG_PROB_FACTOR)
+    _check_mt(data, k, tasks, batch, new_state, aux, chained=False)
+
+
+@pytest.mark.parametrize("k", range(NCALLS))
+def test_update_in_isolation_with_the_trainers_options(fx, isolated_trainers, k):
+    data, cfg, tasks = fx
+    state, batch, _, new_state, metrics, aux = isolated_trainers[k]
     check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
                       log_prob_atol_factor=LOG_PROB_FACTOR)
     _check_mt(data, k, tasks, batch, new_state, aux, chained=False)
