@@ -150,22 +150,22 @@ def test_config_matches_recording(fx):
     assert (cfg.wm_eps, cfg.pi_eps) == (data["meta/optim/wm_eps"], data["meta/optim/pi_eps"])
 
 
-@pytest.mark.parametrize("k", range(NCALLS))
-def test_update_in_isolation(fx, isolated, k):
+def _check_isolated(fx, runs, k):
     data, cfg, tasks = fx
-    state, batch, _, new_state, metrics, aux = isolated[k]
+    state, batch, _, new_state, metrics, aux = runs[k]
     check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
                       log_prob_atol_factor=LOG_PROB_FACTOR)
     _check_mt(data, k, tasks, batch, new_state, aux, chained=False)
+
+
+@pytest.mark.parametrize("k", range(NCALLS))
+def test_update_in_isolation(fx, isolated, k):
+    _check_isolated(fx, isolated, k)
 
 
 @pytest.mark.parametrize("k", range(NCALLS))
 def test_update_in_isolation_with_the_trainers_options(fx, isolated_trainers, k):
-    data, cfg, tasks = fx
-    state, batch, _, new_state, metrics, aux = isolated_trainers[k]
-    check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
-                      log_prob_atol_factor=LOG_PROB_FACTOR)
-    _check_mt(data, k, tasks, batch, new_state, aux, chained=False)
+    _check_isolated(fx, isolated_trainers, k)
 
 
 @pytest.mark.parametrize("k", range(NCALLS))
