@@ -11,6 +11,7 @@ as fast as the rewritten one (docs/performance.md, "Native row sums").
 
 Reverse mode only (custom VJPs: `jax.jvp`, `jax.jacfwd` and `jax.linearize` raise);
 scale and bias must have the parameter's own shape f32[F] (not a broadcast scalar).
+Errors are JAX's own: a TypeError when the shapes do not broadcast or multiply.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def linear(x: jnp.ndarray, kernel: jnp.ndarray, bias: jnp.ndarray) -> jnp.ndarra
 
 
 def _linear_fwd(x, kernel, bias):
-    return x @ kernel + bias, (x, kernel, bias)
+    return linear(x, kernel, bias), (x, kernel, bias)
 
 
 def _linear_bwd(res, g):
@@ -70,7 +71,7 @@ def scale_shift(xhat: jnp.ndarray, scale: jnp.ndarray, bias: jnp.ndarray) -> jnp
 
 
 def _scale_shift_fwd(xhat, scale, bias):
-    return xhat * scale + bias, (xhat, scale, bias)
+    return scale_shift(xhat, scale, bias), (xhat, scale, bias)
 
 
 def _scale_shift_bwd(res, g):
