@@ -115,3 +115,14 @@ def test_split_batch():
     assert [serialize_episode(e) for e in back] == [serialize_episode(e) for e in eps]
     with pytest.raises(ValueError, match="disagree"):
         split_batch(dict(batch, reward=batch["reward"][:2]))
+
+
+def test_missing_array_record_fails_at_the_writers_start_and_writes_nothing(
+        setup, monkeypatch):
+    # a None entry in sys.modules makes the import raise ImportError
+    monkeypatch.setitem(__import__("sys").modules,
+                        "array_record.python.array_record_module", None)
+    _, staging = setup
+    with pytest.raises(ImportError, match=r"array_record.*--no-export"):
+        EpisodeSetWriter(staging, TASK, PRODUCER, versions={})
+    assert not staging.exists()

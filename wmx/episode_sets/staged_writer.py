@@ -71,6 +71,18 @@ def split_batch(batch: Mapping[str, Any]) -> list[Episode]:
             for i in range(n)]
 
 
+def require_array_record() -> None:
+    """Raise a one-line ImportError naming the fix when ArrayRecord cannot be imported
+    (the writer imports it lazily, at its first chunk: a run would learn of a missing
+    package only after its first round)."""
+    try:
+        import array_record.python.array_record_module  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"episode export needs the array_record package ({e}): install "
+                          "wmx's dependencies (pip install -r requirements-lock.txt), or "
+                          "train with --no-export (no episode sets)") from None
+
+
 class EpisodeSetWriter:
     """Append-then-finalise writer of one seed's episode set.
 
@@ -86,6 +98,7 @@ class EpisodeSetWriter:
     def __init__(self, staging_dir: str | os.PathLike, task: Any,
                  producer: Producer | Mapping[str, Any],
                  versions: Mapping[str, str] | None = None, *, new_config: bool = False):
+        require_array_record()     # at the run's start, not at its first round's end
         self.dir = Path(staging_dir)
         self.task = TaskInfo.from_spec(task)
         self.producer = _as_producer(producer)
