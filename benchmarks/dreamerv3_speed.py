@@ -10,7 +10,8 @@ Writes JSON (default benchmarks/results/dreamerv3_speed.json):
     steps, actor-critic, LaProp); official: ``jax.jit(nj.pure(agent.train))``
     of danijar/dreamerv3 29eb964 (`dreamerv3_reference_driver.py`);
   - ``policy_<size>``: one policy step for 16 envs (filter step + sampled
-    action; ms); wmx: jitted ``agent.policy``; official: the JAXAgent's
+    action; ms); wmx: jitted ``agent.policy`` with the agent's compile options (as
+    its training chunk and evaluation rollout compile it); official: the JAXAgent's
     jitted policy program;
   each with the median over rounds of the per-block medians (wall and
   process-CPU ms), the matmul FLOPs of the program (``gflop``, counted on
@@ -140,7 +141,10 @@ class WmxWorker:
         memory["train"] = compiled_memory(update)
         params = dv3.policy_params(self.state)
         t = time.perf_counter()
-        policy = jax.jit(policy_fn).lower(params, self.pcarry, obs_v, first, key()).compile()
+        # as wmx runs the policy: the training chunk and the evaluation rollout compile it
+        # with the agent's options too (`wmx.acting`, `wmx.train_online.program`)
+        policy = jax.jit(policy_fn, compiler_options=self.compiler_options).lower(
+            params, self.pcarry, obs_v, first, key()).compile()
         compile_s["policy"] = time.perf_counter() - t
         memory["policy"] = compiled_memory(policy)
         gflop = {"train": program_flops(update_fn, self.state, batch, key()) / 1e9,
