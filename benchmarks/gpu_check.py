@@ -138,7 +138,8 @@ def probe_main() -> None:
         pass
     versions = {}
     for dist in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cudnn-cu12",
-                 "nvidia-cublas-cu12", "mujoco", "mujoco-mjx", "playground"):
+                 "nvidia-cublas-cu12", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+                 "nvidia-cudnn-cu13", "nvidia-cublas", "mujoco", "mujoco-mjx", "playground"):
         try:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
