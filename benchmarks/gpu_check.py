@@ -15,7 +15,7 @@ slot keeps a margin; ``--plan`` prints the stages and budgets):
   tdmpc2_learning     benchmarks/learning/tdmpc2_online.py --preset paper on
                       cartpole-balance (seeds 0 1), as many env steps as fit (--budget-min)
   dreamerv3_learning  benchmarks/learning/dreamerv3_online.py --preset paper on
-                      cartpole-balance (seed 0, 16 envs, train ratio 512), as above
+                      cartpole-balance (seeds 0 1, 16 envs, train ratio 512), as above
 
 A stage past its limit is killed with its process group and marked
 ``timeout``; the rest still run. Time a stage leaves unused goes to the stages
@@ -98,8 +98,11 @@ def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
                     "--policy-calls", "20"]
         td_learn = ["--task", tdmpc2_task, "--preset", "paper", "--seeds", "0", "1",
                     "--env-steps", "50000", "--eval-every", "5000", "--eval-episodes", "10"]
-        dv_learn = ["--task", dreamerv3_task, "--preset", "paper", "--seeds", "0",
-                    "--env-steps", "64000", "--eval-every", "16000", "--eval-episodes", "10"]
+        # 2 seeds vmapped (the online criterion's; nearly free on a GPU) and a checkpoint every
+        # 100 ticks (~30 s on an H200), so the budget stop ends the run inside its limit
+        dv_learn = ["--task", dreamerv3_task, "--preset", "paper", "--seeds", "0", "1",
+                    "--env-steps", "64000", "--eval-every", "16000", "--eval-episodes", "10",
+                    "--chunk-ticks", "100"]
         budgets = (30, 25, 65, 95, 140, 185)
     learn_out = ["--home", str(home), "--out", str(raw / "learning")]
     return [

@@ -51,6 +51,7 @@ def test_paper_sizes_in_the_gpu_plan(tmp_path):
     dv = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("dreamerv3_learning"))
     td = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("tdmpc2_learning"))
     assert "--task reacher-easy" in dv and "--preset paper" in dv and "(skipped)" not in dv
+    assert "--seeds 0 1 " in dv and "--chunk-ticks" in dv   # the criterion's 2 seeds
     assert f"--task {gpu_check.TASK}" in td and "(skipped)" in td
 
 
