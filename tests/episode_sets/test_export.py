@@ -1,6 +1,7 @@
 """Incremental export (EpisodeSetWriter): chunks, restart, resume, finalise."""
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -120,8 +121,7 @@ def test_split_batch():
 def test_missing_array_record_fails_at_the_writers_start_and_writes_nothing(
         setup, monkeypatch):
     # a None entry in sys.modules makes the import raise ImportError
-    monkeypatch.setitem(__import__("sys").modules,
-                        "array_record.python.array_record_module", None)
+    monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
     _, staging = setup
     with pytest.raises(ImportError, match=r"array_record.*--no-export"):
         EpisodeSetWriter(staging, TASK, PRODUCER, versions={})

@@ -92,7 +92,9 @@ class EpisodeSetWriter:
     env_versions()). Reopening a directory written for another task or
     producer raises ValueError (a resumed run must be the same run and seed);
     ``new_config``: the run was extended on resume, so its config hash changed
-    (the length is part of it): the new producer is recorded instead.
+    (the length is part of it): the new producer is recorded instead. Without the
+    array_record package it raises ImportError (`require_array_record`) before
+    anything is written.
     """
 
     def __init__(self, staging_dir: str | os.PathLike, task: Any,
