@@ -29,6 +29,11 @@ each seed in its metrics.csv.
         --tdmpc2-run H/runs/offline-check-<time>
     python benchmarks/learning/dreamerv3_offline.py --resume H/runs/dv3-offline-check-<time>
 
+To train on another machine (a GPU): ``--prepare-only`` pools the dataset and
+writes the run directory here (Beam runs here); copy the home folder, train
+there with ``--resume``, and bring the run directory back for ``--resume RUN
+--report-only [--tdmpc2-run ...]``, which writes the result from its metrics.csv.
+
 Nothing here runs in the test suite (a check takes hours of CPU).
 """
 from __future__ import annotations
@@ -40,8 +45,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parser, reaches_ratio,  # noqa: E402
-                           run_fields, start_or_resume, task_result, train, write_results)
+from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
+                           prepared_only, reaches_ratio, run_fields, start_or_resume,
+                           task_result, train, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MARGIN = 100.0
@@ -110,17 +116,20 @@ def main(argv=None) -> int:
     from wmx.runs.offline_config import OfflineRunConfig
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(
-        p, args, "dreamerv3", "dv3-offline-check",
-        {"tdmpc2_run": args.tdmpc2_run and str(Path(args.tdmpc2_run).resolve()),
-         "learned_margin": args.learned_margin})
+        p, args, "dreamerv3", "dv3-offline-check", {"learned_margin": args.learned_margin})
+    if args.tdmpc2_run or "tdmpc2_run" not in bench:    # a new run, or given on --resume
+        bench["tdmpc2_run"] = args.tdmpc2_run and home_relative(home, args.tdmpc2_run)
+        (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
+    if prepared_only(args, run_dir):
+        return 0
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
-    beside = tdmpc2_beside(bench.get("tdmpc2_run") and Path(bench["tdmpc2_run"]), rc.dataset)
+    beside = tdmpc2_beside(bench["tdmpc2_run"] and home / bench["tdmpc2_run"], rc.dataset)
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
-    summary, wall = train(rc, run_dir, home, args.budget_min)
+    summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN))
     report = None
-    if beside is not None and summary["finished"]:
+    if beside is not None and summary["finished"] and not args.report_only:
         report = compare_report(home, [beside["run_dir"], str(run_dir)],
                                 out / f"{RESULT_NAME}_report", rc.eval_episodes)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,

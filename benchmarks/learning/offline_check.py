@@ -189,6 +189,14 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) check run")
     p.add_argument("--out", default=str(REPO / "benchmarks/results"))
+    p.add_argument("--report-only", action="store_true",
+                   help="with --resume: no training; write the result JSON and plot of the "
+                        "run as far as its metrics.csv goes (e.g. a run trained elsewhere "
+                        "whose run directory came back without checkpoints)")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="pool the dataset, measure the random returns and write the check's "
+                        "run directory, then stop: train it with --resume, e.g. on a GPU "
+                        "machine after copying the home folder there (it may move)")
     return p
 
 
@@ -218,6 +226,16 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
     return run_dir
 
 
+def home_relative(home: Path, run_dir) -> str:
+    """A source run's path as benchmark.json records it: relative to ``home`` when inside
+    it (so a home folder copied to another machine resumes there), else absolute."""
+    path = Path(run_dir).expanduser().resolve()
+    try:
+        return str(path.relative_to(Path(home).resolve()))
+    except ValueError:
+        return str(path)
+
+
 def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
                     extra: dict) -> tuple[Path, Path, dict, dict[str, dict]]:
     """(run_dir, home, the run's benchmark.json, the pooled sources per task).
@@ -225,10 +243,15 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     ``--resume RUN_DIR``: that run and its benchmark.json. Otherwise ``--sources``
     (required) are pooled into a dataset (built unless stored), and a new run
     ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
-    ``{"sources", **extra, "dataset"}``. ``--out`` is created."""
+    ``{"sources", **extra, "dataset"}`` (sources inside home relative to it,
+    `home_relative`). ``--out`` is created."""
     from wmx.paths import wmx_home
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.report_only and not args.resume:
+        p.error("--report-only needs --resume RUN_DIR (the run to report on)")
+    if args.prepare_only and args.resume:
+        p.error("--prepare-only starts a new run; it takes --sources, not --resume")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
         home = run_dir.parent.parent
@@ -237,9 +260,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         if not args.sources:
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
         home = wmx_home(args.home)
-        bench = {"sources": [str(Path(s).expanduser().resolve()) for s in args.sources],
-                 **extra}
-    runs = [source_run(Path(s)) for s in bench["sources"]]
+        bench = {"sources": [home_relative(home, s) for s in args.sources], **extra}
+    runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
     tasks = pooled_sources(runs)
     Ts = {r["episode_length"] for r in runs}
     if len(Ts) > 1:
@@ -255,9 +277,32 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     return run_dir, home, bench, tasks
 
 
-def train(rc, run_dir: Path, home: Path, budget_min: float | None) -> tuple[dict, float]:
+def prepared_only(args, run_dir: Path) -> bool:
+    """With ``--prepare-only``: print how to train the prepared run and return True (the
+    entry point stops); else False."""
+    if not args.prepare_only:
+        return False
+    print(f"prepared {run_dir} (dataset, config.json, benchmark.json); train it with "
+          f"--resume {run_dir}, here or where its home folder {run_dir.parent.parent} is "
+          "copied")
+    return True
+
+
+def train(rc, run_dir: Path, home: Path, budget_min: float | None,
+          report_only: bool = False) -> tuple[dict, float]:
     """(summary, wall seconds) of `train_offline`'s loop on ``run_dir`` (progress bar on;
-    stopped after the first chunk past ``budget_min`` minutes)."""
+    stopped after the first chunk past ``budget_min`` minutes). ``report_only``: no
+    training; the run's summary.json when it finished, else what its metrics.csv shows
+    (``updates``: the last training row's; ``wall_s`` None)."""
+    if report_only:
+        path = run_dir / "summary.json"
+        if path.is_file():
+            return json.loads(path.read_text()), 0.0
+        updates = 0
+        if (run_dir / "metrics.csv").is_file():
+            with (run_dir / "metrics.csv").open() as f:
+                updates = max((int(r["updates"]) for r in csv.DictReader(f)), default=0)
+        return {"finished": False, "updates": updates, "wall_s": None}, 0.0
     from wmx.runs.interrupt import stop_on_interrupt
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()

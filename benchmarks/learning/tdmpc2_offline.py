@@ -27,8 +27,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parser, reaches_ratio,  # noqa: E402
-                           run_fields, start_or_resume, task_result, train, write_results)
+from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
+                           reaches_ratio, run_fields, start_or_resume, task_result, train,
+                           write_results)
 
 RESULT_NAME = "tdmpc2_offline"
 
@@ -60,10 +61,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(p, args, "tdmpc2", "offline-check",
                                                   {"min_pass": args.min_pass})
+    if prepared_only(args, run_dir):
+        return 0
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
-    summary, wall = train(rc, run_dir, home, args.budget_min)
+    summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
     res = judge(tasks, eval_curves(run_dir), min_pass)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,

@@ -112,3 +112,47 @@ def test_random_policy_return_on_a_probe_env():
     assert 0.5 * (30 / 3) ** 0.5 < a["std"] < 1.5 * (30 / 3) ** 0.5
     assert offline_check.random_policy_return("probe-action", 30, episodes=64) == a
     assert offline_check.random_policy_return("probe-action", 30, episodes=64, seed=1) != a
+
+
+def _source_run(run: Path, task: str, final: float) -> None:
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"task": task, "episode_length": None}))
+    (run / "summary.json").write_text(json.dumps({"episode_sets": {"0": "episodes/x/0"}}))
+    (run / "metrics.csv").write_text(f"kind,seed,return\ntrain,0,1.0\neval,0,{final}\n")
+
+
+def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, capsys):
+    # prepared on one machine (sources recorded relative to the home folder), trained on
+    # another, reported from the run directory that came back without checkpoints
+    import offline_check
+    from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.schemas.taskset import mt19
+    home = tmp_path / "first"
+    assert offline_check.home_relative(home, home / "runs" / "src") == "runs/src"
+    assert offline_check.home_relative(home, tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+    moved = tmp_path / "second"                   # the home folder after the copy
+    _source_run(moved / "runs" / "src", "reacher-easy", 800.0)
+    run = moved / "runs" / "dv3-offline-check-1"
+    run.mkdir()
+    rc = OfflineRunConfig(dataset="mt19-x@" + "ab" * 32,
+                          taskset=mt19().subset(["reacher-easy"]).to_dict(), agent="dreamerv3",
+                          updates=4000, eval_every=1000, log_every=500, checkpoint_every=1000)
+    (run / "config.json").write_text(json.dumps(rc.to_json()))
+    (run / "benchmark.json").write_text(json.dumps({
+        "sources": ["runs/src"], "learned_margin": 100.0, "tdmpc2_run": None,
+        "dataset": rc.dataset, "random_returns": {"reacher-easy": {"mean": 60.0}}}))
+    (run / "metrics.csv").write_text("kind,task,seed,updates,return\ntrain,,0,500,\n"
+                                     "eval,reacher-easy,0,1000,300.0\ntrain,,0,1500,\n"
+                                     "eval,reacher-easy,0,2000,450.0\ntrain,,0,2500,\n")
+    out = tmp_path / "results"
+    assert bench.main(["--resume", str(run), "--report-only", "--out", str(out)]) == 0
+    res = json.loads((out / "dreamerv3_offline.json").read_text())
+    task = res["tasks"]["reacher-easy"]
+    assert task["source_runs"] == [str(moved / "runs" / "src")]
+    assert task["offline_eval_return"] == {"1000": 300.0, "2000": 450.0}
+    assert task["pass"] is True and res["passed"]         # 450 >= 0.5 x 800
+    assert res["updates_reached"] == 2500 and res["finished"] is False
+    assert res["comparison_report"] is None
+    with pytest.raises(SystemExit):                       # nothing to report on
+        bench.main(["--report-only", "--sources", str(run), "--out", str(out)])
+    assert "--report-only needs --resume" in capsys.readouterr().err
