@@ -401,7 +401,7 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         ax.set_xlabel("updates")
         ax.set_ylabel("eval return")
         ax.set_ylim(0, 1.1 * max(top))
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
