@@ -1,9 +1,10 @@
 """gpu_check: both agents' paper-size speed and a short paper-protocol learning run, on a GPU.
 
 One prepared script for a machine with an NVIDIA GPU and the CUDA install
-(README, "On a GPU"). It runs six stages, each in its own process under a
-hard time limit, within one wall-clock budget (default 570 s, so a 10-minute
-slot keeps a margin; ``--plan`` prints the stages and budgets):
+(README, "On a GPU"). It runs six stages (seven with a prepared offline run),
+each in its own process under a hard time limit, within one wall-clock budget
+(default 570 s, so a 10-minute slot keeps a margin; ``--plan`` prints the
+stages and budgets):
 
   probe               jax's devices and versions (nothing else runs without a GPU)
   device_tests        tests/nn/test_rbg_bits.py on the GPU: wmx's Philox kernel for the
@@ -16,6 +17,10 @@ slot keeps a margin; ``--plan`` prints the stages and budgets):
                       cartpole-balance (seeds 0 1), as many env steps as fit (--budget-min)
   dreamerv3_learning  benchmarks/learning/dreamerv3_online.py --preset paper on
                       cartpole-balance (seeds 0 1, 16 envs, train ratio 512), as above
+  dreamerv3_offline   only with --dreamerv3-offline-run RUN_DIR: that offline check run,
+                      prepared elsewhere (benchmarks/learning/dreamerv3_offline.py
+                      --prepare-only; its home folder copied beside it), trained with
+                      --resume for as many updates as fit (--budget-min)
 
 A stage past its limit is killed with its process group and marked
 ``timeout``; the rest still run. Time a stage leaves unused goes to the stages
@@ -76,10 +81,13 @@ class Stage:
 
 
 def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
-           dreamerv3_task: str = TASK) -> list[Stage]:
-    """The stages (budgets at DEFAULT_TOTAL_S) writing under ``raw``; ``home``: the
-    learning runs' data root. ``smoke``: the --force-cpu sizes (probe-action, the task
-    arguments unused); ``*_task``: the learning stages' Playground tasks."""
+           dreamerv3_task: str = TASK, offline_run: Path | None = None) -> list[Stage]:
+    """The stages (budgets at DEFAULT_TOTAL_S; with ``offline_run`` the plan's total is
+    larger until `scaled`) writing under ``raw``; ``home``: the online learning runs'
+    data root. ``smoke``: the --force-cpu sizes (probe-action, the task arguments
+    unused); ``*_task``: the learning stages' Playground tasks; ``offline_run``: a
+    prepared DreamerV3 offline check run, trained in its own home folder by the
+    ``dreamerv3_offline`` stage (None: no such stage)."""
     py = sys.executable
     probe = [py, str(Path(__file__).resolve()), "--probe"]
     no_prealloc = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}   # two processes share the GPU
@@ -105,6 +113,11 @@ def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
                     "--chunk-ticks", "100"]
         budgets = (30, 25, 65, 95, 140, 185)
     learn_out = ["--home", str(home), "--out", str(raw / "learning")]
+    offline = [] if offline_run is None else [
+        Stage("dreamerv3_offline", budgets[5],
+              [py, str(HERE / "learning" / "dreamerv3_offline.py"), "--resume",
+               str(offline_run), "--out", str(raw / "offline")],
+              learning="dreamerv3_offline", tail_s=60)]
     return [
         Stage("probe", budgets[0], probe),
         # wmx.nn.rbg_bits reproduces XLA's RngBitGenerator bits on the backend it runs on;
@@ -125,6 +138,7 @@ def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
         Stage("dreamerv3_learning", budgets[5],
               [py, str(HERE / "learning" / "dreamerv3_online.py"), *dv_learn, *learn_out],
               learning="dreamerv3", tail_s=60),
+        *offline,
     ]
 
 
@@ -313,6 +327,40 @@ def learning_results(raw: Path, home: Path, agent: str, task: str) -> dict | Non
             "eval_curve": curves["eval"], "train_curve": curves["train"]}
 
 
+def offline_results(raw: Path, run_dir: Path) -> dict:
+    """The offline check's JSON entries if it wrote them, else the per-task eval curves
+    of its run's metrics.csv (a run stopped by the stage limit); the run's config and
+    metrics are copied to ``raw/offline/run_<name>`` (two folders below the output)."""
+    keep = raw / "offline"
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "benchmark.json", "metrics.csv"):
+        if (run_dir / name).exists():
+            shutil.copy2(run_dir / name, keep / f"run_{name}")
+    res = read_json(raw / "offline" / "dreamerv3_offline.json")
+    if res is not None:
+        return {"source": "offline check JSON", "run_dir": str(run_dir),
+                "updates_reached": res.get("updates_reached"), "passed": res.get("passed"),
+                "eval_curve": {t: v.get("offline_eval_return")
+                               for t, v in (res.get("tasks") or {}).items()},
+                "source_final_return": {t: v.get("source_final_return")
+                                        for t, v in (res.get("tasks") or {}).items()}}
+    curves: dict = {}
+    updates = 0
+    try:
+        with (run_dir / "metrics.csv").open() as f:
+            for r in csv.DictReader(f):
+                updates = max(updates, int(r["updates"]))
+                if r.get("kind") == "eval" and r.get("task") not in ("mean", "", None):
+                    curves.setdefault(r["task"], {}).setdefault(r["updates"], []).append(
+                        float(r["return"]))
+    except OSError:
+        pass
+    return {"source": "metrics.csv (the run was stopped by the stage limit)",
+            "run_dir": str(run_dir), "updates_reached": updates,
+            "eval_curve": {t: {u: sum(v) / len(v) for u, v in c.items()}
+                           for t, c in curves.items()}}
+
+
 def plot(results: dict, path: Path, title: str = "gpu_check") -> bool:
     """Return against env steps of both learning runs (seed means; eval solid, training
     episodes dashed). False (nothing written) without a curve to draw."""
@@ -361,7 +409,7 @@ def git_commit() -> str | None:
 # ---- the check ----------------------------------------------------------------------
 def scaled(plan: list[Stage], total_s: float) -> list[Stage]:
     """Budgets scaled so that the stages plus FINISH_RESERVE_S sum to ``total_s``."""
-    k = (total_s - FINISH_RESERVE_S) / (DEFAULT_TOTAL_S - FINISH_RESERVE_S)
+    k = (total_s - FINISH_RESERVE_S) / sum(s.budget_s for s in plan)
     for s in plan:
         s.budget_s = round(s.budget_s * k, 1)
     return plan
@@ -409,6 +457,10 @@ def main(argv=None) -> int:
                    help=f"task of the DreamerV3 learning stage (default {TASK}; reacher-easy "
                         "for the DreamerV3 online criterion, with --only dreamerv3_learning "
                         "so the stage gets the whole budget)")
+    p.add_argument("--dreamerv3-offline-run", default=None, metavar="RUN_DIR",
+                   help="adds the dreamerv3_offline stage: this offline check run, made by "
+                        "benchmarks/learning/dreamerv3_offline.py --prepare-only (its home "
+                        "folder, two levels up, copied with it), trained with --resume")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -421,7 +473,15 @@ def main(argv=None) -> int:
     raw = out / "gpu_check"
     home = Path(tempfile.gettempdir()) / "wmx_gpu_check_home_XXXXXXXX"   # made when running
     tasks = dict(tdmpc2_task=args.tdmpc2_task, dreamerv3_task=args.dreamerv3_task)
-    plan = scaled(stages(raw, home, args.force_cpu, **tasks), args.total_s)
+    offline_run = None
+    if args.dreamerv3_offline_run:
+        offline_run = Path(args.dreamerv3_offline_run).expanduser().resolve()
+        if not (offline_run / "benchmark.json").is_file():
+            p.error(f"--dreamerv3-offline-run {offline_run}: not an offline check run (no "
+                    "benchmark.json); make one with benchmarks/learning/dreamerv3_offline.py "
+                    "--prepare-only")
+    plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
+                  args.total_s)
     names = [s.name for s in plan]
     only = set(args.only) if args.only else None
     if only and not only <= set(names):
@@ -466,7 +526,8 @@ def main(argv=None) -> int:
 
     raw.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="wmx_gpu_check_home_"))
-    plan = scaled(stages(raw, home, args.force_cpu, **tasks), args.total_s)
+    plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
+                  args.total_s)
     record = {
         "what": "benchmarks/gpu_check.py: paper-size speed and short paper-protocol learning "
                 "runs of TD-MPC2 and DreamerV3",
@@ -517,6 +578,8 @@ def main(argv=None) -> int:
                 entry["results"] = tdmpc2_speed_results(raw / "tdmpc2_speed.json")
             elif st.name == "dreamerv3_speed":
                 entry["results"] = dreamerv3_speed_results(raw / "dreamerv3_speed.json")
+            elif st.name == "dreamerv3_offline":
+                entry["results"] = offline_results(raw, offline_run)
             elif st.learning:
                 task = argv[argv.index("--task") + 1]
                 entry["results"] = learning[st.learning] = learning_results(
@@ -564,6 +627,12 @@ def summarise(record: dict) -> None:
         elif "speed" in st["name"]:
             line += "  " + ", ".join(f"{k} {v['median_ms']:.2f} ms" for k, v in res.items()
                                      if isinstance(v, dict) and "median_ms" in v)
+        elif st["name"] == "dreamerv3_offline" and res:
+            line += f"  {res.get('updates_reached') or 0:,} updates"
+            for task, curve in (res.get("eval_curve") or {}).items():
+                if curve:
+                    last = max(curve, key=int)
+                    line += f", {task} eval {curve[last]:.1f} at {int(last):,}"
         elif res:
             ev = res.get("eval_curve") or {}
             last = max(ev, key=int) if ev else None

@@ -150,6 +150,40 @@ def test_learning_results_fall_back_to_metrics_csv(tmp_path):
     assert not gpu_check.plot({"tdmpc2": None}, tmp_path / "q.png")
 
 
+def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
+    run = tmp_path / "home" / "runs" / "dv3-offline-check-20260101-000000"
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 2 and "no benchmark.json" in r.stderr and "--prepare-only" in r.stderr
+    run.mkdir(parents=True)
+    (run / "benchmark.json").write_text("{}")
+    r = _run("--plan", "--only", "dreamerv3_offline", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("dreamerv3_offline"))
+    assert f"--resume {run}" in line and "--budget-min" in line and "(skipped)" not in line
+    total = float(re.search(r"^  total\s+([\d.]+) s", r.stdout, re.M)[1])
+    assert abs(total - gpu_check.DEFAULT_TOTAL_S) < 0.5        # seven stages, same total
+    assert "dreamerv3_offline" not in _run("--plan").stdout     # only when a run is given
+
+
+def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(
+        "seed,kind,updates,task,return\n0,train,500,,\n0,eval,1000,reacher-easy,300.0\n"
+        "0,eval,1000,mean,\n0,train,1500,,\n")
+    res = gpu_check.offline_results(tmp_path / "raw", run)
+    assert res["eval_curve"] == {"reacher-easy": {"1000": 300.0}}
+    assert res["updates_reached"] == 1500 and "metrics.csv" in res["source"]
+    assert (tmp_path / "raw" / "offline" / "run_metrics.csv").exists()
+    (tmp_path / "raw" / "offline" / "dreamerv3_offline.json").write_text(json.dumps(
+        {"updates_reached": 2000, "passed": False, "tasks": {"reacher-easy": {
+            "offline_eval_return": {"1000": 300.0, "2000": 350.0},
+            "source_final_return": 861.2}}}))
+    res = gpu_check.offline_results(tmp_path / "raw", run)
+    assert res["source"] == "offline check JSON" and res["passed"] is False
+    assert res["eval_curve"]["reacher-easy"]["2000"] == 350.0
+
+
 @pytest.mark.slow
 def test_force_cpu_smoke_runs_every_stage(tmp_path):
     """--force-cpu: tiny sizes on the CPU, every stage ok, the JSON and the plot written
