@@ -355,7 +355,8 @@ def offline_results(raw: Path, run_dir: Path) -> dict:
                         float(r["return"]))
     except OSError:
         pass
-    return {"source": "metrics.csv (the run was stopped by the stage limit)",
+    return {"source": "metrics.csv (the check wrote no result: stopped at the stage limit, "
+                      "or failed)",
             "run_dir": str(run_dir), "updates_reached": updates,
             "eval_curve": {t: {u: sum(v) / len(v) for u, v in c.items()}
                            for t, c in curves.items()}}
@@ -460,7 +461,8 @@ def main(argv=None) -> int:
     p.add_argument("--dreamerv3-offline-run", default=None, metavar="RUN_DIR",
                    help="adds the dreamerv3_offline stage: this offline check run, made by "
                         "benchmarks/learning/dreamerv3_offline.py --prepare-only (its home "
-                        "folder, two levels up, copied with it), trained with --resume")
+                        "folder, two levels up, copied with it), trained with --resume; "
+                        "with --only dreamerv3_offline it gets the whole budget")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -480,10 +482,16 @@ def main(argv=None) -> int:
             p.error(f"--dreamerv3-offline-run {offline_run}: not an offline check run (no "
                     "benchmark.json); make one with benchmarks/learning/dreamerv3_offline.py "
                     "--prepare-only")
+        agent = json.loads((offline_run / "config.json").read_text()).get("agent", "tdmpc2")
+        if agent != "dreamerv3":
+            p.error(f"--dreamerv3-offline-run {offline_run}: a {agent} offline run; the stage "
+                    "trains DreamerV3 check runs")
     plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
                   args.total_s)
     names = [s.name for s in plan]
     only = set(args.only) if args.only else None
+    if only and "dreamerv3_offline" in only and offline_run is None:
+        p.error("--only dreamerv3_offline: the stage needs --dreamerv3-offline-run RUN_DIR")
     if only and not only <= set(names):
         p.error(f"--only: unknown stage(s) {sorted(only - set(names))}; stages: {', '.join(names)}")
     if args.plan:
@@ -565,6 +573,9 @@ def main(argv=None) -> int:
                 budget_min = max(0.05, (limit - st.tail_s) / 60)
                 argv += ["--budget-min", f"{budget_min:.2f}"]
                 entry["command"] = argv
+            if st.name == "dreamerv3_offline":     # an earlier call's result is not this one's
+                for stale in (raw / "offline").glob("dreamerv3_offline.*"):
+                    stale.unlink()
             log = raw / "logs" / f"{st.name}.log"
             print(f"[{time.monotonic() - t_start:5.0f} s] {st.name}: limit {limit:.0f} s",
                   flush=True)

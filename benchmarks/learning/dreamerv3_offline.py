@@ -82,6 +82,8 @@ def tdmpc2_beside(run_dir: Path | None, dataset: str) -> dict | None:
     (the comparison needs identical data)."""
     if run_dir is None:
         return None
+    if not (Path(run_dir) / "config.json").is_file():
+        raise SystemExit(f"--tdmpc2-run {run_dir}: no such offline run (no config.json)")
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
     if cfg.get("dataset") != dataset or cfg.get("agent", "tdmpc2") != "tdmpc2":
         raise SystemExit(f"--tdmpc2-run {run_dir} is agent {cfg.get('agent')} on "
@@ -107,7 +109,8 @@ def main(argv=None) -> int:
     p = parser(__doc__, batch_size=None, log_every=500,
                batch_help="windows per update (default: the preset's, 16 x 65 rows)")
     p.add_argument("--tdmpc2-run", default=None, metavar="RUN_DIR",
-                   help="the TD-MPC2 offline run on the same dataset, shown beside")
+                   help="the TD-MPC2 offline run on the same dataset, shown beside (with "
+                        "--resume: replaces the recorded one; 'none' clears it)")
     p.add_argument("--learned-margin", type=float, default=LEARNED_MARGIN,
                    help="source final return above the task's uniform-random policy "
                         "return from which the task counts as learned")
@@ -115,15 +118,27 @@ def main(argv=None) -> int:
 
     from wmx.runs.offline_config import OfflineRunConfig
     out = Path(args.out)
+
+    def tdmpc2_entry(home: Path, dataset: str) -> dict:
+        """benchmark.json's "tdmpc2_run" (home-relative), checked to be TD-MPC2 on the
+        dataset before it is recorded; {} on a resume that does not name one."""
+        given = args.tdmpc2_run
+        if given is None:
+            return {} if args.resume else {"tdmpc2_run": None}
+        if given.lower() == "none":
+            return {"tdmpc2_run": None}
+        rel = home_relative(home, given)
+        tdmpc2_beside(home / rel, dataset)          # SystemExit: missing, another dataset
+        return {"tdmpc2_run": rel}
+
     run_dir, home, bench, tasks = start_or_resume(
-        p, args, "dreamerv3", "dv3-offline-check", {"learned_margin": args.learned_margin})
-    if args.tdmpc2_run or "tdmpc2_run" not in bench:    # a new run, or given on --resume
-        bench["tdmpc2_run"] = args.tdmpc2_run and home_relative(home, args.tdmpc2_run)
-        (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
+        p, args, "dreamerv3", "dv3-offline-check", {"learned_margin": args.learned_margin},
+        check=tdmpc2_entry)
     if prepared_only(args, run_dir):
         return 0
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
-    beside = tdmpc2_beside(bench["tdmpc2_run"] and home / bench["tdmpc2_run"], rc.dataset)
+    beside = tdmpc2_beside(bench.get("tdmpc2_run") and home / bench["tdmpc2_run"],
+                           rc.dataset)
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)

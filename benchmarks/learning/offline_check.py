@@ -40,6 +40,10 @@ def source_run(run_dir: Path) -> dict:
     Raises ValueError when the run is unfinished, exported nothing or has no eval row.
     """
     run_dir = Path(run_dir).expanduser().resolve()
+    if not (run_dir / "config.json").is_file():
+        raise SystemExit(f"source run {run_dir} not found (no config.json): a home folder "
+                         "copied elsewhere needs its source runs' config.json, summary.json "
+                         "and metrics.csv under runs/")
     cfg = json.loads((run_dir / "config.json").read_text())
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
@@ -236,24 +240,52 @@ def home_relative(home: Path, run_dir) -> str:
         return str(path)
 
 
+def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
+    """Check that ``run_dir`` is an offline check run of ``agent`` that ``--resume``
+    (``report_only``: ``--report-only``) can go on with. Raises SystemExit naming the
+    problem: no benchmark.json (not a check run), another agent's run, no metrics.csv to
+    report on, or evaluations recorded but no checkpoints/ (a run directory brought back
+    without them: training would start again from update 0 and drop its metrics)."""
+    if not (run_dir / "benchmark.json").is_file():
+        raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
+    got = json.loads((run_dir / "config.json").read_text()).get("agent", "tdmpc2")
+    if got != agent:
+        raise SystemExit(f"--resume {run_dir}: a {got} run; resume it with "
+                         f"benchmarks/learning/{got}_offline.py")
+    metrics = run_dir / "metrics.csv"
+    if report_only:
+        if not metrics.is_file():
+            raise SystemExit(f"--report-only: {run_dir} has no metrics.csv, nothing to report")
+        return
+    ckpts = run_dir / "checkpoints"
+    if metrics.is_file() and not (ckpts.is_dir() and any(ckpts.iterdir())):
+        with metrics.open() as f:
+            evals = any(r.get("kind") == "eval" for r in csv.DictReader(f))
+        if evals:
+            raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
+                             "(brought back without them?); training would restart from "
+                             "update 0: --report-only writes its result")
+
+
 def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
-                    extra: dict) -> tuple[Path, Path, dict, dict[str, dict]]:
+                    extra: dict, check=None) -> tuple[Path, Path, dict, dict[str, dict]]:
     """(run_dir, home, the run's benchmark.json, the pooled sources per task).
 
-    ``--resume RUN_DIR``: that run and its benchmark.json. Otherwise ``--sources``
-    (required) are pooled into a dataset (built unless stored), and a new run
-    ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
+    ``--resume RUN_DIR``: that run (`resumable_run`) and its benchmark.json. Otherwise
+    ``--sources`` (required) are pooled into a dataset (built unless stored), and a new
+    run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
     ``{"sources", **extra, "dataset"}`` (sources inside home relative to it,
-    `home_relative`). ``--out`` is created."""
+    `home_relative`). ``check(home, dataset)``, when given, returns entries for
+    benchmark.json and raises SystemExit on bad input; it runs before anything of the
+    run is written. ``--out`` is created once the arguments are checked."""
     from wmx.paths import wmx_home
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
     if args.prepare_only and args.resume:
         p.error("--prepare-only starts a new run; it takes --sources, not --resume")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
+        resumable_run(run_dir, agent, args.report_only)
         home = run_dir.parent.parent
         bench = json.loads((run_dir / "benchmark.json").read_text())
     else:
@@ -261,6 +293,12 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
         home = wmx_home(args.home)
         bench = {"sources": [home_relative(home, s) for s in args.sources], **extra}
+        for s in bench["sources"]:
+            if Path(s).is_absolute():
+                print(f"note: source run {s} is outside the home folder {home}: recorded "
+                      "by its absolute path, it does not move with the home folder")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
     tasks = pooled_sources(runs)
     Ts = {r["episode_length"] for r in runs}
@@ -268,11 +306,14 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
                          "give runs with one T")
     T = Ts.pop()
+    ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
+    add = {} if check is None else check(home, ref)
+    changed = any(k not in bench or bench[k] != v for k, v in add.items())
+    bench = {**bench, **add}
     if not args.resume:
-        ref = build_dataset(home, tasks, out)
         run_dir = new_offline_run(home, ref, args, T, agent, run_prefix)
         bench = {**bench, "dataset": ref}
-    if with_random_returns(tasks, bench, T) or not args.resume:
+    if with_random_returns(tasks, bench, T) or changed or not args.resume:
         (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
     return run_dir, home, bench, tasks
 

@@ -121,29 +121,38 @@ def _source_run(run: Path, task: str, final: float) -> None:
     (run / "metrics.csv").write_text(f"kind,seed,return\ntrain,0,1.0\neval,0,{final}\n")
 
 
-def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, capsys):
-    # prepared on one machine (sources recorded relative to the home folder), trained on
-    # another, reported from the run directory that came back without checkpoints
-    import offline_check
+def _prepared_run(home: Path, agent: str = "dreamerv3") -> Path:
+    """A check run as --prepare-only leaves it (no dataset needed to report), its source
+    run (reacher-easy, final return 800) under ``home``."""
     from wmx.runs.offline_config import OfflineRunConfig
     from wmx.schemas.taskset import mt19
-    home = tmp_path / "first"
-    assert offline_check.home_relative(home, home / "runs" / "src") == "runs/src"
-    assert offline_check.home_relative(home, tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
-    moved = tmp_path / "second"                   # the home folder after the copy
-    _source_run(moved / "runs" / "src", "reacher-easy", 800.0)
-    run = moved / "runs" / "dv3-offline-check-1"
+    _source_run(home / "runs" / "src", "reacher-easy", 800.0)
+    run = home / "runs" / "dv3-offline-check-1"
     run.mkdir()
     rc = OfflineRunConfig(dataset="mt19-x@" + "ab" * 32,
-                          taskset=mt19().subset(["reacher-easy"]).to_dict(), agent="dreamerv3",
+                          taskset=mt19().subset(["reacher-easy"]).to_dict(), agent=agent,
                           updates=4000, eval_every=1000, log_every=500, checkpoint_every=1000)
     (run / "config.json").write_text(json.dumps(rc.to_json()))
     (run / "benchmark.json").write_text(json.dumps({
         "sources": ["runs/src"], "learned_margin": 100.0, "tdmpc2_run": None,
         "dataset": rc.dataset, "random_returns": {"reacher-easy": {"mean": 60.0}}}))
-    (run / "metrics.csv").write_text("kind,task,seed,updates,return\ntrain,,0,500,\n"
-                                     "eval,reacher-easy,0,1000,300.0\ntrain,,0,1500,\n"
-                                     "eval,reacher-easy,0,2000,450.0\ntrain,,0,2500,\n")
+    return run
+
+
+_METRICS = ("kind,task,seed,updates,return\ntrain,,0,500,\neval,reacher-easy,0,1000,300.0\n"
+            "train,,0,1500,\neval,reacher-easy,0,2000,450.0\ntrain,,0,2500,\n")
+
+
+def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, capsys):
+    # prepared on one machine (sources recorded relative to the home folder), trained on
+    # another, reported from the run directory that came back without checkpoints
+    import offline_check
+    home = tmp_path / "first"
+    assert offline_check.home_relative(home, home / "runs" / "src") == "runs/src"
+    assert offline_check.home_relative(home, tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+    moved = tmp_path / "second"                   # the home folder after the copy
+    run = _prepared_run(moved)
+    (run / "metrics.csv").write_text(_METRICS)
     out = tmp_path / "results"
     assert bench.main(["--resume", str(run), "--report-only", "--out", str(out)]) == 0
     res = json.loads((out / "dreamerv3_offline.json").read_text())
@@ -156,3 +165,48 @@ def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, ca
     with pytest.raises(SystemExit):                       # nothing to report on
         bench.main(["--report-only", "--sources", str(run), "--out", str(out)])
     assert "--report-only needs --resume" in capsys.readouterr().err
+
+
+def test_resume_refuses_what_it_would_spoil(tmp_path):
+    run = _prepared_run(tmp_path / "home")
+    out = str(tmp_path / "out")
+    with pytest.raises(SystemExit, match="no metrics.csv, nothing to report"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out])
+    (run / "metrics.csv").write_text(_METRICS)
+    # evaluations recorded, checkpoints/ not brought back: training would restart at 0
+    with pytest.raises(SystemExit, match="no checkpoints/.*--report-only"):
+        bench.main(["--resume", str(run), "--out", out])
+    assert (run / "metrics.csv").read_text() == _METRICS
+    other = _prepared_run(tmp_path / "other", agent="tdmpc2")
+    with pytest.raises(SystemExit, match="a tdmpc2 run; resume it with .*tdmpc2_offline.py"):
+        bench.main(["--resume", str(other), "--report-only", "--out", out])
+    with pytest.raises(SystemExit, match="not an offline check run"):
+        bench.main(["--resume", str(tmp_path / "home" / "runs" / "src"), "--out", out])
+    assert not Path(out).exists()                       # nothing written for a refusal
+
+
+def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS)
+    before = (run / "benchmark.json").read_text()
+    td = tmp_path / "home" / "runs" / "offline-check-1"
+    td.mkdir()
+    (td / "config.json").write_text(json.dumps({"dataset": "mt19-x@cd", "agent": "tdmpc2"}))
+    (td / "metrics.csv").write_text("kind,task,updates,return\neval,reacher-easy,1000,600.0\n")
+    out = str(tmp_path / "out")
+    with pytest.raises(SystemExit, match="needs TD-MPC2 on mt19-x@abab"):
+        bench.main(["--resume", str(run), "--report-only", "--tdmpc2-run", str(td), "--out", out])
+    with pytest.raises(SystemExit, match="no such offline run"):
+        bench.main(["--resume", str(run), "--report-only", "--tdmpc2-run", str(td) + "-x",
+                    "--out", out])
+    assert (run / "benchmark.json").read_text() == before     # nothing recorded
+    (td / "config.json").write_text(json.dumps({"dataset": "mt19-x@" + "ab" * 32,
+                                                "agent": "tdmpc2"}))
+    assert bench.main(["--resume", str(run), "--report-only", "--tdmpc2-run", str(td),
+                       "--out", out]) == 0
+    assert json.loads((run / "benchmark.json").read_text())["tdmpc2_run"] == "runs/offline-check-1"
+    res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
+    assert res["tdmpc2"]["eval_return"] == {"reacher-easy": {"1000": 600.0}}
+    assert bench.main(["--resume", str(run), "--report-only", "--tdmpc2-run", "none",
+                       "--out", out]) == 0
+    assert json.loads((run / "benchmark.json").read_text())["tdmpc2_run"] is None

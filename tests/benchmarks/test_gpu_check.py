@@ -156,6 +156,7 @@ def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
     assert r.returncode == 2 and "no benchmark.json" in r.stderr and "--prepare-only" in r.stderr
     run.mkdir(parents=True)
     (run / "benchmark.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps({"agent": "dreamerv3"}))
     r = _run("--plan", "--only", "dreamerv3_offline", "--dreamerv3-offline-run", str(run))
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("dreamerv3_offline"))
@@ -210,3 +211,14 @@ def test_pytest_summary_reads_the_counts(tmp_path):
     assert gpu_check.pytest_summary(log) == {"failed": 1, "passed": 15, "skipped": 2}
     log.write_text("killed\n")
     assert gpu_check.pytest_summary(log) == {}
+
+
+def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
+    run = tmp_path / "home" / "runs" / "offline-check-20260101-000000"
+    run.mkdir(parents=True)
+    (run / "benchmark.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps({"agent": "tdmpc2"}))
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 2 and "a tdmpc2 offline run" in r.stderr
+    r = _run("--plan", "--only", "dreamerv3_offline")
+    assert r.returncode == 2 and "needs --dreamerv3-offline-run" in r.stderr
