@@ -47,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
                            prepared_only, reaches_ratio, run_fields, start_or_resume,
-                           task_result, train, write_results)
+                           task_result, train, with_stderr, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MARGIN = 100.0
@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     if beside is not None and summary["finished"] and not args.report_only:
         report = compare_report(home, [beside["run_dir"], str(run_dir)],
                                 out / f"{RESULT_NAME}_report", rc.eval_episodes)
+    with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,
                 "tdmpc2": beside, "comparison_report": report,
                 "criterion": f"on every task the source learned (final return >= the "

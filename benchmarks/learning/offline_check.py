@@ -379,6 +379,39 @@ def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:
     return {t: dict(sorted(c.items())) for t, c in out.items()}
 
 
+def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
+    """{task: {updates: standard error of the seed-mean eval return}} from an offline
+    run's metrics.csv: sqrt(sum_i std_i^2 / n_i) / k over its k seeds, std_i and n_i a
+    seed's episode std (``return_std``) and episode count; tasks or points without those
+    columns are left out."""
+    acc: dict[str, dict[int, list[float]]] = {}
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return {}
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "eval" and r["task"] != "mean" and r.get("return_std") \
+                    and r.get("episodes"):
+                acc.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
+                    float(r["return_std"]) ** 2 / int(r["episodes"]))
+    return {t: {u: math.sqrt(sum(v)) / len(v) for u, v in sorted(c.items())}
+            for t, c in acc.items()}
+
+
+def with_stderr(res: dict, run_dir: Path) -> dict:
+    """``res`` with each task's ``offline_eval_stderr`` ({updates: standard error},
+    `eval_stderr`) and ``offline_final_stderr`` (at the final point; None when not
+    recorded) from ``run_dir``'s metrics.csv."""
+    se = eval_stderr(Path(run_dir))
+    for name, t in res["tasks"].items():
+        mine = se.get(name, {})
+        t["offline_eval_stderr"] = {str(u): v for u, v in mine.items()}
+        curve = t.get("offline_eval_return") or {}
+        last = max(curve, key=int) if curve else None
+        t["offline_final_stderr"] = mine.get(int(last)) if last is not None else None
+    return res
+
+
 def task_result(t: dict, per_seed: dict[int, list[float]]) -> dict:
     """One task's entries: the source runs and final return (``t``, a `pooled_sources`
     value), the offline eval curve (mean over seeds; ``per_seed``: {updates: returns}),
@@ -406,7 +439,8 @@ def reaches_ratio(task: dict) -> bool:
 
 
 def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None:
-    """One panel per task: the offline eval curve (``label``; seed mean and range), the
+    """One panel per task: the offline eval curve (``label``; seed mean with its standard
+    error where ``offline_eval_stderr`` holds it, and the seed range), the
     source's final return and RATIO x it, TD-MPC2's curve when ``res["tdmpc2"]`` holds
     one, the task's verdict (``no_verdict`` for a pass of None) as its title."""
     import matplotlib
@@ -420,7 +454,10 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         top = [t["source_final_return"], 1.0]
         if per_seed:
             xs = np.array(sorted(per_seed))
-            ax.plot(xs, [np.mean(per_seed[x]) for x in xs], "o-", label=label)
+            se = {int(u): v for u, v in (t.get("offline_eval_stderr") or {}).items()}
+            ax.errorbar(xs, [np.mean(per_seed[x]) for x in xs],
+                        yerr=[se.get(int(x), 0.0) for x in xs], fmt="o-", capsize=2,
+                        label=label + (" (± s.e.)" if se else ""))
             if any(len(v) > 1 for v in per_seed.values()):
                 ax.fill_between(xs, [min(per_seed[x]) for x in xs],
                                 [max(per_seed[x]) for x in xs], alpha=0.2, label="seed range")
@@ -441,8 +478,8 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         ax.set_title(f"{name}: {verdict}", fontsize=10)
         ax.set_xlabel("updates")
         ax.set_ylabel("eval return")
-        ax.set_ylim(0, 1.1 * max(top))
-        ax.legend(fontsize=7, loc="best")
+        ax.set_ylim(0, 1.45 * max(top))       # room for the legend above the curves
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

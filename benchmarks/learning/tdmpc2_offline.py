@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
                            reaches_ratio, run_fields, start_or_resume, task_result, train,
-                           write_results)
+                           with_stderr, write_results)
 
 RESULT_NAME = "tdmpc2_offline"
 
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
     res = judge(tasks, eval_curves(run_dir), min_pass)
+    with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,
                 "criterion": f"offline final eval return >= {RATIO:g} x source final return "
                              f"on >= {min_pass} tasks (of >= 3)"})

@@ -210,3 +210,24 @@ def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):
     assert bench.main(["--resume", str(run), "--report-only", "--tdmpc2-run", "none",
                        "--out", out]) == 0
     assert json.loads((run / "benchmark.json").read_text())["tdmpc2_run"] is None
+
+
+def test_the_standard_error_of_each_evaluation(tmp_path):
+    import offline_check
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(
+        "kind,task,seed,updates,return,return_std,episodes\n"
+        "eval,reacher-easy,0,1000,300.0,400.0,10\neval,reacher-easy,1,1000,500.0,300.0,30\n"
+        "eval,mean,0,1000,,,\ntrain,,0,1500,,,\neval,reacher-easy,0,2000,450.0,0.0,10\n")
+    se = offline_check.eval_stderr(run)
+    # the seed mean's standard error: sqrt(400^2/10 + 300^2/30) / 2 over two seeds
+    assert se["reacher-easy"][1000] == pytest.approx((400.0 ** 2 / 10 + 300.0 ** 2 / 30) ** 0.5 / 2)
+    assert se["reacher-easy"][2000] == 0.0
+    res = {"tasks": {"reacher-easy": {"offline_eval_return": {"1000": 400.0, "2000": 450.0}},
+                     "cup-catch": {"offline_eval_return": {}}}}
+    offline_check.with_stderr(res, run)
+    assert res["tasks"]["reacher-easy"]["offline_final_stderr"] == 0.0
+    assert set(res["tasks"]["reacher-easy"]["offline_eval_stderr"]) == {"1000", "2000"}
+    assert res["tasks"]["cup-catch"] == {"offline_eval_return": {}, "offline_eval_stderr": {},
+                                         "offline_final_stderr": None}
