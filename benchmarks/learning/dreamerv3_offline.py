@@ -107,7 +107,8 @@ def main(argv=None) -> int:
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)       # from a command line: as the trainers' own
     p = parser(__doc__, batch_size=None, log_every=500,
-               batch_help="windows per update (default: the preset's, 16 x 65 rows)")
+               batch_help="windows per update (default: the preset's; paper and cpu: 16 "
+                          "windows of 65 rows, tiny: 9 of 7)")
     p.add_argument("--tdmpc2-run", default=None, metavar="RUN_DIR",
                    help="the TD-MPC2 offline run on the same dataset, shown beside (with "
                         "--resume: replaces the recorded one; 'none' clears it)")

@@ -100,6 +100,10 @@ def test_existing_report_needs_force(trained, capsys):
     before = (run_dir / "report" / "report.json").read_text()
     assert cli.main(["--run", run_dir, "--episodes", 2]) == 2
     assert "--force" in capsys.readouterr().err
+    # by its name under <home>/runs, as train_online --resume takes it: the same run
+    assert run_dir.parent == Path(home) / "runs"
+    assert cli.main(["--run", run_dir.name, "--episodes", 2, "--home", home]) == 2
+    assert f"{run_dir / 'report'}" in capsys.readouterr().err
     assert (run_dir / "report" / "report.json").read_text() == before
     assert cli.main(["--run", run_dir, "--episodes", 2, "--force"]) == 0
     assert json.loads((run_dir / "report" / "report.json").read_text())["per_task"] == \

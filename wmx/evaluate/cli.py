@@ -56,9 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
           "docs/evaluation.md.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", metavar="RUN_DIR",
-                      help="a run directory written by train_online or train_offline")
+                      help="a run directory written by train_online or train_offline, or its "
+                           "name under <home>/runs (as `wmx runs ls` lists it)")
     what.add_argument("--runs", metavar="RUN_DIR", nargs="+",
-                      help="compare these runs (each run's report/ is read, or written first)")
+                      help="compare these runs, directories or names (each run's report/ is "
+                           "read, or written first)")
     p.add_argument("--episodes", type=int, default=None,
                    help=f"eval_mode episodes per task and seed (default {DEFAULT_EPISODES}, the "
                         "paper's; with --runs: the count of the runs' existing reports when "
@@ -206,6 +208,16 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
     return write_report(report, out, force, media)
 
 
+def run_path(ref: str, home: str | None) -> str:
+    """``ref`` as a run directory: itself when it is a directory, else ``<home>/runs/<ref>``
+    when that is a run (as ``train_online --resume`` and ``wmx runs`` take a name), else
+    ``ref`` unchanged (`open_run` then names what is wrong)."""
+    if Path(ref).expanduser().is_dir():
+        return ref
+    named = wmx_home(home) / "runs" / ref
+    return str(named) if (named / "config.json").is_file() else ref
+
+
 def _run(args: argparse.Namespace) -> Path:
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     return evaluate_to_report(args.run, episodes=episodes, tasks=args.tasks,
@@ -327,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.home is not None:
             wmx_home(args.home)               # a file as --home: refused before anything runs
+        if args.run is not None:
+            args.run = run_path(args.run, args.home)
+        else:
+            args.runs = [run_path(r, args.home) for r in args.runs]
         path = _run(args) if args.run is not None else _runs(args)
     except Exception as err:  # noqa: BLE001 - only the expected failures, the rest re-raised
         from wmx.failures import report_failure
