@@ -344,22 +344,13 @@ def offline_results(raw: Path, run_dir: Path) -> dict:
                                for t, v in (res.get("tasks") or {}).items()},
                 "source_final_return": {t: v.get("source_final_return")
                                         for t, v in (res.get("tasks") or {}).items()}}
-    curves: dict = {}
-    updates = 0
-    try:
-        with (run_dir / "metrics.csv").open() as f:
-            for r in csv.DictReader(f):
-                updates = max(updates, int(r["updates"]))
-                if r.get("kind") == "eval" and r.get("task") not in ("mean", "", None):
-                    curves.setdefault(r["task"], {}).setdefault(r["updates"], []).append(
-                        float(r["return"]))
-    except OSError:
-        pass
+    sys.path.insert(0, str(HERE / "learning"))
+    from offline_check import eval_curves, last_updates      # csv and numpy only, no jax
     return {"source": "metrics.csv (the check wrote no result: stopped at the stage limit, "
                       "or failed)",
-            "run_dir": str(run_dir), "updates_reached": updates,
-            "eval_curve": {t: {u: sum(v) / len(v) for u, v in c.items()}
-                           for t, c in curves.items()}}
+            "run_dir": str(run_dir), "updates_reached": last_updates(run_dir),
+            "eval_curve": {t: {str(u): sum(v) / len(v) for u, v in c.items()}
+                           for t, c in eval_curves(run_dir).items()}}
 
 
 def plot(results: dict, path: Path, title: str = "gpu_check") -> bool:

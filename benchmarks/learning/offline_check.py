@@ -258,13 +258,10 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
             raise SystemExit(f"--report-only: {run_dir} has no metrics.csv, nothing to report")
         return
     ckpts = run_dir / "checkpoints"
-    if metrics.is_file() and not (ckpts.is_dir() and any(ckpts.iterdir())):
-        with metrics.open() as f:
-            evals = any(r.get("kind") == "eval" for r in csv.DictReader(f))
-        if evals:
-            raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
-                             "(brought back without them?); training would restart from "
-                             "update 0: --report-only writes its result")
+    if not (ckpts.is_dir() and any(ckpts.iterdir())) and eval_rows(metrics_rows(run_dir)):
+        raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
+                         "(brought back without them?); training would restart from "
+                         "update 0: --report-only writes its result")
 
 
 def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
@@ -339,11 +336,7 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
         path = run_dir / "summary.json"
         if path.is_file():
             return json.loads(path.read_text()), 0.0
-        updates = 0
-        if (run_dir / "metrics.csv").is_file():
-            with (run_dir / "metrics.csv").open() as f:
-                updates = max((int(r["updates"]) for r in csv.DictReader(f)), default=0)
-        return {"finished": False, "updates": updates, "wall_s": None}, 0.0
+        return {"finished": False, "updates": last_updates(run_dir), "wall_s": None}, 0.0
     from wmx.runs.interrupt import stop_on_interrupt
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()
@@ -365,17 +358,32 @@ def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
 
 
 # ---- results ------------------------------------------------------------------------------
+def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of an offline run's metrics.csv ([] without one)."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def eval_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The per-task evaluation rows (one per task, seed and evaluation point; the
+    ``mean`` rows over tasks left out)."""
+    return [r for r in rows if r.get("kind") == "eval" and r.get("task") not in ("mean", "")]
+
+
+def last_updates(run_dir: Path) -> int:
+    """The largest update count in an offline run's metrics.csv (0 without one)."""
+    return max((int(r["updates"]) for r in metrics_rows(run_dir)), default=0)
+
+
 def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:
     """{task: {updates: [eval return per seed]}} from an offline run's metrics.csv."""
     out: dict[str, dict[int, list[float]]] = {}
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return out
-    with path.open() as f:
-        for r in csv.DictReader(f):
-            if r["kind"] == "eval" and r["task"] != "mean":
-                out.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
-                    float(r["return"]))
+    for r in eval_rows(metrics_rows(run_dir)):
+        out.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
+            float(r["return"]))
     return {t: dict(sorted(c.items())) for t, c in out.items()}
 
 
@@ -385,15 +393,10 @@ def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
     seed's episode std (``return_std``) and episode count; tasks or points without those
     columns are left out."""
     acc: dict[str, dict[int, list[float]]] = {}
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return {}
-    with path.open() as f:
-        for r in csv.DictReader(f):
-            if r["kind"] == "eval" and r["task"] != "mean" and r.get("return_std") \
-                    and r.get("episodes"):
-                acc.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
-                    float(r["return_std"]) ** 2 / int(r["episodes"]))
+    for r in eval_rows(metrics_rows(run_dir)):
+        if r.get("return_std") and r.get("episodes"):
+            acc.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
+                float(r["return_std"]) ** 2 / int(r["episodes"]))
     return {t: {u: math.sqrt(sum(v)) / len(v) for u, v in sorted(c.items())}
             for t, c in acc.items()}
 

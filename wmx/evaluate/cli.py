@@ -209,13 +209,14 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
 
 
 def run_path(ref: str, home: str | None) -> str:
-    """``ref`` as a run directory: itself when it is a directory, else ``<home>/runs/<ref>``
-    when that is a run (as ``train_online --resume`` and ``wmx runs`` take a name), else
-    ``ref`` unchanged (`open_run` then names what is wrong)."""
-    if Path(ref).expanduser().is_dir():
+    """``ref`` as a run directory: a run name under ``<home>/runs`` or a path, resolved by
+    `wmx.runs.listing.resolve_run` (as ``wmx runs`` takes it); ``ref`` unchanged when it
+    names no run, so that `open_run` says what is wrong with it."""
+    from wmx.runs.listing import resolve_run
+    try:
+        return str(resolve_run(ref, wmx_home(home)))
+    except FileNotFoundError:
         return ref
-    named = wmx_home(home) / "runs" / ref
-    return str(named) if (named / "config.json").is_file() else ref
 
 
 def _run(args: argparse.Namespace) -> Path:
