@@ -75,7 +75,8 @@ class Stubs:
             ch = _h(f"{run_dir.name}/{seed}")
             d = self.home / "episodes" / task / ch[:16]
             d.mkdir(parents=True, exist_ok=True)
-            (d / "manifest.json").write_text(json.dumps({"content_hash": ch}))
+            (d / "manifest.json").write_text(json.dumps({"content_hash": ch,
+                                                         "episode_digests": [_h(ch)]}))
             sets[seed] = str(d)
         (run_dir / "summary.json").write_text(json.dumps({"episode_sets": sets}))
 
@@ -83,12 +84,15 @@ class Stubs:
         name = demo.dataset_stage(opts(), self.home, _arg(argv, "--tasks").split(","),
                                   None).note
         srcs = argv[argv.index("--sources") + 1:]
-        hashes = sorted(json.loads((self.home / "episodes" / s / "manifest.json").read_text())
-                        ["content_hash"] for s in srcs)
-        ch = _h(",".join(hashes))
+        mans = [json.loads((self.home / "episodes" / s / "manifest.json").read_text())
+                for s in srcs]
+        hashes = sorted(m["content_hash"] for m in mans)
+        episodes = sorted({dg for m in mans for dg in m["episode_digests"]})
+        ch = _h(",".join(episodes))
         d = self.home / "datasets" / name / ch[:16]
         d.mkdir(parents=True)
-        (d / "manifest.json").write_text(json.dumps({"sources": hashes, "content_hash": ch}))
+        (d / "manifest.json").write_text(json.dumps({"sources": hashes, "content_hash": ch,
+                                                     "episode_digests": episodes}))
 
     def train_offline(self, argv):
         run_dir = (Path(_arg(argv, "--resume")) if "--resume" in argv

@@ -290,6 +290,33 @@ def test_build_pools_an_episode_held_by_two_sets_once(tmp_path, capsys):
     assert validate_dataset(entry.path).ok
 
 
+def test_sources_deduped_to_a_stored_dataset_find_it_by_its_episodes(tmp_path):
+    """A build whose sources dedupe to the episodes of a stored dataset keeps that
+    dataset (its manifest names the first build's sources); the lookup after a build
+    (``find_dataset``: wmx demo, the offline checks) finds it by its episodes."""
+    from wmx.cli.demo import find_dataset
+    rng = np.random.default_rng(6)
+    eps = [episode(rng, CART) for _ in range(3)]
+    a = write_set(tmp_path, CART, eps, 0)
+    b = write_set(tmp_path, CART, eps[1:], 1)             # every episode of b is in a
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("one", [CART]).to_json())
+    build = ["run", str(REPO / "pipelines" / "build_taskset.py"), "--taskset", str(spec),
+             "--home", str(tmp_path), "--sources"]
+    assert find_dataset(tmp_path, "one", [a]) is None
+    assert beam_main([*build, f"{a.parent.name}/{a.name}"]) == 0
+    (entry,) = Store(tmp_path).list_datasets()
+    ref = f"one@{entry.path.name}"
+    assert find_dataset(tmp_path, "one", [a]) == ref
+    assert find_dataset(tmp_path, "one", [b]) is None      # two of the three episodes
+    assert beam_main([*build, *(f"{d.parent.name}/{d.name}" for d in (a, b))]) == 0
+    assert [e.path for e in Store(tmp_path).list_datasets()] == [entry.path]   # kept
+    assert DatasetManifest.load(entry.path).sources == (
+        EpisodeSetManifest.load(a).content_hash,)
+    assert find_dataset(tmp_path, "one", [a, b]) == ref
+    assert find_dataset(tmp_path, "one", [b, a]) == ref
+
+
 # ---- 2. name@hash bound to its content -----------------------------------------------------
 def test_dataset_changed_in_place_no_longer_resolves_and_fails_validation(built, tmp_path,
                                                                            capsys):

@@ -213,16 +213,24 @@ def episode_sets(run_dir: Path) -> list[Path]:
 
 
 def find_dataset(home: Path, name: str, set_dirs: Sequence[Path]) -> str | None:
-    """``name@<hash>`` of a complete dataset in the store pooling exactly the
-    episode sets ``set_dirs`` (by content hash), else None."""
-    want = sorted(json.loads((Path(d) / "manifest.json").read_text())["content_hash"]
-                  for d in set_dirs)
-    for man in sorted((home / "datasets" / name).glob("*/manifest.json")):
-        if man.parent.name.startswith("."):
-            continue
-        m = json.loads(man.read_text())
-        if sorted(m.get("sources", [])) == want:
-            return f"{name}@{m['content_hash']}"
+    """``name@<hash>`` of a complete dataset named ``name`` in the store that pools
+    exactly the episodes of the episode sets ``set_dirs``, else None.
+
+    A dataset built from these sets (its manifest's ``sources``) matches first; else one
+    holding the same episodes (the manifests' episode digests, duplicates counted once):
+    a build from another list of sets whose episodes dedupe to the same content keeps the
+    dataset already stored, whose manifest names the first build's sources."""
+    mans = [json.loads((Path(d) / "manifest.json").read_text()) for d in set_dirs]
+    want = sorted(m["content_hash"] for m in mans)
+    episodes = sorted({dg for m in mans for dg in m["episode_digests"]})
+    stored = [json.loads(p.read_text()) for p in
+              sorted((home / "datasets" / name).glob("*/manifest.json"))
+              if not p.parent.name.startswith(".")]
+    for match in (lambda m: sorted(m.get("sources", [])) == want,
+                  lambda m: sorted(m.get("episode_digests", [])) == episodes):
+        for m in stored:
+            if match(m):
+                return f"{name}@{m['content_hash']}"
     return None
 
 
