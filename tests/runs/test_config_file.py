@@ -124,8 +124,13 @@ def test_missing_file_and_resume(tmp_path, capsys):
 def test_help_states_precedence(capsys):
     from wmx.evaluate.cli import build_parser as eval_parser
     from wmx.train_offline.cli import build_parser as off_parser
-    for p in (online.build_parser(), off_parser(), eval_parser()):
+    for p in (online.build_parser(), off_parser()):
         assert " ".join(p.format_help().split()).count(PRECEDENCE) == 1, p.prog
+    # evaluate takes no --preset and no agent_overrides: its help names its own keys
+    text = " ".join(eval_parser().format_help().split())
+    assert "precedence: a flag typed > --config FILE > the defaults" in text
+    for trainer_only in ("--preset", "agent_overrides", "env_steps"):
+        assert trainer_only not in text, trainer_only
 
 
 def test_evaluate_config(tmp_path):

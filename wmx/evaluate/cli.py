@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "without an API key or network), comma-separated; csv (the report "
                         "itself) is always on")
     add_cache_argument(p)
-    add_config_argument(p)
+    add_config_argument(p, trainer=False)
     return p
 
 

@@ -38,14 +38,18 @@ merges them under the typed agent flags)."""
 
 
 def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None = None,
-                        ignored: Iterable[str] = ()) -> None:
+                        ignored: Iterable[str] = (), *, trainer: bool = True) -> None:
     """Add ``--config FILE`` to a parser; ``keys``: file key -> flag dest aliases (a saved
-    config.json's field names), ``ignored``: file keys skipped (derived fields)."""
+    config.json's field names), ``ignored``: file keys skipped (derived fields);
+    ``trainer`` False: the help names no trainer keys (agent_overrides, --preset)."""
     p.add_argument("--config", metavar="FILE", default=None,
                    help="YAML (.yaml/.yml) or JSON file of flag values: keys are flag names "
                         "without dashes (e.g. env_steps: 20000, seeds: [0, 1]) and "
                         "agent_overrides: {field: value}; a run's saved config.json works "
-                        f"as it is; {PRECEDENCE}")
+                        f"as it is; {PRECEDENCE}" if trainer else
+                        "YAML (.yaml/.yml) or JSON file of flag values: keys are flag names "
+                        "without dashes (e.g. episodes: 20, tasks: [cartpole-balance]); "
+                        "precedence: a flag typed > --config FILE > the defaults")
     p.set_defaults(**{FILE_OVERRIDES: {}})
     p._wmx_config_keys = (dict(keys or {}), frozenset(ignored))   # read by parse_with_config
 

@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                "19/48/317 picks another); cpu = smaller widths for a laptop CPU; tiny = tests. "
                "TD-MPC2's paper offline batch is 1024 slices (spec 4.19), its default here; on "
                "a laptop CPU one update at batch 1024 takes seconds, use --batch-size 256 for "
-               "quick runs. DreamerV3's batch is its preset's (16 windows of 64 + 1 rows). "
+               "quick runs. DreamerV3's presets: paper = 12m, cpu = 1m, tiny = tests (the "
+               "reference fixtures' sizes); its batch is its preset's (paper and cpu: 16 "
+               "windows of 64 + 1 rows, tiny: 9 of 6 + 1). "
                "Updates count gradient steps (the offline x axis). Flags marked "
                "with an agent's name are that agent's; anything else of its config goes "
                "through --set KEY=VALUE.")
