@@ -244,8 +244,9 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
     """Check that ``run_dir`` is an offline check run of ``agent`` that ``--resume``
     (``report_only``: ``--report-only``) can go on with. Raises SystemExit naming the
     problem: no benchmark.json (not a check run), another agent's run, no metrics.csv to
-    report on, or evaluations recorded but no checkpoints/ (a run directory brought back
-    without them: training would start again from update 0 and drop its metrics)."""
+    report on, a live process training it (its lock, `wmx.runs.owner`), or evaluations
+    recorded but no checkpoints/ (a run directory brought back without them: training
+    would start again from update 0 and drop its metrics)."""
     if not (run_dir / "benchmark.json").is_file():
         raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
     got = json.loads((run_dir / "config.json").read_text()).get("agent", "tdmpc2")
@@ -253,6 +254,11 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
         raise SystemExit(f"--resume {run_dir}: a {got} run; resume it with "
                          f"benchmarks/learning/{got}_offline.py")
     metrics = run_dir / "metrics.csv"
+    from wmx.runs.owner import probe
+    owner = None if report_only else probe(run_dir)
+    if owner is not None:
+        raise SystemExit(f"--resume {run_dir}: {owner.describe()} trains it now; wait for "
+                         "it to stop (or stop it) and resume then")
     if report_only:
         if not metrics.is_file():
             raise SystemExit(f"--report-only: {run_dir} has no metrics.csv, nothing to report")
@@ -329,7 +335,9 @@ def prepared_only(args, run_dir: Path) -> bool:
 def train(rc, run_dir: Path, home: Path, budget_min: float | None,
           report_only: bool = False) -> tuple[dict, float]:
     """(summary, wall seconds) of `train_offline`'s loop on ``run_dir`` (progress bar on;
-    stopped after the first chunk past ``budget_min`` minutes). ``report_only``: no
+    stopped after the first chunk past ``budget_min`` minutes), holding the run's lock as
+    train_offline does (`wmx runs` shows it running; a second trainer of it fails at
+    once with `wmx.runs.owner.RunBusyError`). ``report_only``: no
     training; the run's summary.json when it finished, else what its metrics.csv shows
     (``updates``: the last training row's; ``wall_s`` None)."""
     if report_only:
@@ -338,10 +346,11 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
             return json.loads(path.read_text()), 0.0
         return {"finished": False, "updates": last_updates(run_dir), "wall_s": None}, 0.0
     from wmx.runs.interrupt import stop_on_interrupt
+    from wmx.runs.owner import hold_run
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
-    with stop_on_interrupt("the running chunk") as stop_request:
+    with hold_run(run_dir), stop_on_interrupt("the running chunk") as stop_request:
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)
     return summary, time.perf_counter() - t0

@@ -2,6 +2,8 @@
 the check itself takes hours and is not part of the suite)."""
 import importlib.util
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -183,6 +185,34 @@ def test_resume_refuses_what_it_would_spoil(tmp_path):
     with pytest.raises(SystemExit, match="not an offline check run"):
         bench.main(["--resume", str(tmp_path / "home" / "runs" / "src"), "--out", out])
     assert not Path(out).exists()                       # nothing written for a refusal
+    from wmx.runs.owner import hold_run
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)
+    (run / "metrics.csv").unlink()
+    before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
+    with hold_run(run):                                 # another trainer of the run
+        with pytest.raises(SystemExit, match=r"pid \d+ .* trains it now"):
+            bench.main(["--resume", str(run), "--out", out])
+        assert {f.name: f.read_bytes() for f in run.iterdir()
+                if f.is_file() and f.name != "run.lock"} == before
+    assert not Path(out).exists()
+
+
+def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
+    """`wmx runs` shows a check's run as running, and a second trainer fails at once."""
+    import offline_check
+
+    from wmx.runs.owner import probe
+    from wmx.train_offline import loop
+    run = _prepared_run(tmp_path / "home")
+    seen = []
+
+    def fake_run(rc, run_dir, **kw):
+        seen.append(probe(run_dir))
+        return {"finished": True, "updates": 0}
+    monkeypatch.setattr(loop, "run", fake_run)
+    summary, _ = offline_check.train(None, run, tmp_path / "home", None)
+    assert summary["finished"] and seen[0] is not None and seen[0].pid == os.getpid()
+    assert probe(run) is None and not (run / "run.lock").exists()   # released, removed
 
 
 def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):
