@@ -2,6 +2,7 @@
 lock (`wmx.runs.owner`): honest "running", a second trainer refused."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -142,3 +143,21 @@ def test_progress_of_a_checkpoint_inside_a_round(tmp_path, capsys):
         json.dumps({"next_tick": 30}))
     assert listing.read_run(run_dir).done == 20 + 9
     assert _ls(tmp_path, capsys)["parts"][4] == "29/120 env steps"
+
+
+def test_ls_shows_an_offline_runs_dataset_by_its_short_hash(tmp_path, capsys):
+    """ls prints ``name@<10 hex>`` (what `wmx dataset ls` prints and every command
+    resolves); info keeps the full hash."""
+    full = "3fa2c1d07e" + "5b" * 27
+    run = tmp_path / "runs" / "off"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(
+        {"agent": "dreamerv3", "dataset": f"mt19-64ba205d@{full}", "updates": 500}))
+    row = _ls(tmp_path, capsys)["off"]
+    assert row[1:5] == ["dreamerv3", "mt19-64ba205d@3fa2c1d07e", "interrupted",
+                        "0/500 updates"]
+    assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
+    assert f"dataset: mt19-64ba205d@{full}" in capsys.readouterr().out
+    info = listing.read_run(run)
+    for target in ("walker-walk", "mt19@latest", "x@3fa2c1d0"):   # left as they are
+        assert listing.target_text(dataclasses.replace(info, target=target)) == target

@@ -229,6 +229,16 @@ def read_run(run_dir: Path) -> RunInfo:
 
 
 
+def target_text(r: RunInfo) -> str:
+    """The task, or the dataset as ``name@<10 hex>`` (the short form `wmx dataset ls` prints
+    and every command resolves; `wmx runs info` shows the full hash)."""
+    name, sep, version = r.target.partition("@")
+    if sep and len(version) == 64 and all(c in "0123456789abcdef" for c in version):
+        from wmx.schemas.hashing import short_hash
+        return f"{name}@{short_hash(version)}"
+    return r.target
+
+
 def progress_text(r: RunInfo) -> str:
     """``120/120 env steps``, ``4/6 updates`` (``?`` for an unknown total)."""
     if r.kind == "?":
