@@ -413,8 +413,15 @@ def print_plan(plan: list[Stage], total_s: float, only: set[str] | None) -> None
     def show(a: str) -> str:
         return (os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a) or "''"
 
+    runs = [s for s in plan if only is None or s.name in only or s.name == "probe"]
     for s in plan:
-        mark = "" if only is None or s.name in only or s.name == "probe" else "  (skipped)"
+        if s not in runs:
+            mark = "  (skipped)"
+        elif s.name == "probe" or only is None:
+            mark = ""
+        else:    # the budgets of the skipped stages go to the stages that run
+            limit = total_s - FINISH_RESERVE_S - sum(o.budget_s for o in runs if o is not s)
+            mark = f"  (up to {limit:.0f} s: the skipped stages' budgets)"
         extra = (f" --budget-min <(limit - {s.tail_s:.0f} s) / 60>" if s.learning else "")
         print(f"  {s.name:19s} {s.budget_s:6.1f} s{mark}  "
               f"{' '.join(show(a) for a in s.argv[1:])}{extra}")

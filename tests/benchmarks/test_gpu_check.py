@@ -53,6 +53,11 @@ def test_paper_sizes_in_the_gpu_plan(tmp_path):
     assert "--task reacher-easy" in dv and "--preset paper" in dv and "(skipped)" not in dv
     assert "--seeds 0 1 " in dv and "--chunk-ticks" in dv   # the criterion's 2 seeds
     assert f"--task {gpu_check.TASK}" in td and "(skipped)" in td
+    # the one stage that runs gets the skipped stages' budgets: all but the probe's
+    probe = float(re.search(r"^  probe\s+([\d.]+) s", r.stdout, re.M)[1])
+    up_to = float(re.search(r"\(up to (\d+) s: the skipped stages' budgets\)", dv)[1])
+    assert abs(up_to - (gpu_check.DEFAULT_TOTAL_S - gpu_check.FINISH_RESERVE_S - probe)) <= 1
+    assert "up to" not in td
 
 
 def test_total_s_scales_the_budgets_and_only_checks_names():
