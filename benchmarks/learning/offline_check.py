@@ -180,19 +180,26 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
     p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
                    help="finished train_online runs (their episode sets are in the store)")
-    p.add_argument("--updates", type=int, default=20_000)
+    p.add_argument("--updates", type=int, default=20_000,
+                   help="gradient steps of the run (the offline x axis)")
     p.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
-    p.add_argument("--preset", default="cpu")
-    p.add_argument("--eval-every", type=int, default=5_000)
-    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--preset", default="cpu",
+                   help="the agent's preset: paper | cpu | tiny (train_offline's)")
+    p.add_argument("--eval-every", type=int, default=5_000,
+                   help="updates between evaluations on the real Playground tasks")
+    p.add_argument("--eval-episodes", type=int, default=10,
+                   help="episodes per task and seed at each evaluation")
     p.add_argument("--log-every", type=int, default=log_every,
                    help="updates per chunk (reduced to divide --eval-every)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
     p.add_argument("--budget-min", type=float, default=None,
                    help="stop after this many minutes (whole chunks); record as far as reached")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) check run")
-    p.add_argument("--out", default=str(REPO / "benchmarks/results"))
+    p.add_argument("--out", default=str(REPO / "benchmarks/results"),
+                   help="folder of the result JSON and plot (default benchmarks/results, the "
+                        "committed results: a run replaces their files of the same name, so "
+                        "give another folder for a trial run)")
     p.add_argument("--report-only", action="store_true",
                    help="with --resume: no training; write the result JSON and plot of the "
                         "run as far as its metrics.csv goes (e.g. a run trained elsewhere "

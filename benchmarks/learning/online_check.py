@@ -80,18 +80,22 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     result JSON and plot; returns the result dict."""
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)       # from a command line: as the trainers' own
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default="cartpole-balance")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--env-steps", type=int, default=20_000)
-    p.add_argument("--preset", default="cpu")
+    from wmx.runs.cli_common import HelpFormatter
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--task", default="cartpole-balance", help="task in mt30 spelling")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds, run vmapped")
+    p.add_argument("--env-steps", type=int, default=20_000,
+                   help="simulator steps of the run (train_online's --env-steps)")
+    p.add_argument("--preset", default="cpu", help="the agent's preset: paper | cpu | tiny")
     p.add_argument("--envs", type=int, default=None,
                    help="lockstep envs per seed (default: the agent's preset's)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="agent config fields (train_online's --set)")
-    p.add_argument("--eval-every", type=int, default=2_000)
-    p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--threshold", type=float, default=None)
+    p.add_argument("--eval-every", type=int, default=2_000, help="env steps between evaluations")
+    p.add_argument("--eval-episodes", type=int, default=10, help="eval episodes per seed")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="the criterion: the mean return (over seeds) to reach within the run")
     p.add_argument("--threshold-on", choices=("eval", "train"), default="eval",
                    help="which return the threshold applies to")
     p.add_argument("--budget-min", type=float, default=None,
@@ -99,13 +103,16 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     p.add_argument("--chunk-ticks", type=int, default=None,
                    help="train_online --chunk-ticks: device parts of a round, a checkpoint after "
                         "each (a budget stop or a killed process then loses at most one part)")
-    p.add_argument("--home", default=None)
+    p.add_argument("--home", default=None, help="data root of the run (default: wmx's home)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) learning run")
     p.add_argument("--report-only", action="store_true",
                    help="with --resume: no training; write the result JSON and plot of the "
                         "run as far as it got (e.g. a criterion judged before the run's end)")
-    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="folder of the result JSON and plot (default benchmarks/results, the "
+                        "committed results: a run replaces their files of the same name, so "
+                        "give another folder for a trial run)")
     p.set_defaults(**defaults)
     args = p.parse_args(argv)
     if args.report_only and not args.resume:
