@@ -19,7 +19,7 @@ stages and budgets):
                       cartpole-balance (seeds 0 1, 16 envs, train ratio 512), as above
   dreamerv3_offline   only with --dreamerv3-offline-run RUN_DIR: that offline check run,
                       prepared elsewhere (benchmarks/learning/dreamerv3_offline.py
-                      --prepare-only; its home folder copied beside it), trained with
+                      --prepare-only --pack DIR; DIR copied beside it), trained with
                       --resume for as many updates as fit (--budget-min)
 
 A stage past its limit is killed with its process group and marked
@@ -459,7 +459,8 @@ def main(argv=None) -> int:
     p.add_argument("--dreamerv3-offline-run", default=None, metavar="RUN_DIR",
                    help="adds the dreamerv3_offline stage: this offline check run, made by "
                         "benchmarks/learning/dreamerv3_offline.py --prepare-only (its home "
-                        "folder, two levels up, copied with it), trained with --resume; "
+                        "folder, two levels up, copied with it; --pack DIR copies only what "
+                        "training needs), trained with --resume; "
                         "with --only dreamerv3_offline it gets the whole budget")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

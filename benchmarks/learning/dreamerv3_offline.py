@@ -30,8 +30,8 @@ each seed in its metrics.csv.
     python benchmarks/learning/dreamerv3_offline.py --resume H/runs/dv3-offline-check-<time>
 
 To train on another machine (a GPU): ``--prepare-only`` pools the dataset and
-writes the run directory here (Beam runs here); copy the home folder, train
-there with ``--resume``, and bring the run directory back for ``--resume RUN
+writes the run directory here (Beam runs here); copy the home folder (or, with
+``--pack DIR``, the folder holding only what training needs), train there with ``--resume``, and bring the run directory back for ``--resume RUN
 --report-only [--tdmpc2-run ...]``, which writes the result from its metrics.csv.
 
 Nothing here runs in the test suite (a check takes hours of CPU).
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     run_dir, home, bench, tasks = start_or_resume(
         p, args, "dreamerv3", "dv3-offline-check", {"learned_margin": args.learned_margin},
         check=tdmpc2_entry)
-    if prepared_only(args, run_dir):
+    if prepared_only(args, run_dir, bench):
         return 0
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
     beside = tdmpc2_beside(bench.get("tdmpc2_run") and home / bench["tdmpc2_run"],

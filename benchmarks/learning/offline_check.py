@@ -21,6 +21,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -204,6 +205,11 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
                    help="with --resume: no training; write the result JSON and plot of the "
                         "run as far as its metrics.csv goes (e.g. a run trained elsewhere "
                         "whose run directory came back without checkpoints)")
+    p.add_argument("--pack", default=None, metavar="DIR",
+                   help="with --prepare-only (or --resume of a prepared run): copy what "
+                        "training the run needs (the run, its dataset, its source runs' "
+                        "config, summary and metrics) into the new folder DIR, a home "
+                        "folder to copy to another machine; then stop")
     p.add_argument("--prepare-only", action="store_true",
                    help="pool the dataset, measure the random returns and write the check's "
                         "run directory, then stop: train it with --resume, e.g. on a GPU "
@@ -293,6 +299,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
     if args.prepare_only and args.resume:
         p.error("--prepare-only starts a new run; it takes --sources, not --resume")
+    if getattr(args, "pack", None) and args.report_only:
+        p.error("--pack packs a run to train elsewhere; it takes no --report-only")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
         resumable_run(run_dir, agent, args.report_only)
@@ -328,15 +336,71 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     return run_dir, home, bench, tasks
 
 
-def prepared_only(args, run_dir: Path) -> bool:
-    """With ``--prepare-only``: print how to train the prepared run and return True (the
-    entry point stops); else False."""
-    if not args.prepare_only:
+def prepared_only(args, run_dir: Path, bench: dict | None = None) -> bool:
+    """With ``--prepare-only`` or ``--pack``: print how to train the prepared run (with
+    ``--pack DIR``: pack it first, `pack_home`) and return True (the entry point stops);
+    else False."""
+    if not (args.prepare_only or getattr(args, "pack", None)):
         return False
+    home = run_dir.parent.parent
+    if getattr(args, "pack", None):
+        dest = pack_home(run_dir, home, bench or {}, Path(args.pack).expanduser().resolve())
+        packed = dest / "runs" / run_dir.name
+        print(f"packed {run_dir} into {dest} (its own home folder: the run, its dataset, "
+              "its source runs' config, summary and metrics); copy that folder to the "
+              f"machine that trains it and run --resume <copy>/runs/{run_dir.name} there "
+              f"(e.g. --resume {packed})")
+        return True
     print(f"prepared {run_dir} (dataset, config.json, benchmark.json); train it with "
-          f"--resume {run_dir}, here or where its home folder {run_dir.parent.parent} is "
-          "copied")
+          f"--resume {run_dir}, here or where its home folder {home} is copied (or "
+          "--resume RUN --pack DIR: only what training it needs)")
     return True
+
+
+PACKED_RUN_FILES = ("config.json", "summary.json", "metrics.csv", "benchmark.json")
+"""What a packed home keeps of a source run and of the TD-MPC2 run beside."""
+
+
+def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
+    """Copy what training the prepared check run ``run_dir`` elsewhere needs into the new
+    folder ``dest``, a home folder of its own: the run's config.json and benchmark.json,
+    its dataset (``datasets/<name>/<hash>/``), and `PACKED_RUN_FILES` of its source runs
+    and of the TD-MPC2 run beside it (well under 1 MB for a single-task check; no episode
+    sets, no checkpoints). Written under a temporary name and renamed: ``dest`` is whole
+    or absent. Returns ``dest``. Raises SystemExit: ``dest`` exists, the run has trained
+    (metrics.csv, checkpoints/: resume it where it is), a source run lies outside the home
+    folder, or the dataset is not in it."""
+    import shutil
+    import tempfile
+    if dest.exists():
+        raise SystemExit(f"--pack {dest}: it exists; give a new folder")
+    if (run_dir / "metrics.csv").exists() or (run_dir / "checkpoints").exists():
+        raise SystemExit(f"--pack: {run_dir} has trained already (metrics.csv or "
+                         "checkpoints/); pack a run that --prepare-only wrote")
+    name, _, full = json.loads((run_dir / "config.json").read_text())["dataset"].partition("@")
+    dataset = Path("datasets") / name / full
+    if not (home / dataset / "manifest.json").is_file():
+        raise SystemExit(f"--pack: the run's dataset {name}@{full[:10]} is not in {home}")
+    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
+    outside = [s for s in runs if Path(s).is_absolute()]
+    if outside:
+        raise SystemExit(f"--pack: the runs {outside} lie outside the home folder {home}; "
+                         "they cannot travel with it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        shutil.copytree(home / dataset, tmp / dataset)
+        for rel, files in [(Path("runs") / run_dir.name, ("config.json", "benchmark.json")),
+                           *((Path(r), PACKED_RUN_FILES) for r in runs)]:
+            (tmp / rel).mkdir(parents=True, exist_ok=True)
+            for f in files:
+                if (home / rel / f).is_file():
+                    shutil.copy2(home / rel / f, tmp / rel / f)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
 
 
 def train(rc, run_dir: Path, home: Path, budget_min: float | None,

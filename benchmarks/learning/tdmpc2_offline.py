@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(p, args, "tdmpc2", "offline-check",
                                                   {"min_pass": args.min_pass})
-    if prepared_only(args, run_dir):
+    if prepared_only(args, run_dir, bench):
         return 0
     rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, preset "

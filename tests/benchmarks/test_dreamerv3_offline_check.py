@@ -261,3 +261,41 @@ def test_the_standard_error_of_each_evaluation(tmp_path):
     assert set(res["tasks"]["reacher-easy"]["offline_eval_stderr"]) == {"1000", "2000"}
     assert res["tasks"]["cup-catch"] == {"offline_eval_return": {}, "offline_eval_stderr": {},
                                          "offline_final_stderr": None}
+
+
+def test_pack_copies_what_training_elsewhere_needs(tmp_path, capsys):
+    """--resume RUN --pack DIR: a home folder of its own (the run, its dataset, the source
+    runs' small files; no episode sets), whole or absent, from which the run reports."""
+    home = tmp_path / "home"
+    run = _prepared_run(home)
+    ds = home / "datasets" / "mt19-x" / ("ab" * 32)
+    ds.mkdir(parents=True)
+    (ds / "manifest.json").write_text("{}")
+    (ds / "shard-00000-of-00001.array_record").write_bytes(b"\0" * 100)
+    (home / "episodes" / "reacher-easy" / "set").mkdir(parents=True)
+    (home / "runs" / "src" / "checkpoints").mkdir()
+    out = str(tmp_path / "out")
+    dest = tmp_path / "pack"
+    assert bench.main(["--resume", str(run), "--pack", str(dest), "--out", out]) == 0
+    assert "--resume" in capsys.readouterr().out
+    files = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
+    assert files == [f"datasets/mt19-x/{'ab' * 32}/manifest.json",
+                     f"datasets/mt19-x/{'ab' * 32}/shard-00000-of-00001.array_record",
+                     "runs/dv3-offline-check-1/benchmark.json",
+                     "runs/dv3-offline-check-1/config.json",
+                     "runs/src/config.json", "runs/src/metrics.csv", "runs/src/summary.json"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    with pytest.raises(SystemExit, match="it exists; give a new folder"):
+        bench.main(["--resume", str(run), "--pack", str(dest), "--out", out])
+    packed = dest / "runs" / "dv3-offline-check-1"
+    (packed / "metrics.csv").write_text(_METRICS)       # trained on the other machine
+    assert bench.main(["--resume", str(packed), "--report-only", "--out", out]) == 0
+    res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
+    assert res["tasks"]["reacher-easy"]["source_runs"] == [str(dest / "runs" / "src")]
+    (packed / "checkpoints" / "1000").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="has trained already"):
+        bench.main(["--resume", str(packed), "--pack", str(tmp_path / "p2"), "--out", out])
+    shutil.rmtree(ds)
+    with pytest.raises(SystemExit, match="dataset mt19-x@abababab.. is not in"):
+        bench.main(["--resume", str(run), "--pack", str(tmp_path / "p3"), "--out", out])
+    assert not (tmp_path / "p2").exists() and not (tmp_path / "p3").exists()
