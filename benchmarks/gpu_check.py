@@ -417,16 +417,18 @@ def print_plan(plan: list[Stage], total_s: float, only: set[str] | None) -> None
     for s in plan:
         if s not in runs:
             mark = "  (skipped)"
-        elif s.name == "probe" or only is None:
+        elif s.name == "probe" or len(runs) == len(plan):
             mark = ""
-        else:    # the budgets of the skipped stages go to the stages that run
+        else:    # the skipped stages' budgets go to the stages that run (main's limits)
             limit = total_s - FINISH_RESERVE_S - sum(o.budget_s for o in runs if o is not s)
-            mark = f"  (up to {limit:.0f} s: the skipped stages' budgets)"
+            mark = f"  (limit ~{limit:.0f} s with the skipped stages' budgets)"
         extra = (f" --budget-min <(limit - {s.tail_s:.0f} s) / 60>" if s.learning else "")
         print(f"  {s.name:19s} {s.budget_s:6.1f} s{mark}  "
               f"{' '.join(show(a) for a in s.argv[1:])}{extra}")
     print(f"  {'total':19s} {sum(s.budget_s for s in plan) + FINISH_RESERVE_S:6.1f} s "
-          f"(a stage's limit: its budget plus what earlier stages left unused)")
+          f"(a stage's limit: its budget plus what earlier stages left unused"
+          + ("; ~: when the stages before it take their budgets)" if len(runs) < len(plan)
+             else ")"))
 
 
 def main(argv=None) -> int:

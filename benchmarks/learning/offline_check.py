@@ -150,7 +150,7 @@ def build_dataset(home: Path, tasks: dict[str, dict], out_dir: Path) -> str:
     from wmx.cli.demo import find_dataset
     ts, custom = taskset_for(tasks)
     set_dirs = [Path(d) for t in tasks.values() for d in t["episode_sets"]]
-    ref = find_dataset(home, ts.name, set_dirs)
+    ref = find_dataset(home, ts.name, set_dirs, ts)
     if ref is not None:
         print(f"dataset {ref} pools these episode sets already; not rebuilt")
         return ref
@@ -165,7 +165,7 @@ def build_dataset(home: Path, tasks: dict[str, dict], out_dir: Path) -> str:
     print("$ beam " + " ".join(argv))
     if beam.main(argv) != 0:
         raise SystemExit("the dataset build failed")
-    ref = find_dataset(home, ts.name, set_dirs)
+    ref = find_dataset(home, ts.name, set_dirs, ts)
     if ref is None:
         raise SystemExit(f"the build finished but no dataset {ts.name} is in {home}")
     return ref
@@ -207,9 +207,10 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
                         "whose run directory came back without checkpoints)")
     p.add_argument("--pack", default=None, metavar="DIR",
                    help="with --prepare-only (or --resume of a prepared run): copy what "
-                        "training the run needs (the run, its dataset, its source runs' "
-                        "config, summary and metrics) into the new folder DIR, a home "
-                        "folder to copy to another machine; then stop")
+                        "training the run needs (the run, its dataset, its source runs' and "
+                        "the TD-MPC2 run beside's config, summary and metrics) into the new "
+                        "folder DIR outside the home folder, a home folder of its own to "
+                        "copy to another machine; then stop")
     p.add_argument("--prepare-only", action="store_true",
                    help="pool the dataset, measure the random returns and write the check's "
                         "run directory, then stop: train it with --resume, e.g. on a GPU "
@@ -315,6 +316,12 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
             if Path(s).is_absolute():
                 print(f"note: source run {s} is outside the home folder {home}: recorded "
                       "by its absolute path, it does not move with the home folder")
+    if getattr(args, "pack", None):                   # before anything is prepared
+        given = getattr(args, "tdmpc2_run", None)     # dreamerv3_offline's run beside
+        beside = (bench.get("tdmpc2_run") if given is None else
+                  None if given.lower() == "none" else home_relative(home, given))
+        check_pack_dest(Path(args.pack).expanduser().resolve(), home,
+                        [r for r in [*bench["sources"], beside] if r])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
@@ -358,22 +365,45 @@ def prepared_only(args, run_dir: Path, bench: dict | None = None) -> bool:
 
 
 PACKED_RUN_FILES = ("config.json", "summary.json", "metrics.csv", "benchmark.json")
-"""What a packed home keeps of a source run and of the TD-MPC2 run beside."""
+"""What a packed home keeps of a source run and of the TD-MPC2 run beside (of the latter
+its report/ too: `evaluate --runs` compares with it there)."""
+
+
+def check_pack_dest(dest: Path, home: Path, runs: list[str]) -> None:
+    """Refuse a ``--pack`` folder before anything is prepared (SystemExit, one line): it
+    exists, its parent is not a folder, it lies inside the home folder (the copy would
+    hold itself, or list as a run or a dataset), or a run to pack (``runs``, as
+    benchmark.json records them) lies outside the home folder or leaves it with ``..``."""
+    home = Path(home).expanduser().resolve()
+    if dest.exists() or dest.is_symlink():
+        raise SystemExit(f"--pack {dest}: it exists; give a new folder")
+    parent = next((q for q in dest.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise SystemExit(f"--pack {dest}: {parent} is not a folder")
+    if dest == home or home in dest.parents:
+        raise SystemExit(f"--pack {dest}: inside the home folder {home}; give a folder "
+                         "outside it")
+    bad = [r for r in runs if Path(r).is_absolute() or ".." in Path(r).parts]
+    if bad:
+        raise SystemExit(f"--pack: the runs {bad} lie outside the home folder {home}; they "
+                         "cannot travel with it (give runs inside it)")
 
 
 def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
     """Copy what training the prepared check run ``run_dir`` elsewhere needs into the new
     folder ``dest``, a home folder of its own: the run's config.json and benchmark.json,
     its dataset (``datasets/<name>/<hash>/``), and `PACKED_RUN_FILES` of its source runs
-    and of the TD-MPC2 run beside it (well under 1 MB for a single-task check; no episode
-    sets, no checkpoints). Written under a temporary name and renamed: ``dest`` is whole
-    or absent. Returns ``dest``. Raises SystemExit: ``dest`` exists, the run has trained
-    (metrics.csv, checkpoints/: resume it where it is), a source run lies outside the home
-    folder, or the dataset is not in it."""
+    and of the TD-MPC2 run beside it (about 1 MB for one task and a 50,000-env-step
+    source; no episode sets, no checkpoints). Written into an owned temporary sibling
+    (`wmx.temporaries`; a killed pack's is swept by the next) and renamed: ``dest`` is
+    whole or absent. Returns ``dest``. Raises SystemExit: `check_pack_dest`'s refusals,
+    the run has trained (metrics.csv, checkpoints/: resume it where it is), a run to
+    pack has no config.json, or the dataset is not in the home folder."""
     import shutil
-    import tempfile
-    if dest.exists():
-        raise SystemExit(f"--pack {dest}: it exists; give a new folder")
+
+    from wmx import temporaries
+    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
+    check_pack_dest(dest, home, runs)
     if (run_dir / "metrics.csv").exists() or (run_dir / "checkpoints").exists():
         raise SystemExit(f"--pack: {run_dir} has trained already (metrics.csv or "
                          "checkpoints/); pack a run that --prepare-only wrote")
@@ -381,13 +411,13 @@ def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
     dataset = Path("datasets") / name / full
     if not (home / dataset / "manifest.json").is_file():
         raise SystemExit(f"--pack: the run's dataset {name}@{full[:10]} is not in {home}")
-    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
-    outside = [s for s in runs if Path(s).is_absolute()]
-    if outside:
-        raise SystemExit(f"--pack: the runs {outside} lie outside the home folder {home}; "
-                         "they cannot travel with it")
+    missing = [r for r in runs if not (home / r / "config.json").is_file()]
+    if missing:
+        raise SystemExit(f"--pack: the runs {missing} recorded in {run_dir / 'benchmark.json'} "
+                         f"are not in {home} (no config.json)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    temporaries.sweep(dest.parent)
+    tmp = temporaries.make_dir(dest.parent, dest.name)
     try:
         shutil.copytree(home / dataset, tmp / dataset)
         for rel, files in [(Path("runs") / run_dir.name, ("config.json", "benchmark.json")),
@@ -396,6 +426,9 @@ def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
             for f in files:
                 if (home / rel / f).is_file():
                     shutil.copy2(home / rel / f, tmp / rel / f)
+        beside = bench.get("tdmpc2_run")
+        if beside and (home / beside / "report").is_dir():
+            shutil.copytree(home / beside / "report", tmp / beside / "report")
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -416,12 +449,19 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
         if path.is_file():
             return json.loads(path.read_text()), 0.0
         return {"finished": False, "updates": last_updates(run_dir), "wall_s": None}, 0.0
+    import contextlib
+
     from wmx.runs.interrupt import stop_on_interrupt
-    from wmx.runs.owner import hold_run
+    from wmx.runs.owner import RunBusyError, hold_run
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
-    with hold_run(run_dir), stop_on_interrupt("the running chunk") as stop_request:
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(hold_run(run_dir))
+        except RunBusyError as e:          # a trainer started since resumable_run looked
+            raise SystemExit(f"{run_dir}: {e}") from None
+        stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)
     return summary, time.perf_counter() - t0

@@ -109,7 +109,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     p.add_argument("--report-only", action="store_true",
                    help="with --resume: no training; write the result JSON and plot of the "
                         "run as far as it got (e.g. a criterion judged before the run's end)")
-    p.add_argument("--out", default="benchmarks/results",
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[2] /
+                                        "benchmarks" / "results"),
                    help="folder of the result JSON and plot (default benchmarks/results, the "
                         "committed results: a run replaces their files of the same name, so "
                         "give another folder for a trial run)")

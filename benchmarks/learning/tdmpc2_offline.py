@@ -53,7 +53,9 @@ def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
 def main(argv=None) -> int:
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)       # from a command line: as the trainers' own
-    p = parser(__doc__, batch_size=256, log_every=1_000)
+    p = parser(__doc__, batch_size=256, log_every=1_000,
+               batch_help="slices per update (the paper's offline batch is 1024, spec 4.19; "
+                          "256 keeps a CPU run short)")
     p.add_argument("--min-pass", type=int, default=2, help="tasks that must pass")
     args = p.parse_args(argv)
 

@@ -213,6 +213,11 @@ def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
     summary, _ = offline_check.train(None, run, tmp_path / "home", None)
     assert summary["finished"] and seen[0] is not None and seen[0].pid == os.getpid()
     assert probe(run) is None and not (run / "run.lock").exists()   # released, removed
+    from wmx.runs.owner import hold_run
+    with hold_run(run):              # a trainer that started after --resume's check
+        with pytest.raises(SystemExit, match=r"pid \d+"):
+            offline_check.train(None, run, tmp_path / "home", None)
+    assert len(seen) == 1
 
 
 def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):
@@ -299,3 +304,44 @@ def test_pack_copies_what_training_elsewhere_needs(tmp_path, capsys):
     with pytest.raises(SystemExit, match="dataset mt19-x@abababab.. is not in"):
         bench.main(["--resume", str(run), "--pack", str(tmp_path / "p3"), "--out", out])
     assert not (tmp_path / "p2").exists() and not (tmp_path / "p3").exists()
+
+
+def test_pack_refuses_before_anything_is_prepared_and_packs_the_tdmpc2_run(tmp_path):
+    home = tmp_path / "home"
+    run = _prepared_run(home)
+    ds = home / "datasets" / "mt19-x" / ("ab" * 32)
+    ds.mkdir(parents=True)
+    (ds / "manifest.json").write_text("{}")
+    out = str(tmp_path / "out")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    runs_before = sorted(p.name for p in (home / "runs").iterdir())
+    for dest, msg in [(taken, "it exists"), (home / "runs" / "p", "inside the home folder"),
+                      (ds / "pack", "inside the home folder"), (taken / "x" / "y", None)]:
+        if msg is None:                            # a file where a parent folder should be
+            (taken / "x").write_text("")
+            msg = "is not a folder"
+        with pytest.raises(SystemExit, match=msg):   # a new run: refused before the build
+            bench.main(["--home", str(home), "--sources", str(home / "runs" / "src"),
+                        "--prepare-only", "--pack", str(dest), "--out", out])
+        with pytest.raises(SystemExit, match=msg):
+            bench.main(["--resume", str(run), "--pack", str(dest), "--out", out])
+    assert sorted(p.name for p in (home / "runs").iterdir()) == runs_before
+    # the TD-MPC2 run beside, recorded in benchmark.json: its files and report/ travel
+    b = json.loads((run / "benchmark.json").read_text())
+    (run / "benchmark.json").write_text(json.dumps({**b, "tdmpc2_run": "runs/td"}))
+    with pytest.raises(SystemExit, match=r"the runs \['runs/td'\] recorded in .* are not in"):
+        bench.main(["--resume", str(run), "--pack", str(tmp_path / "p1"), "--out", out])
+    (home / "runs" / "td" / "report").mkdir(parents=True)
+    (home / "runs" / "td" / "config.json").write_text("{}")
+    (home / "runs" / "td" / "report" / "report.md").write_text("# report\n")
+    (home / "runs" / "td" / "model.ckpt").write_text("not packed")
+    assert bench.main(["--resume", str(run), "--pack", str(tmp_path / "p2"), "--out", out]) == 0
+    p2 = tmp_path / "p2"
+    assert sorted(f.name for f in (p2 / "runs" / "td").rglob("*") if f.is_file()) == [
+        "config.json", "report.md"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert p2.stat().st_mode & 0o777 == 0o777 & ~umask
+    assert not (tmp_path / "p1").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -55,9 +55,12 @@ def test_paper_sizes_in_the_gpu_plan(tmp_path):
     assert f"--task {gpu_check.TASK}" in td and "(skipped)" in td
     # the one stage that runs gets the skipped stages' budgets: all but the probe's
     probe = float(re.search(r"^  probe\s+([\d.]+) s", r.stdout, re.M)[1])
-    up_to = float(re.search(r"\(up to (\d+) s: the skipped stages' budgets\)", dv)[1])
-    assert abs(up_to - (gpu_check.DEFAULT_TOTAL_S - gpu_check.FINISH_RESERVE_S - probe)) <= 1
-    assert "up to" not in td
+    limit = float(re.search(r"\(limit ~(\d+) s with the skipped stages' budgets", dv)[1])
+    assert abs(limit - (gpu_check.DEFAULT_TOTAL_S - gpu_check.FINISH_RESERVE_S - probe)) <= 1
+    assert "limit ~" not in td
+    names = [s.name for s in gpu_check.stages(Path("raw"), Path("home"), False)]
+    every = _run("--plan", "--only", *names[1:]).stdout         # nothing skipped: no note
+    assert "skipped" not in every and "~" not in every
 
 
 def test_total_s_scales_the_budgets_and_only_checks_names():

@@ -91,8 +91,11 @@ class Stubs:
         ch = _h(",".join(episodes))
         d = self.home / "datasets" / name / ch[:16]
         d.mkdir(parents=True)
+        from wmx.schemas.taskset import mt19
+        taskset = mt19().subset(_arg(argv, "--tasks").split(",")).to_dict()
         (d / "manifest.json").write_text(json.dumps({"sources": hashes, "content_hash": ch,
-                                                     "episode_digests": episodes}))
+                                                     "episode_digests": episodes,
+                                                     "taskset": taskset}))
 
     def train_offline(self, argv):
         run_dir = (Path(_arg(argv, "--resume")) if "--resume" in argv

@@ -18,6 +18,7 @@ once per session, tests/tiny_runs.py). The kill test is test_kill.py (slow).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import json
 import os
@@ -315,6 +316,18 @@ def test_sources_deduped_to_a_stored_dataset_find_it_by_its_episodes(tmp_path):
         EpisodeSetManifest.load(a).content_hash,)
     assert find_dataset(tmp_path, "one", [a, b]) == ref
     assert find_dataset(tmp_path, "one", [b, a]) == ref
+    # over the TaskSet asked for: a dataset of the same episodes over another TaskSet of
+    # the same name (e.g. other reference scores) is not it; unreadable manifests skipped
+    ts = taskset_of("one", [CART])
+    other = json.loads((entry.path / "manifest.json").read_text())
+    other["taskset"] = dataclasses.replace(ts, reference_scores=(50.0,)).to_dict()
+    other["content_hash"] = "0" * 64                         # sorts first
+    (entry.path.parent / ("0" * 64)).mkdir()
+    (entry.path.parent / ("0" * 64) / "manifest.json").write_text(json.dumps(other))
+    (entry.path.parent / "zz").mkdir()
+    (entry.path.parent / "zz" / "manifest.json").write_text("{")
+    assert find_dataset(tmp_path, "one", [a, b], ts) == ref
+    assert find_dataset(tmp_path, "one", [a, b]) == "one@" + "0" * 64    # any TaskSet
 
 
 # ---- 2. name@hash bound to its content -----------------------------------------------------

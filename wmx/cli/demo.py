@@ -212,22 +212,35 @@ def episode_sets(run_dir: Path) -> list[Path]:
     return [Path(p) for _, p in sorted(sets.items(), key=lambda kv: int(kv[0]))]
 
 
-def find_dataset(home: Path, name: str, set_dirs: Sequence[Path]) -> str | None:
+def find_dataset(home: Path, name: str, set_dirs: Sequence[Path],
+                 taskset=None) -> str | None:
     """``name@<hash>`` of a complete dataset named ``name`` in the store that pools
-    exactly the episodes of the episode sets ``set_dirs``, else None.
+    exactly the episodes of the episode sets ``set_dirs`` over ``taskset`` (a TaskSet;
+    None: any), else None. Unreadable manifests in the store are skipped.
 
     A dataset built from these sets (its manifest's ``sources``) matches first; else one
     holding the same episodes (the manifests' episode digests, duplicates counted once):
     a build from another list of sets whose episodes dedupe to the same content keeps the
     dataset already stored, whose manifest names the first build's sources."""
+    from wmx.schemas.taskset import TaskSet
     mans = [json.loads((Path(d) / "manifest.json").read_text()) for d in set_dirs]
     want = sorted(m["content_hash"] for m in mans)
-    episodes = sorted({dg for m in mans for dg in m["episode_digests"]})
-    stored = [json.loads(p.read_text()) for p in
-              sorted((home / "datasets" / name).glob("*/manifest.json"))
-              if not p.parent.name.startswith(".")]
+    episodes = (sorted({dg for m in mans for dg in m["episode_digests"]})
+                if all("episode_digests" in m for m in mans) else None)
+    stored = []
+    for path in sorted((home / "datasets" / name).glob("*/manifest.json")):
+        if path.parent.name.startswith("."):
+            continue
+        try:
+            m = json.loads(path.read_text())
+            if taskset is not None and TaskSet.from_dict(m["taskset"]) != taskset:
+                continue
+            stored.append(m)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
     for match in (lambda m: sorted(m.get("sources", [])) == want,
-                  lambda m: sorted(m.get("episode_digests", [])) == episodes):
+                  lambda m: episodes is not None and
+                  sorted(m.get("episode_digests", [])) == episodes):
         for m in stored:
             if match(m):
                 return f"{name}@{m['content_hash']}"
@@ -252,7 +265,8 @@ def dataset_stage(opts: argparse.Namespace, home: Path, tasks: Sequence[str],
     """The build of the demo's TaskSet from the online runs' episode sets
     (``online_runs`` None: not known yet, placeholders in the command)."""
     from wmx.schemas.taskset import mt19
-    name = mt19().subset(tasks).name
+    taskset = mt19().subset(tasks)
+    name = taskset.name
     if online_runs is None:
         sources, set_dirs = ["<episode sets of the train_online runs>"], None
     else:
@@ -262,7 +276,7 @@ def dataset_stage(opts: argparse.Namespace, home: Path, tasks: Sequence[str],
                                       str(home), "--tasks", ",".join(tasks), "--sources",
                                       *sources])
     if set_dirs is not None:
-        ref = find_dataset(home, name, set_dirs)
+        ref = find_dataset(home, name, set_dirs, taskset)
         if ref is not None:
             st.status, st.result = "done", ref
     st.note = name
@@ -436,7 +450,8 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     execute(i, st)
     if st.status != "done":
         set_dirs = [d for r in online for d in episode_sets(Path(r))]
-        st.result = find_dataset(home, st.note, set_dirs)
+        from wmx.schemas.taskset import mt19
+        st.result = find_dataset(home, st.note, set_dirs, mt19().subset(tasks))
         if st.result is None:
             raise DemoError(f"the build finished but no dataset {st.note} pooling the demo's "
                             f"episode sets is in {home / 'datasets'}")
