@@ -82,7 +82,7 @@ def plot(samples: list[dict], path: Path, title: str) -> None:
     ax.set_xlabel("part (sampled at its start)")
     ax.set_ylabel("MiB")
     ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=7)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -141,7 +141,9 @@ def main(argv=None) -> int:
     finally:
         loop.release_free_heap = trim
     if samples:
-        plot(samples, args.out.with_suffix(".png"), f"train_online {' '.join(theirs)}"[:110])
+        import textwrap
+        plot(samples, args.out.with_suffix(".png"),
+             "\n".join(textwrap.wrap(f"train_online {' '.join(theirs)}", 95)[:3]))
     print(json.dumps({k: res.get(k) for k in ("steady_from", "rss_mib_per_part",
                                              "in_use_mib_per_part")}, indent=1))
     from wmx.runs.interrupt import EXIT_INTERRUPTED
