@@ -9,6 +9,8 @@ draws per call).
 
     python benchmarks/tdmpc2_ab.py --a /work/main --b . --sizes 1 5 \\
         --what plan update --rounds 4 --calls 3
+    python benchmarks/tdmpc2_ab.py --a . --b . --a-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \\
+        --b-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4194304
 """
 from __future__ import annotations
 
@@ -50,8 +52,9 @@ for line in sys.stdin:
 """
 
 
-def start(path: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
+def start(path: str, extra_env: list[str] = ()) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(path),
+               **dict(kv.split("=", 1) for kv in extra_env))
     return subprocess.Popen([sys.executable, "-c",
                              f"BENCH_DIR = {BENCH_DIR!r}\n" + WORKER], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env,
@@ -72,8 +75,12 @@ def main() -> None:
     ap.add_argument("--what", nargs="+", default=["plan", "update"])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--a-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment of A's worker (repeatable), e.g. GLIBC_TUNABLES=...: "
+                         "one checkout under two process settings")
+    ap.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
-    workers = {"A": start(args.a), "B": start(args.b)}
+    workers = {"A": start(args.a, args.a_env), "B": start(args.b, args.b_env)}
     res = {}
     for what in args.what:
         for size in args.sizes:
