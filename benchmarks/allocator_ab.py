@@ -55,11 +55,13 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="1m", choices=("1m", "12m"))
     p.add_argument("--rounds", type=int, default=8, help="blocks per variant")
     p.add_argument("--calls", type=int, default=5, help="timed training steps per block")
-    p.add_argument("--logs", default=None, help="worker logs (default: beside --out)")
+    p.add_argument("--logs", default=None,
+                   help="worker logs (default: a folder in the temporary directory)")
     p.add_argument("--out", type=Path, required=True, help="JSON to write")
     args = p.parse_args(argv)
     from dreamerv3_speed import ACTION_DIM, BATCH_LENGTH, BATCH_SIZE, N_ENVS, OBS_DIM
-    logs = Path(args.logs) if args.logs else args.out.with_suffix("")
+    import tempfile
+    logs = Path(args.logs) if args.logs else Path(tempfile.gettempdir()) / "wmx_allocator_ab_logs"
     env = {"WMX_HUGE_PAGES": "0"}
     workers = [Worker(f"v{i}", [sys.executable, str(HERE / "dreamerv3_speed.py"), "--worker"],
                       logs / f"v{i}.log", env={**env, "GLIBC_TUNABLES": v})

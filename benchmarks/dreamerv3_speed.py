@@ -115,10 +115,6 @@ class WmxWorker:
                  "is_terminal": data["is_terminal"], "deter": data["deter"],
                  "stoch": np.eye(cfg.classes, dtype=np.float32)[data["stoch"]]}
         batch = jax.device_put(batch)
-        from wmx.runs.heap import fix_mmap_threshold
-        # the agent's malloc setting, as the trainers run it (a no-op with
-        # WMX_HUGE_PAGES=0, e.g. allocator_ab.py's workers, which vary GLIBC_TUNABLES)
-        fix_mmap_threshold(dv3.MMAP_THRESHOLD)
         self.state = dv3.init(jax.random.PRNGKey(seed), cfg)
         calls = [0]
 

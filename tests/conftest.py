@@ -26,10 +26,6 @@ import pytest
 # Tests never share compiled programs through a disk cache (the cache's own test
 # turns it on in a subprocess): results must not depend on test order or history.
 os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
-# Nor through malloc's settings: a DreamerV3 trainer would fix this process's mmap
-# threshold for every later test (wmx.runs.heap.fix_mmap_threshold; its own tests use
-# child processes), and command lines started by tests skip the huge-page restart.
-os.environ.setdefault("WMX_HUGE_PAGES", "0")
 
 _OPT0 = "--xla_backend_optimization_level=0"
 OPT0 = os.environ.get("WMX_TEST_XLA_OPT") == "0"

@@ -1,5 +1,4 @@
 """release_free_heap: the free pages glibc's arenas keep go back to the OS (wmx.runs.heap)."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -165,49 +164,3 @@ def test_restart_with_closed_streams_and_not_from_stdin(tmp_path):
     out.unlink()
     r = subprocess.run([sys.executable, "-"], input=probe, text=True, env=env)
     assert r.returncode == 0 and out.read_text() == "None\n"
-
-
-# ---- a fixed mmap threshold (fix_mmap_threshold, an agent's MMAP_THRESHOLD) ---------------
-_MAPPED_AGAIN = """
-import ctypes, sys
-from wmx.runs.heap import fix_mmap_threshold
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
-                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc.mallinfo2.restype = Mallinfo2
-if sys.argv[1] == "fix":
-    assert fix_mmap_threshold(4 << 20)
-n = 5 << 20
-libc.free(libc.malloc(n))     # a mapped block freed: a dynamic threshold rises past n
-before = libc.mallinfo2().hblkhd
-p = libc.malloc(n)
-print(libc.mallinfo2().hblkhd - before >= n)
-libc.free(p)
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_a_fixed_mmap_threshold_keeps_large_blocks_mapped():
-    """glibc's dynamic threshold serves a second 5 MiB block from the arena after the
-    first is freed; fixed at 4 MiB, every such block is mapped (and unmapped when freed),
-    so it leaves no hole in an arena. In a child process: the setting is process-wide."""
-    import ctypes
-    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
-        pytest.skip("glibc 2.33+ (mallinfo2) only")
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "WMX_HUGE_PAGES")}
-    run = [subprocess.run([sys.executable, "-c", _MAPPED_AGAIN, mode], capture_output=True,
-                          text=True, check=True, env=env).stdout.strip()
-           for mode in ("dynamic", "fix")]
-    assert run == ["False", "True"]
-    assert heap.fix_mmap_threshold(None) is False
-    assert os.environ["WMX_HUGE_PAGES"] == "0"          # the suite's: settings kept
-    assert heap.fix_mmap_threshold(4 << 20) is False
-
-
-def test_agents_declare_their_mmap_threshold():
-    from wmx.agents.dreamerv3 import agent as dv3
-    from wmx.agents.tdmpc2 import agent as td
-    assert dv3.MMAP_THRESHOLD == 4 << 20 and td.MMAP_THRESHOLD is None

@@ -96,10 +96,6 @@ class Agent(Protocol):
       METRICS_SINCE_LOG: online metrics are means over the updates since the
         previous log (the online loop resets the carried metrics to `init_metrics`
         after each logged chunk), or, when False, the last update's values.
-      MMAP_THRESHOLD: bytes from which glibc's malloc maps each block on its own for the
-        whole run (`wmx.runs.heap.fix_mmap_threshold`, set by the trainers before their
-        first chunk), or None to keep glibc's dynamic threshold. A host setting: it
-        changes no number of a run.
     """
 
     NAME: str
@@ -108,7 +104,6 @@ class Agent(Protocol):
     LOSS_KEY: str
     MULTITASK: bool
     METRICS_SINCE_LOG: bool
-    MMAP_THRESHOLD: int | None
 
     # ---- configuration (host) ---------------------------------------------------
     def make_config(self, preset: str, overrides: Mapping[str, Any], *, task: Any = None,

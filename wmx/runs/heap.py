@@ -21,36 +21,6 @@ import ctypes
 from pathlib import Path
 
 
-M_MMAP_THRESHOLD = -3
-"""mallopt's parameter number of the mmap threshold (glibc malloc.h)."""
-
-
-def fix_mmap_threshold(nbytes: int | None) -> bool:
-    """Have glibc's malloc map every block of ``nbytes`` or more on its own from now on
-    (``mallopt(M_MMAP_THRESHOLD)``, as the ``glibc.malloc.mmap_threshold`` tunable), which
-    also turns off glibc's dynamic threshold: by default each freed mapped block raises the
-    threshold to its size (up to 32 MiB), after which blocks that large come from the
-    arenas, where their holes fragment the heap (`release_free_heap` cannot return them).
-
-    Args:
-        nbytes: the threshold in bytes (an agent's ``MMAP_THRESHOLD``); None does nothing.
-    Returns:
-        True when set; False for None, with ``WMX_HUGE_PAGES=0`` (the process's allocator
-        settings kept as they are; the test suite's default), or off glibc (no
-        ``mallopt``: macOS, musl).
-    """
-    import os
-    if nbytes is None or os.environ.get(HUGE_PAGES_ENV, "1").strip().lower() in (
-            "0", "off", "false", "no"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, int(nbytes)))
-
-
 def release_free_heap() -> bool:
     """Give the free pages of every glibc malloc arena back to the OS.
 
@@ -73,8 +43,7 @@ memory it maps. XLA's CPU runtime maps its temporaries afresh at every program c
 fault per page (70,500 for the DreamerV3 1m step), with huge pages ~1% of that (790-950
 at 1m, ~6,000 at 12m; docs/performance.md, "Huge pages")."""
 HUGE_PAGES_ENV = "WMX_HUGE_PAGES"
-"""Set to 0 (or off, false, no) to keep the process's allocator settings as they are: no
-huge-page restart, no fixed mmap threshold (`fix_mmap_threshold`)."""
+"""Set to 0 (or off, false, no) to keep the process's allocator settings as they are."""
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 

@@ -27,7 +27,7 @@ from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
-from wmx.runs.heap import fix_mmap_threshold, release_free_heap
+from wmx.runs.heap import release_free_heap
 from wmx.runs.host import HostState, eval_point, stop_reason, write_json_atomic
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
@@ -229,7 +229,6 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                    desc=f"{rc.agent} {rc.dataset_name}@{rc.dataset_hash[:8]} "
                         f"seeds {list(rc.seeds)}")
 
-    fix_mmap_threshold(agent.MMAP_THRESHOLD)   # the agent's host setting (no result changes)
     chunks_done = 0
     while host.updates < rc.updates:
         release_free_heap()     # the last chunk's freed buffers go back to the OS

@@ -26,7 +26,7 @@ from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
-from wmx.runs.heap import fix_mmap_threshold, release_free_heap
+from wmx.runs.heap import release_free_heap
 from wmx.runs.host import (HostState, env_steps_at_tick, eval_point, stop_reason,
                            write_json_atomic)
 from wmx.runs.online_config import OnlineRunConfig
@@ -177,7 +177,6 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             items["pending"] = jax.tree.map(lambda x: x[:, :filled], pending)
         return save_checkpoint(run_dir, host.next_tick, items, host.to_json())
 
-    fix_mmap_threshold(agent.MMAP_THRESHOLD)   # the agent's host setting (no result changes)
     chunks_done = 0
     while host.next_tick < total_ticks:
         release_free_heap()     # the last chunk's freed buffers go back to the OS

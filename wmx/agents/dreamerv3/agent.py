@@ -75,11 +75,6 @@ LOSS_KEY = "opt_loss"
 """The METRIC_KEYS entry progress bars show (the total scaled loss)."""
 MULTITASK = True
 METRICS_SINCE_LOG = True
-MMAP_THRESHOLD = 4 << 20
-"""4 MiB: with glibc's dynamic threshold the training step's freed blocks fragment the
-arenas and a run's resident memory grows ~6 MiB per chunk while the memory in use stays
-flat; fixed, ~0.5 MiB, the step no slower (docs/validation.md, "DreamerV3 online", host
-memory). TD-MPC2 keeps the dynamic threshold (a fixed one slows its update)."""
 """metrics.csv shows means over the updates since the previous row (the
 reference logs embodied.Agg means over its log period; reference_design §6.5)."""
 

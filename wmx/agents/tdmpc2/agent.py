@@ -40,7 +40,6 @@ LOSS_KEY = "total_loss"
 """The METRIC_KEYS entry progress bars show."""
 MULTITASK = True
 METRICS_SINCE_LOG = False
-MMAP_THRESHOLD = None      # glibc's dynamic threshold: a fixed 4 MiB slows the update
 """metrics.csv shows the last update's values (as the reference's logger)."""
 
 _WIDTHS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
