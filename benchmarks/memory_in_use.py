@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_watch import write_json  # noqa: E402
+from memory_watch import save_figure, write_json  # noqa: E402
 
 _MIB = 2**20
 
@@ -85,11 +85,7 @@ def plot(samples: list[dict], path: Path, title: str) -> None:
     ax.set_title(title, fontsize=7)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

@@ -129,6 +129,13 @@ def plot(samples: list[dict], path: Path, title: str) -> None:
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write a matplotlib figure to ``path`` atomically (a sibling, then a rename) and
+    close it."""
+    import matplotlib.pyplot as plt
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110)

@@ -1,6 +1,5 @@
 """benchmarks/allocator_ab.py: the per-variant summary (medians over every call, RSS
 growth per block). The A/B itself compiles DreamerV3 per variant: not in the suite."""
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -8,9 +7,7 @@ import pytest
 
 _DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(_DIR))
-_SPEC = importlib.util.spec_from_file_location("allocator_ab", _DIR / "allocator_ab.py")
-ab = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ab)
+import allocator_ab as ab  # noqa: E402
 
 
 def test_summary_medians_over_calls_and_rss_per_block():

@@ -1,7 +1,6 @@
 """benchmarks/memory_in_use.py: the in-use count follows what malloc hands out (a block
 held is counted, freed it is not; RSS alone cannot tell), and the per-part slopes."""
 import ctypes
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -9,9 +8,7 @@ import pytest
 
 _DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(_DIR))
-_SPEC = importlib.util.spec_from_file_location("memory_in_use", _DIR / "memory_in_use.py")
-miu = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(miu)
+import memory_in_use as miu  # noqa: E402
 
 
 def test_in_use_counts_a_held_block_and_not_a_freed_one():
