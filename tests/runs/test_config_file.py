@@ -133,7 +133,7 @@ def test_help_states_precedence(capsys):
         assert trainer_only not in text, trainer_only
 
 
-def test_evaluate_config(tmp_path):
+def test_evaluate_config(tmp_path, capsys):
     """evaluate: the file may give the required --run; a typed --runs replaces it."""
     from wmx.evaluate.cli import build_parser
     y = _write(tmp_path / "e.yaml", "run: /x/runs/a\nepisodes: 3\ntasks: [cartpole-balance]\n")
@@ -143,3 +143,9 @@ def test_evaluate_config(tmp_path):
     args = parse_with_config(build_parser(), ["--config", y, "--runs", "b", "c", "--episodes",
                                               "5", "--out", "o"])
     assert (args.run, args.runs, args.episodes) == (None, ["b", "c"], 5)
+    # evaluate trains nothing: agent_overrides is an unknown key there, not ignored
+    bad = _write(tmp_path / "b.yaml", "run: /x/runs/a\nagent_overrides: {horizon: 2}\n")
+    with pytest.raises(SystemExit):
+        parse_with_config(build_parser(), ["--config", bad])
+    err = capsys.readouterr().err.strip()
+    assert "unknown key 'agent_overrides'" in err and err.count("agent_overrides") == 1

@@ -52,6 +52,7 @@ def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None 
                         "precedence: a flag typed > --config FILE > the defaults")
     p.set_defaults(**{FILE_OVERRIDES: {}})
     p._wmx_config_keys = (dict(keys or {}), frozenset(ignored))   # read by parse_with_config
+    p._wmx_config_trainer = trainer                                # agent_overrides allowed
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -142,13 +143,14 @@ def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
     aliases and ignored keys applied). Raises ValueError naming the file and the key for
     an unknown key (listing the known ones) or a value of the wrong kind."""
     keys, ignored = getattr(parser, "_wmx_config_keys", ({}, frozenset()))
+    trainer = getattr(parser, "_wmx_config_trainer", True)
     actions = _actions(parser)
     out: dict[str, Any] = {}
     for key, value in data.items():
         k = str(key)
         if k in ignored:
             continue
-        if k == "agent_overrides":
+        if k == "agent_overrides" and trainer:
             if not isinstance(value, dict):
                 raise ValueError(f"--config {path}: agent_overrides must be a mapping of the "
                                  f"agent's config fields to values, got {value!r}")
@@ -160,7 +162,7 @@ def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
         if action is None:
             _refuse_other_trainers(parser.prog, data, path)
             known = sorted({d.replace("set_", "set") for d in actions} | set(keys)
-                           | {"agent_overrides"})
+                           | ({"agent_overrides"} if trainer else set()))
             raise ValueError(f"--config {path}: unknown key {k!r}; known keys: "
                              f"{', '.join(known)}")
         out[dest] = _convert(action, k, value, path)
