@@ -157,7 +157,13 @@ def test_ls_shows_an_offline_runs_dataset_by_its_short_hash(tmp_path, capsys):
     assert row[1:5] == ["dreamerv3", "mt19-64ba205d@3fa2c1d07e", "interrupted",
                         "0/500 updates"]
     assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
-    assert f"dataset: mt19-64ba205d@{full}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"dataset: mt19-64ba205d@{full}" in out
+    assert f"continue with: train_offline --resume {run}" in out
+    (run / "benchmark.json").write_text("{}")          # a learning check's run
+    assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
+    assert (f"continue with: benchmarks/learning/dreamerv3_offline.py --resume {run}"
+            in capsys.readouterr().out)
     info = listing.read_run(run)
     for target in ("walker-walk", "mt19@latest", "x@3fa2c1d0"):   # left as they are
         assert listing.target_text(dataclasses.replace(info, target=target)) == target

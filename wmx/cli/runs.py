@@ -63,6 +63,10 @@ def cmd_info(args) -> int:
     status = r.status
     if r.owner is not None:
         status += f" ({r.owner.describe()})"
+    elif r.status == "interrupted" and (r.path / "benchmark.json").is_file():
+        # a learning check's run (benchmarks/learning): its own --resume writes its result
+        status += (f" (a learning check's run; continue with: benchmarks/learning/"
+                   f"{r.agent}_{r.kind}.py --resume {r.path})")
     elif r.status == "interrupted":
         status += f" (continue with: train_{r.kind} --resume {r.path})"
     print(f"  {r.kind} run, agent {r.agent}, status {status}")
