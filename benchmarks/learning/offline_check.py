@@ -343,7 +343,7 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     return run_dir, home, bench, tasks
 
 
-def prepared_only(args, run_dir: Path, bench: dict | None = None) -> bool:
+def prepared_only(args, run_dir: Path, bench: dict) -> bool:
     """With ``--prepare-only`` or ``--pack``: print how to train the prepared run (with
     ``--pack DIR``: pack it first, `pack_home`) and return True (the entry point stops);
     else False."""
@@ -351,7 +351,7 @@ def prepared_only(args, run_dir: Path, bench: dict | None = None) -> bool:
         return False
     home = run_dir.parent.parent
     if getattr(args, "pack", None):
-        dest = pack_home(run_dir, home, bench or {}, Path(args.pack).expanduser().resolve())
+        dest = pack_home(run_dir, home, bench, Path(args.pack).expanduser().resolve())
         packed = dest / "runs" / run_dir.name
         print(f"packed {run_dir} into {dest} (its own home folder: the run, its dataset, "
               "its source runs' config, summary and metrics); copy that folder to the "

@@ -232,11 +232,9 @@ def read_run(run_dir: Path) -> RunInfo:
 def target_text(r: RunInfo) -> str:
     """The task, or the dataset as ``name@<10 hex>`` (the short form `wmx dataset ls` prints
     and every command resolves; `wmx runs info` shows the full hash)."""
+    from wmx.schemas.hashing import is_sha256_hex, short_hash
     name, sep, version = r.target.partition("@")
-    if sep and len(version) == 64 and all(c in "0123456789abcdef" for c in version):
-        from wmx.schemas.hashing import short_hash
-        return f"{name}@{short_hash(version)}"
-    return r.target
+    return f"{name}@{short_hash(version)}" if sep and is_sha256_hex(version) else r.target
 
 
 def progress_text(r: RunInfo) -> str:
