@@ -284,6 +284,12 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
                          "update 0: --report-only writes its result")
 
 
+def resume_command(agent: str) -> str:
+    """The command that continues a check run of ``agent``, from the repository root, less
+    the run directory: recorded in its benchmark.json for `wmx runs info` to print."""
+    return f"python benchmarks/learning/{agent}_offline.py --resume"
+
+
 def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
                     extra: dict, check=None) -> tuple[Path, Path, dict, dict[str, dict]]:
     """(run_dir, home, the run's benchmark.json, the pooled sources per task).
@@ -291,8 +297,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     ``--resume RUN_DIR``: that run (`resumable_run`) and its benchmark.json. Otherwise
     ``--sources`` (required) are pooled into a dataset (built unless stored), and a new
     run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
-    ``{"sources", **extra, "dataset"}`` (sources inside home relative to it,
-    `home_relative`). ``check(home, dataset)``, when given, returns entries for
+    ``{"sources", **extra, "resume_command", "dataset"}`` (sources inside home relative
+    to it, `home_relative`; a resumed run without ``resume_command`` gains it). ``check(home, dataset)``, when given, returns entries for
     benchmark.json and raises SystemExit on bad input; it runs before anything of the
     run is written. ``--out`` is created once the arguments are checked."""
     from wmx.paths import wmx_home
@@ -332,7 +338,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
                          "give runs with one T")
     T = Ts.pop()
     ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
-    add = {} if check is None else check(home, ref)
+    add = {"resume_command": resume_command(agent),
+           **({} if check is None else check(home, ref))}
     changed = any(k not in bench or bench[k] != v for k, v in add.items())
     bench = {**bench, **add}
     if not args.resume:

@@ -158,6 +158,10 @@ def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, ca
     out = tmp_path / "results"
     assert bench.main(["--resume", str(run), "--report-only", "--out", str(out)]) == 0
     res = json.loads((out / "dreamerv3_offline.json").read_text())
+    # a run prepared before benchmark.json recorded its resume command gains it
+    cmd = json.loads((run / "benchmark.json").read_text())["resume_command"]
+    assert cmd == "python benchmarks/learning/dreamerv3_offline.py --resume"
+    assert (Path(__file__).resolve().parents[2] / cmd.split()[1]).is_file()
     task = res["tasks"]["reacher-easy"]
     assert task["source_runs"] == [str(moved / "runs" / "src")]
     assert task["offline_eval_return"] == {"1000": 300.0, "2000": 450.0}

@@ -154,16 +154,37 @@ def test_ls_shows_an_offline_runs_dataset_by_its_short_hash(tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(
         {"agent": "dreamerv3", "dataset": f"mt19-64ba205d@{full}", "updates": 500}))
     row = _ls(tmp_path, capsys)["off"]
-    assert row[1:5] == ["dreamerv3", "mt19-64ba205d@3fa2c1d07e", "interrupted",
+    assert row[1:5] == ["dreamerv3", "mt19-64ba205d@3fa2c1d07e", "not started",
                         "0/500 updates"]
     assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"dataset: mt19-64ba205d@{full}" in out
-    assert f"continue with: train_offline --resume {run}" in out
-    (run / "benchmark.json").write_text("{}")          # a learning check's run
-    assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
-    assert (f"continue with: benchmarks/learning/dreamerv3_offline.py --resume {run}"
-            in capsys.readouterr().out)
+    assert f"status not started (continue with: train_offline --resume {run})" in out
     info = listing.read_run(run)
     for target in ("walker-walk", "mt19@latest", "x@3fa2c1d0"):   # left as they are
         assert listing.target_text(dataclasses.replace(info, target=target)) == target
+
+
+def test_not_started_and_a_learning_checks_own_resume(tmp_path, capsys):
+    """A run with neither a checkpoint nor a metrics row is "not started"; one metrics row
+    makes it "interrupted". A learning check's run (benchmark.json) is continued with the
+    command its benchmark.json records, and without one `runs info` names no script."""
+    run = tmp_path / "runs" / "chk"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(
+        {"agent": "tdmpc2", "dataset": "mt19@" + "ab" * 32, "updates": 500}))
+    assert listing.read_run(run).status == "not started"
+    (run / "benchmark.json").write_text("{}")
+    assert wmx_main(["runs", "info", "chk", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"(continue with: the --resume of the learning check that wrote it: --resume "
+            f"{run})") in out and "benchmarks/learning" not in out
+    cmd = "python benchmarks/learning/tdmpc2_offline.py --resume"
+    (run / "benchmark.json").write_text(json.dumps({"resume_command": cmd}))
+    (run / "metrics.csv").write_text("kind,seed,updates,return\ntrain,0,250,\n")
+    r = listing.read_run(run)
+    assert r.status == "interrupted" and listing.resume_text(r) == f"{cmd} {run}"
+    assert wmx_main(["runs", "info", "chk", "--home", str(tmp_path)]) == 0
+    assert f"status interrupted (continue with: {cmd} {run})" in capsys.readouterr().out
+    (run / "summary.json").write_text(json.dumps({"finished": True, "updates": 500}))
+    assert listing.resume_text(listing.read_run(run)) is None

@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
     add_home(p)
     rs = p.add_subparsers(dest="runs_cmd", required=True)
     ls = rs.add_parser("ls", help="list runs: name, agent, task or dataset, status (finished / "
-                                  "interrupted / running), progress, last eval, size")
+                                  "running / interrupted / not started), progress, last "
+                                  "eval, size")
     info = rs.add_parser("info", help="one run: config, lineage, progress, checkpoints, last "
                                       "metrics")
     info.add_argument("run", help="run name under <home>/runs, or a run directory")
@@ -54,7 +55,7 @@ def _fmt(v) -> str:
 def cmd_info(args) -> int:
     from wmx.paths import wmx_home
     from wmx.runs.listing import (eval_text, progress_text, read_metrics, read_run,
-                                  resolve_run)
+                                  resolve_run, resume_text)
     from wmx.sizes import human_size
     r = read_run(resolve_run(args.run, wmx_home(args.home)))
     print(f"{r.name}\n  path: {r.path}")
@@ -63,12 +64,8 @@ def cmd_info(args) -> int:
     status = r.status
     if r.owner is not None:
         status += f" ({r.owner.describe()})"
-    elif r.status == "interrupted" and (r.path / "benchmark.json").is_file():
-        # a learning check's run (benchmarks/learning): its own --resume writes its result
-        status += (f" (a learning check's run; continue with: benchmarks/learning/"
-                   f"{r.agent}_{r.kind}.py --resume {r.path})")
-    elif r.status == "interrupted":
-        status += f" (continue with: train_{r.kind} --resume {r.path})"
+    elif resume_text(r) is not None:
+        status += f" (continue with: {resume_text(r)})"
     print(f"  {r.kind} run, agent {r.agent}, status {status}")
     print(f"  progress: {progress_text(r)}; last eval: {eval_text(r)}; size {human_size(r.size)}")
     cfg = r.config

@@ -8,9 +8,11 @@ an agent. A run is
   (``train_offline``: config.json has ``dataset``);
 - **finished** when summary.json says so (the trainers write it last, after
   the final evaluation and the episode-set export), else **running** while a
-  live process holds its lock (`wmx.runs.owner`), else **interrupted**
-  (stopped or killed before its end: ``--resume`` continues it from its newest
-  checkpoint, or from the start when it has none).
+  live process holds its lock (`wmx.runs.owner`), else **not started** when it
+  has neither a checkpoint nor a metrics row (written and never trained, e.g. a
+  learning check's ``--prepare-only``, or stopped inside its first chunk), else
+  **interrupted** (stopped or killed before its end). ``--resume`` continues
+  either, from the newest checkpoint or from the start.
 
 Progress is counted on the run's x axis: env steps online (agent steps x
 action repeat, the metrics.csv column ``env_steps``), updates offline;
@@ -30,7 +32,7 @@ from typing import Any
 from wmx.runs.host import env_steps_at_tick
 from wmx.runs.owner import Owner, probe
 
-FINISHED, RUNNING, INTERRUPTED = "finished", "running", "interrupted"
+FINISHED, RUNNING, INTERRUPTED, NOT_STARTED = "finished", "running", "interrupted", "not started"
 
 
 @dataclass(frozen=True)
@@ -222,11 +224,30 @@ def read_run(run_dir: Path) -> RunInfo:
         done = max(done, _int(summary[step_col]))
         if status == FINISHED:       # online totals are rounded up to whole rounds
             total = _int(summary[step_col])
+    if status == INTERRUPTED and not rows and not ckpts:
+        status = NOT_STARTED
     return RunInfo(run_dir.name, run_dir, kind, str(cfg.get("agent", "?")), target, status,
                    unit, done, total, last_eval(rows, kind), size, config=cfg,
                    summary=summary, owner=owner, checkpoints=ckpts, error=error)
 
 
+
+
+def resume_text(r: RunInfo) -> str | None:
+    """How to continue an interrupted or not started run, or None for another status.
+
+    ``train_<kind> --resume RUN``; for a run that a learning check (``benchmarks/``)
+    wrote, the command its benchmark.json records as ``resume_command`` (that check's
+    ``--resume`` also writes its result) with the run appended."""
+    if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
+        return None
+    bench_file = r.path / "benchmark.json"
+    if not bench_file.is_file():
+        return f"train_{r.kind} --resume {r.path}"
+    cmd = (_json(bench_file) or {}).get("resume_command")
+    if isinstance(cmd, str) and cmd.strip():
+        return f"{cmd.strip()} {r.path}"
+    return f"the --resume of the learning check that wrote it: --resume {r.path}"
 
 
 def target_text(r: RunInfo) -> str:
