@@ -138,7 +138,9 @@ class Stage:
 
     status: "run" (start it), "resume" (continue an interrupted run), "done"
     (its result is in the store: skipped). ``result`` is the stage's output
-    once known: a run directory, or the dataset ref ``name@hash``.
+    once known: a run directory, or the dataset ref ``name@hash``. ``find``, for
+    a stage whose output is looked up in the store after it ran (the build):
+    returns that result, or None when it is not there.
     """
 
     title: str
@@ -146,6 +148,7 @@ class Stage:
     status: str = "run"
     result: str | None = None
     note: str = ""
+    find: Callable[[], str | None] | None = None
 
     @property
     def prog(self) -> str:
@@ -276,7 +279,8 @@ def dataset_stage(opts: argparse.Namespace, home: Path, tasks: Sequence[str],
                                       str(home), "--tasks", ",".join(tasks), "--sources",
                                       *sources])
     if set_dirs is not None:
-        ref = find_dataset(home, name, set_dirs, taskset)
+        st.find = lambda: find_dataset(home, name, set_dirs, taskset)
+        ref = st.find()
         if ref is not None:
             st.status, st.result = "done", ref
     st.note = name
@@ -449,9 +453,7 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     st = dataset_stage(opts, home, tasks, online)
     execute(i, st)
     if st.status != "done":
-        set_dirs = [d for r in online for d in episode_sets(Path(r))]
-        from wmx.schemas.taskset import mt19
-        st.result = find_dataset(home, st.note, set_dirs, mt19().subset(tasks))
+        st.result = st.find()
         if st.result is None:
             raise DemoError(f"the build finished but no dataset {st.note} pooling the demo's "
                             f"episode sets is in {home / 'datasets'}")
