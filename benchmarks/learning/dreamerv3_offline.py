@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
-                           prepared_only, reaches_ratio, run_fields, start_or_resume,
+                           prepared_only, reaches_ratio, run_config, run_fields, start_or_resume,
                            task_result, train, with_stderr, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
@@ -117,7 +117,6 @@ def main(argv=None) -> int:
                         "return from which the task counts as learned")
     args = p.parse_args(argv)
 
-    from wmx.runs.offline_config import OfflineRunConfig
     out = Path(args.out)
 
     def tdmpc2_entry(home: Path, dataset: str) -> dict:
@@ -137,7 +136,7 @@ def main(argv=None) -> int:
         check=tdmpc2_entry)
     if prepared_only(args, run_dir, bench):
         return 0
-    rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    rc = run_config(run_dir, args)
     beside = tdmpc2_beside(bench.get("tdmpc2_run") and home / bench["tdmpc2_run"],
                            rc.dataset)
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+DEFAULT_UPDATES = 20_000
+"""--updates of a new check run."""
 RATIO = 0.5
 """Offline final return / source final return needed for a task to pass."""
 RANDOM_EPISODES = 16
@@ -181,8 +183,10 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
     p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
                    help="finished train_online runs (their episode sets are in the store)")
-    p.add_argument("--updates", type=int, default=20_000,
-                   help="gradient steps of the run (the offline x axis)")
+    p.add_argument("--updates", type=int, default=None,
+                   help=f"gradient steps of the run (the offline x axis; default "
+                        f"{DEFAULT_UPDATES:,d}); with --resume, a larger value extends a run "
+                        "that has not finished")
     p.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
     p.add_argument("--preset", default="cpu",
                    help="the agent's preset: paper | cpu | tiny (train_offline's)")
@@ -230,7 +234,8 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
     ds = resolve_and_validate(ref, home)
     rc = OfflineRunConfig(
         dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-        agent=agent, seeds=tuple(args.seeds), updates=args.updates,
+        agent=agent, seeds=tuple(args.seeds),
+        updates=DEFAULT_UPDATES if args.updates is None else args.updates,
         batch_size=args.batch_size, preset=args.preset,
         log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
         checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
@@ -290,6 +295,40 @@ def resume_command(agent: str) -> str:
     return f"python benchmarks/learning/{agent}_offline.py --resume"
 
 
+def extendable(run_dir: Path, updates: int) -> None:
+    """Check that ``--resume RUN --updates updates`` can go on: the run's own count, or a
+    larger one for a run that has not finished (its final evaluation not written; as
+    ``train_offline --resume --updates`` extends a run). Raises SystemExit otherwise."""
+    planned = int(json.loads((run_dir / "config.json").read_text())["updates"])
+    if updates == planned:
+        return
+    if updates < planned:
+        raise SystemExit(f"--updates {updates:,d}: the run {run_dir} plans {planned:,d}; "
+                         "--updates may only extend it")
+    summary = run_dir / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("finished"):
+        raise SystemExit(f"--updates {updates:,d}: the run {run_dir} has finished its "
+                         f"{planned:,d} updates (final evaluation written), so it cannot be "
+                         "extended; start a new check run")
+
+
+def run_config(run_dir: Path, args):
+    """The check run's OfflineRunConfig (config.json), with ``--updates`` when ``--resume``
+    extends it (`extendable` checked it; `train` records it in config.json under the run's
+    lock). Raises SystemExit when the extended config is invalid (e.g. --updates not a
+    multiple of the run's --log-every)."""
+    import dataclasses
+
+    from wmx.runs.offline_config import OfflineRunConfig
+    rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    if args.resume and args.updates is not None and args.updates != rc.updates:
+        try:
+            rc = dataclasses.replace(rc, updates=args.updates)
+        except ValueError as e:
+            raise SystemExit(f"--updates {args.updates:,d}: {e}") from None
+    return rc
+
+
 def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: str,
                     extra: dict, check=None) -> tuple[Path, Path, dict, dict[str, dict]]:
     """(run_dir, home, the run's benchmark.json, the pooled sources per task).
@@ -308,9 +347,14 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         p.error("--prepare-only starts a new run; it takes --sources, not --resume")
     if getattr(args, "pack", None) and args.report_only:
         p.error("--pack packs a run to train elsewhere; it takes no --report-only")
+    if args.report_only and args.updates is not None:
+        p.error("--updates with --report-only: nothing is trained (--updates with --resume "
+                "alone extends the run)")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
         resumable_run(run_dir, agent, args.report_only)
+        if args.updates is not None:
+            extendable(run_dir, args.updates)
         home = run_dir.parent.parent
         bench = json.loads((run_dir / "benchmark.json").read_text())
     else:
@@ -468,6 +512,10 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
             stack.enter_context(hold_run(run_dir))
         except RunBusyError as e:          # a trainer started since resumable_run looked
             raise SystemExit(f"{run_dir}: {e}") from None
+        cfg = json.loads((run_dir / "config.json").read_text())
+        if cfg["updates"] != rc.updates:             # --resume --updates: extended
+            from wmx.runs.cli_common import rewrite_config
+            rewrite_config(run_dir, {**cfg, "updates": rc.updates})
         stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)

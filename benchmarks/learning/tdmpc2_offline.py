@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
-                           reaches_ratio, run_fields, start_or_resume, task_result, train,
-                           with_stderr, write_results)
+                           reaches_ratio, run_config, run_fields, start_or_resume, task_result,
+                           train, with_stderr, write_results)
 
 RESULT_NAME = "tdmpc2_offline"
 
@@ -59,13 +59,12 @@ def main(argv=None) -> int:
     p.add_argument("--min-pass", type=int, default=2, help="tasks that must pass")
     args = p.parse_args(argv)
 
-    from wmx.runs.offline_config import OfflineRunConfig
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(p, args, "tdmpc2", "offline-check",
                                                   {"min_pass": args.min_pass})
     if prepared_only(args, run_dir, bench):
         return 0
-    rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    rc = run_config(run_dir, args)
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)

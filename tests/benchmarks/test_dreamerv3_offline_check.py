@@ -205,6 +205,7 @@ def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
     """`wmx runs` shows a check's run as running, and a second trainer fails at once."""
     import offline_check
 
+    from wmx.runs.offline_config import OfflineRunConfig
     from wmx.runs.owner import probe
     from wmx.train_offline import loop
     run = _prepared_run(tmp_path / "home")
@@ -214,13 +215,14 @@ def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
         seen.append(probe(run_dir))
         return {"finished": True, "updates": 0}
     monkeypatch.setattr(loop, "run", fake_run)
-    summary, _ = offline_check.train(None, run, tmp_path / "home", None)
+    rc = OfflineRunConfig.from_json(json.loads((run / "config.json").read_text()))
+    summary, _ = offline_check.train(rc, run, tmp_path / "home", None)
     assert summary["finished"] and seen[0] is not None and seen[0].pid == os.getpid()
     assert probe(run) is None and not (run / "run.lock").exists()   # released, removed
     from wmx.runs.owner import hold_run
     with hold_run(run):              # a trainer that started after --resume's check
         with pytest.raises(SystemExit, match=r"pid \d+"):
-            offline_check.train(None, run, tmp_path / "home", None)
+            offline_check.train(rc, run, tmp_path / "home", None)
     assert len(seen) == 1
 
 
@@ -349,3 +351,40 @@ def test_pack_refuses_before_anything_is_prepared_and_packs_the_tdmpc2_run(tmp_p
     assert p2.stat().st_mode & 0o777 == 0o777 & ~umask
     assert not (tmp_path / "p1").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatch, capsys):
+    """--resume RUN --updates N: a larger N extends the run (config.json rewritten under the
+    run's lock, the trainer given N), a smaller one or a finished run is refused before
+    anything is written, and --report-only takes no --updates."""
+    from wmx.runs.owner import probe
+    from wmx.train_offline import loop
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS)
+    (run / "checkpoints" / "000000002000").mkdir(parents=True)
+    out = str(tmp_path / "out")
+    before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
+    with pytest.raises(SystemExit, match="plans 4,000; --updates may only extend it"):
+        bench.main(["--resume", str(run), "--updates", "3000", "--out", out])
+    with pytest.raises(SystemExit):
+        bench.main(["--resume", str(run), "--report-only", "--updates", "6000", "--out", out])
+    assert "--updates with --report-only" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()} == before
+    seen = []
+
+    def fake_run(rc, run_dir, **kw):
+        seen.append((rc.updates, json.loads((run_dir / "config.json").read_text())["updates"],
+                     probe(run_dir) is not None))
+        return {"finished": False, "updates": 2500, "wall_s": 1.0}
+    monkeypatch.setattr(loop, "run", fake_run)
+    assert bench.main(["--resume", str(run), "--updates", "6000", "--out", out]) == 0
+    assert seen == [(6000, 6000, True)]
+    res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
+    assert res["updates_planned"] == 6000
+    assert bench.main(["--resume", str(run), "--updates", "6000", "--out", out]) == 0
+    assert bench.main(["--resume", str(run), "--out", out]) == 0       # the run's own count
+    assert [s[0] for s in seen] == [6000, 6000, 6000]
+    (run / "summary.json").write_text(json.dumps({"finished": True, "updates": 6000}))
+    with pytest.raises(SystemExit, match="has finished its 6,000 updates"):
+        bench.main(["--resume", str(run), "--updates", "8000", "--out", out])
+    assert json.loads((run / "config.json").read_text())["updates"] == 6000
