@@ -17,9 +17,11 @@ the run fails at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from wmx.evaluate.plots import learning_curves
 from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
 from wmx.paths import wmx_home
 from wmx.runs.interrupt import stop_on_interrupt
-from wmx.runs.owner import hold_run
+from wmx.runs.owner import RunBusyError, hold_run
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
 from wmx.runs.online_config import OnlineRunConfig
@@ -75,6 +77,43 @@ def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float 
     learning_curves([panel], path, "env steps")
 
 
+RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "preset": "preset",
+                 "envs": "n_envs", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
+                 "chunk_ticks": "chunk_ticks"}
+"""The check's run flags -> config.json keys, compared on --resume (`resumed`)."""
+
+
+def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, agent: str):
+    """(run config, {config key: new value}) of ``--resume run_dir``: a train_online run
+    of ``agent`` that no live process trains, every run flag typed equal to the run's
+    saved value (`wmx.runs.cli_common.resume_changes`; ``--chunk-ticks`` may change: parts
+    of a round give the results of whole rounds). Raises SystemExit naming the problem."""
+    from wmx.runs.cli_common import given_flags, parse_set, resume_changes
+    from wmx.runs.owner import probe
+    path = run_dir / "config.json"
+    if not path.is_file() or "task" not in (cfg := json.loads(path.read_text())):
+        raise SystemExit(f"--resume {run_dir}: not a train_online run (no config.json with "
+                         "a task)")
+    if cfg.get("agent", "tdmpc2") != agent:
+        raise SystemExit(f"--resume {run_dir}: a {cfg.get('agent')} run; resume it with "
+                         f"benchmarks/learning/{cfg.get('agent')}_online.py")
+    owner = None if args.report_only else probe(run_dir)
+    if owner is not None:
+        raise SystemExit(f"--resume {run_dir}: {owner.describe()} trains it now; wait for it "
+                         "to stop (or stop it) and resume then")
+    args.given = given_flags(p, argv)
+    try:
+        changes = resume_changes(
+            args, cfg, RESUME_FIELDS, changeable=("chunk_ticks",),
+            free=("threshold", "threshold_on", "budget_min", "report_only", "out"),
+            overrides=parse_set(args.set_) if "set_" in args.given else None,
+            new_run="start a new check run (without --resume)")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    rc = OnlineRunConfig.from_json(cfg)
+    return (dataclasses.replace(rc, **changes) if changes else rc), changes
+
+
 def main(agent: str, defaults: dict, argv=None) -> dict:
     """Parse the flags (``defaults`` replaces the argparse defaults), run, write the
     result JSON and plot; returns the result dict."""
@@ -115,13 +154,15 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                         "committed results: a run replaces their files of the same name, so "
                         "give another folder for a trial run)")
     p.set_defaults(**defaults)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
 
+    changes = {}
     if args.resume:
         run_dir = Path(args.resume).resolve()
-        rc = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+        rc, changes = resumed(p, args, argv, run_dir, agent)
         store = Store(run_dir.parent.parent)
     else:
         from wmx.runs.cli_common import parse_set
@@ -145,7 +186,16 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-        with hold_run(run_dir), stop_on_interrupt("the running chunk") as stop_request:
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(hold_run(run_dir))
+            except RunBusyError as e:      # a trainer started since `resumed` looked
+                raise SystemExit(f"{run_dir}: {e}") from None
+            if changes:                    # --chunk-ticks on --resume: recorded under the lock
+                from wmx.runs.cli_common import rewrite_config
+                cfg = json.loads((run_dir / "config.json").read_text())
+                rewrite_config(run_dir, {**cfg, **changes})
+            stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
             summary = run(rc, run_dir, export, progress=True, deadline=deadline,
                           stop_request=stop_request)
     wall = time.perf_counter() - t0

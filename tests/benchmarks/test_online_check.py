@@ -82,3 +82,37 @@ def test_report_only_trains_nothing(tmp_path, monkeypatch):
     assert res["passed"] is True
     with pytest.raises(SystemExit):
         online_check.main("dreamerv3", {}, ["--report-only", "--out", str(tmp_path)])
+
+
+def test_resume_keeps_the_runs_config(tmp_path, monkeypatch):
+    """--resume with a run flag that differs from the run's config is refused in one line
+    before anything is written (a typed flag is never silently ignored); equal flags and
+    the output flags pass; --chunk-ticks may change and is recorded under the lock;
+    another agent's run and a run another process trains are refused."""
+    from wmx.runs.owner import hold_run
+    seen = {}
+    monkeypatch.setattr(online_check, "run", _fake_run(seen))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    out = str(tmp_path / "out")
+    run_dir = online_check.main("dreamerv3", {}, [
+        "--task", "reacher-easy", "--env-steps", "32000", "--seeds", "0", "--home",
+        str(tmp_path / "home"), "--out", out, "--set", "train_ratio=1024"])["run_dir"]
+    cfg = (Path(run_dir) / "config.json").read_text()
+    for flags, msg in [(["--task", "cartpole-balance"], "--task cartpole-balance conflicts"),
+                       (["--env-steps", "64000"], "--env-steps 64000 conflicts"),
+                       (["--seeds", "0", "1"], "--seeds 0 1 conflicts"),
+                       (["--set", "train_ratio=512"], "train_ratio=512 conflicts")]:
+        with pytest.raises(SystemExit, match=msg + ".*start a new check run"):
+            online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out, *flags])
+    with pytest.raises(SystemExit, match="a dreamerv3 run; resume it with .*dreamerv3_online"):
+        online_check.main("tdmpc2", {}, ["--resume", run_dir, "--out", out])
+    with hold_run(run_dir):
+        with pytest.raises(SystemExit, match=r"pid \d+ .* trains it now"):
+            online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out])
+    assert (Path(run_dir) / "config.json").read_text() == cfg
+    seen.clear()
+    res = online_check.main("dreamerv3", {}, [
+        "--resume", run_dir, "--out", out, "--task", "reacher-easy", "--seeds", "0",
+        "--set", "train_ratio=1024", "--chunk-ticks", "25", "--threshold", "100"])
+    assert seen["owner"] is not None and res["passed"] is True
+    assert json.loads((Path(run_dir) / "config.json").read_text())["chunk_ticks"] == 25

@@ -237,7 +237,8 @@ def _same(a: Any, b: Any) -> bool:
 def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict[str, str],
                    free: Iterable[str] = (), extendable: Iterable[str] = (),
                    changeable: Iterable[str] = (), overrides: dict[str, Any] | None = None,
-                   as_overrides: Iterable[str] = ()) -> dict[str, Any]:
+                   as_overrides: Iterable[str] = (),
+                   new_run: str = "start a new run (--name)") -> dict[str, Any]:
     """Check the flags typed with ``--resume`` against the run's saved config.
 
     fields: flag dest -> key of the saved config it sets; free: dests that may
@@ -246,7 +247,8 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
     saved value a resumed run may replace (settings that change no result); overrides: the
     agent-config overrides of the typed agent flags (`agent_overrides`) and of the
     dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
-    key with the saved ``agent_overrides``. A flag equal to the saved
+    key with the saved ``agent_overrides``; new_run: how the command starts a new run
+    instead (the errors' advice). A flag equal to the saved
     value is accepted. Returns {config key: new value} of the extended and changed fields.
     Raises ValueError naming the flag, its value and the saved value for any
     other difference, and for a flag that has no meaning for a resumed run.
@@ -272,14 +274,14 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
         more = (f"; {_flag(dest)} may only grow (extend the run)" if dest in extendable else "")
         raise ValueError(f"--resume: {_flag(dest)} {_show(new)} conflicts with the run's saved "
                          f"{key} {_show(old)}{more}. A resumed run keeps its config: drop the "
-                         "flag to continue it, or start a new run (--name)")
+                         f"flag to continue it, or {new_run}")
     saved_over = saved.get("agent_overrides") or {}
     for key, new in (overrides or {}).items():
         if not _same(new, saved_over.get(key)):
             raise ValueError(f"--resume: the agent setting {key}={_show(new)} conflicts with the "
                              f"run's saved {key}={_show(saved_over.get(key, '(preset default)'))}"
-                             ". A resumed run keeps its config: drop the flag to continue it, or "
-                             "start a new run (--name)")
+                             f". A resumed run keeps its config: drop the flag to continue it, or "
+                             f"{new_run}")
     return changes
 
 
