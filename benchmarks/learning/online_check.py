@@ -144,7 +144,9 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                         "each (a budget stop or a killed process then loses at most one part)")
     p.add_argument("--home", default=None, help="data root of the run (default: wmx's home)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue an earlier (budget-stopped) learning run")
+                   help="continue an earlier (budget-stopped) learning run with its saved "
+                        "config: run flags typed with it must equal it (--chunk-ticks may "
+                        "change)")
     p.add_argument("--report-only", action="store_true",
                    help="with --resume: no training; write the result JSON and plot of the "
                         "run as far as it got (e.g. a criterion judged before the run's end)")
