@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
+from offline_check import (RATIO, eval_curves, home_relative, parse, parser,  # noqa: E402
                            prepared_only, reaches_ratio, run_config, run_fields, start_or_resume,
                            task_result, train, with_stderr, write_results)
 
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--learned-margin", type=float, default=LEARNED_MARGIN,
                    help="source final return above the task's uniform-random policy "
                         "return from which the task counts as learned")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
 
     out = Path(args.out)
 

@@ -295,27 +295,53 @@ def resume_command(agent: str) -> str:
     return f"python benchmarks/learning/{agent}_offline.py --resume"
 
 
-def extendable(run_dir: Path, updates: int) -> None:
-    """Check that ``--resume RUN --updates updates`` can go on: the run's own count, or a
-    larger one for a run that has not finished (its final evaluation not written; as
-    ``train_offline --resume --updates`` extends a run). Raises SystemExit otherwise."""
-    planned = int(json.loads((run_dir / "config.json").read_text())["updates"])
-    if updates == planned:
-        return
-    if updates < planned:
-        raise SystemExit(f"--updates {updates:,d}: the run {run_dir} plans {planned:,d}; "
-                         "--updates may only extend it")
+RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
+                 "batch_size": "batch_size", "eval_every": "eval_every",
+                 "eval_episodes": "eval_episodes", "log_every": "log_every",
+                 "learned_margin": "learned_margin", "min_pass": "min_pass"}
+"""The checks' run flags -> keys of the run's config.json and benchmark.json, compared on
+--resume (`resume_flags`)."""
+
+
+def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``p.parse_args(argv)`` with ``given``: the dests of the flags typed (for
+    `resume_flags`)."""
+    import sys
+
+    from wmx.runs.cli_common import given_flags
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = p.parse_args(argv)
+    args.given = given_flags(p, argv)
+    return args
+
+
+def resume_flags(args, run_dir: Path, bench: dict) -> None:
+    """Check the flags typed with ``--resume`` against the run (its config.json and
+    benchmark.json): each must equal the saved value, except ``--updates``, which may
+    extend a run that has not finished (its final evaluation not written; as
+    ``train_offline --resume --updates`` extends a run); --sources and the new run's
+    other flags do not apply. Raises SystemExit naming the flag, so a typed flag is never
+    silently ignored."""
+    from wmx.runs.cli_common import resume_changes
+    cfg = json.loads((run_dir / "config.json").read_text())
+    try:
+        changes = resume_changes(
+            args, {**bench, **cfg}, RESUME_FIELDS, extendable=("updates",),
+            free=("budget_min", "out", "report_only", "pack", "tdmpc2_run"),
+            new_run="start a new check run (--sources, without --resume)")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     summary = run_dir / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("finished"):
-        raise SystemExit(f"--updates {updates:,d}: the run {run_dir} has finished its "
-                         f"{planned:,d} updates (final evaluation written), so it cannot be "
-                         "extended; start a new check run")
+    if changes and summary.is_file() and json.loads(summary.read_text()).get("finished"):
+        raise SystemExit(f"--updates {args.updates:,d}: the run {run_dir} has finished its "
+                         f"{cfg['updates']:,d} updates (final evaluation written), so it "
+                         "cannot be extended; start a new check run")
 
 
 def run_config(run_dir: Path, args):
     """The check run's OfflineRunConfig (config.json), with ``--updates`` when ``--resume``
-    extends it (`extendable` checked it; `train` records it in config.json under the run's
-    lock). Raises SystemExit when the extended config is invalid (e.g. --updates not a
+    extends it (`resume_flags` checked it; `train` records it in config.json under the
+    run's lock). Raises SystemExit when the extended config is invalid (e.g. --updates not a
     multiple of the run's --log-every)."""
     import dataclasses
 
@@ -353,10 +379,9 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
         resumable_run(run_dir, agent, args.report_only)
-        if args.updates is not None:
-            extendable(run_dir, args.updates)
         home = run_dir.parent.parent
         bench = json.loads((run_dir / "benchmark.json").read_text())
+        resume_flags(args, run_dir, bench)
     else:
         if not args.sources:
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
+from offline_check import (RATIO, eval_curves, parse, parser, prepared_only,  # noqa: E402
                            reaches_ratio, run_config, run_fields, start_or_resume, task_result,
                            train, with_stderr, write_results)
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                batch_help="slices per update (the paper's offline batch is 1024, spec 4.19; "
                           "256 keeps a CPU run short)")
     p.add_argument("--min-pass", type=int, default=2, help="tasks that must pass")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
 
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(p, args, "tdmpc2", "offline-check",

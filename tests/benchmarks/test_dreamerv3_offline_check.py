@@ -355,8 +355,9 @@ def test_pack_refuses_before_anything_is_prepared_and_packs_the_tdmpc2_run(tmp_p
 
 def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatch, capsys):
     """--resume RUN --updates N: a larger N extends the run (config.json rewritten under the
-    run's lock, the trainer given N), a smaller one or a finished run is refused before
-    anything is written, and --report-only takes no --updates."""
+    run's lock, the trainer given N); a smaller one, another typed run flag that differs
+    from the run's, --sources or a finished run are refused before anything is written
+    (never silently ignored), and --report-only takes no --updates."""
     from wmx.runs.owner import probe
     from wmx.train_offline import loop
     run = _prepared_run(tmp_path / "home")
@@ -364,8 +365,14 @@ def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatc
     (run / "checkpoints" / "000000002000").mkdir(parents=True)
     out = str(tmp_path / "out")
     before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
-    with pytest.raises(SystemExit, match="plans 4,000; --updates may only extend it"):
-        bench.main(["--resume", str(run), "--updates", "3000", "--out", out])
+    for flags, msg in [(["--updates", "3000"], "--updates 3000 conflicts with the run's "
+                        "saved updates 4000; --updates may only grow"),
+                       (["--preset", "paper"], "--preset paper conflicts with the run's saved "
+                        "preset cpu"),
+                       (["--learned-margin", "50"], "--learned-margin 50.0 conflicts"),
+                       (["--sources", str(run)], "--sources does not apply to a resumed run")]:
+        with pytest.raises(SystemExit, match=msg):
+            bench.main(["--resume", str(run), "--out", out, *flags])
     with pytest.raises(SystemExit):
         bench.main(["--resume", str(run), "--report-only", "--updates", "6000", "--out", out])
     assert "--updates with --report-only" in capsys.readouterr().err
@@ -382,7 +389,8 @@ def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatc
     res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
     assert res["updates_planned"] == 6000
     assert bench.main(["--resume", str(run), "--updates", "6000", "--out", out]) == 0
-    assert bench.main(["--resume", str(run), "--out", out]) == 0       # the run's own count
+    assert bench.main(["--resume", str(run), "--out", out, "--preset", "cpu", "--eval-every",
+                       "1000", "--learned-margin", "100"]) == 0   # equal flags pass
     assert [s[0] for s in seen] == [6000, 6000, 6000]
     (run / "summary.json").write_text(json.dumps({"finished": True, "updates": 6000}))
     with pytest.raises(SystemExit, match="has finished its 6,000 updates"):
