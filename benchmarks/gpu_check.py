@@ -483,7 +483,11 @@ def main(argv=None) -> int:
             p.error(f"--dreamerv3-offline-run {offline_run}: not an offline check run (no "
                     "benchmark.json); make one with benchmarks/learning/dreamerv3_offline.py "
                     "--prepare-only")
-        agent = json.loads((offline_run / "config.json").read_text()).get("agent", "tdmpc2")
+        cfg = json.loads((offline_run / "config.json").read_text())
+        if "dataset" not in cfg:
+            p.error(f"--dreamerv3-offline-run {offline_run}: an online run (no dataset in its "
+                    "config.json); the stage trains offline check runs")
+        agent = cfg.get("agent", "tdmpc2")
         if agent != "dreamerv3":
             p.error(f"--dreamerv3-offline-run {offline_run}: a {agent} offline run; the stage "
                     "trains DreamerV3 check runs")

@@ -262,13 +262,19 @@ def home_relative(home: Path, run_dir) -> str:
 def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
     """Check that ``run_dir`` is an offline check run of ``agent`` that ``--resume``
     (``report_only``: ``--report-only``) can go on with. Raises SystemExit naming the
-    problem: no benchmark.json (not a check run), another agent's run, no metrics.csv to
+    problem: no benchmark.json (not a check run), an online run, another agent's run, no
+    metrics.csv to
     report on, a live process training it (its lock, `wmx.runs.owner`), or evaluations
     recorded but no checkpoints/ (a run directory brought back without them: training
     would start again from update 0 and drop its metrics)."""
-    if not (run_dir / "benchmark.json").is_file():
+    cfg_file = run_dir / "config.json"
+    if not (run_dir / "benchmark.json").is_file() or not cfg_file.is_file():
         raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
-    got = json.loads((run_dir / "config.json").read_text()).get("agent", "tdmpc2")
+    cfg = json.loads(cfg_file.read_text())
+    if "dataset" not in cfg:
+        raise SystemExit(f"--resume {run_dir}: an online run (config.json has no dataset); "
+                         "the online checks resume it")
+    got = cfg.get("agent", "tdmpc2")
     if got != agent:
         raise SystemExit(f"--resume {run_dir}: a {got} run; resume it with "
                          f"benchmarks/learning/{got}_offline.py")

@@ -77,6 +77,20 @@ def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float 
     learning_curves([panel], path, "env steps")
 
 
+def record_resume_command(run_dir: Path, agent: str) -> None:
+    """Write the run's benchmark.json ``{"resume_command": ...}`` (the command, less the run
+    directory, that continues it from the repository root: `wmx runs info` prints it)
+    unless it holds one."""
+    path = run_dir / "benchmark.json"
+    bench = json.loads(path.read_text()) if path.is_file() else {}
+    if "resume_command" not in bench:
+        bench["resume_command"] = f"python benchmarks/learning/{agent}_online.py --resume"
+        from wmx import temporaries
+        tmp = run_dir / temporaries.owned_name("benchmark.json")
+        tmp.write_text(json.dumps(bench, indent=1))
+        tmp.replace(path)
+
+
 RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "preset": "preset",
                  "envs": "n_envs", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
                  "chunk_ticks": "chunk_ticks"}
@@ -181,6 +195,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         run_dir = store.runs_dir / f"learning-{agent}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
+        record_resume_command(run_dir, agent)
     task = rc.task
     t0 = time.perf_counter()
     if args.report_only:
@@ -197,6 +212,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                 from wmx.runs.cli_common import rewrite_config
                 cfg = json.loads((run_dir / "config.json").read_text())
                 rewrite_config(run_dir, {**cfg, **changes})
+            record_resume_command(run_dir, agent)          # a run from before it was kept
             stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
             summary = run(rc, run_dir, export, progress=True, deadline=deadline,
                           stop_request=stop_request)

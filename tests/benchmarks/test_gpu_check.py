@@ -164,7 +164,7 @@ def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
     assert r.returncode == 2 and "no benchmark.json" in r.stderr and "--prepare-only" in r.stderr
     run.mkdir(parents=True)
     (run / "benchmark.json").write_text("{}")
-    (run / "config.json").write_text(json.dumps({"agent": "dreamerv3"}))
+    (run / "config.json").write_text(json.dumps({"agent": "dreamerv3", "dataset": "x@ab"}))
     r = _run("--plan", "--only", "dreamerv3_offline", "--dreamerv3-offline-run", str(run))
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("dreamerv3_offline"))
@@ -225,7 +225,7 @@ def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
     run = tmp_path / "home" / "runs" / "offline-check-20260101-000000"
     run.mkdir(parents=True)
     (run / "benchmark.json").write_text("{}")
-    (run / "config.json").write_text(json.dumps({"agent": "tdmpc2"}))
+    (run / "config.json").write_text(json.dumps({"agent": "tdmpc2", "dataset": "x@ab"}))
     r = _run("--plan", "--dreamerv3-offline-run", str(run))
     assert r.returncode == 2 and "a tdmpc2 offline run" in r.stderr
     r = _run("--plan", "--only", "dreamerv3_offline")

@@ -116,3 +116,37 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch):
         "--set", "train_ratio=1024", "--chunk-ticks", "25", "--threshold", "100"])
     assert seen["owner"] is not None and res["passed"] is True
     assert json.loads((Path(run_dir) / "config.json").read_text())["chunk_ticks"] == 25
+
+
+def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys):
+    """The check records its resume command in the run's benchmark.json (a run from before
+    gains it when resumed); `wmx runs info` prints it; the offline checks and gpu_check
+    refuse the online run."""
+    from wmx.cli.main import main as wmx_main
+    def header_only(rc, run_dir, *a, **k):          # stopped inside its first chunk
+        (run_dir / "metrics.csv").write_text("seed,kind,env_steps,return,wall_s\n")
+        return {"finished": False}
+    monkeypatch.setattr(online_check, "run", header_only)
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    home, out = tmp_path / "home", str(tmp_path / "out")
+    run_dir = Path(online_check.main("dreamerv3", {}, ["--task", "reacher-easy", "--home",
+                                                       str(home), "--out", out])["run_dir"])
+    cmd = "python benchmarks/learning/dreamerv3_online.py --resume"
+    assert json.loads((run_dir / "benchmark.json").read_text()) == {"resume_command": cmd}
+    assert (Path(__file__).resolve().parents[2] / cmd.split()[1]).is_file()
+    (run_dir / "benchmark.json").unlink()
+    online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
+    assert json.loads((run_dir / "benchmark.json").read_text()) == {"resume_command": cmd}
+    assert sorted(p.name for p in run_dir.iterdir()) == ["benchmark.json", "config.json",
+                                                         "metrics.csv"]
+    capsys.readouterr()
+    assert wmx_main(["runs", "info", str(run_dir), "--home", str(home)]) == 0
+    assert f"status not started (continue with: {cmd} {run_dir})" in capsys.readouterr().out
+    import dreamerv3_offline
+    with pytest.raises(SystemExit, match="an online run"):
+        dreamerv3_offline.main(["--resume", str(run_dir), "--out", out])
+    import subprocess
+    r = subprocess.run([sys.executable, str(_DIR.parent / "gpu_check.py"), "--plan",
+                        "--dreamerv3-offline-run", str(run_dir)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "an online run" in r.stderr
