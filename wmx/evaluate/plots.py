@@ -114,7 +114,7 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
         ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel("eval return", fontsize=8)
         ax.tick_params(labelsize=7)
-        if i == 0:
+        if i == 0 and ax.get_legend_handles_labels()[0]:     # nothing drawn yet: no legend
             ax.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
