@@ -483,8 +483,12 @@ def main(argv=None) -> int:
             p.error(f"--dreamerv3-offline-run {offline_run}: not an offline check run (no "
                     "benchmark.json); make one with benchmarks/learning/dreamerv3_offline.py "
                     "--prepare-only")
-        cfg = json.loads((offline_run / "config.json").read_text())
-        if "dataset" not in cfg:
+        try:
+            cfg = json.loads((offline_run / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            p.error(f"--dreamerv3-offline-run {offline_run}: config.json is unreadable "
+                    f"({type(e).__name__}); the run directory is damaged")
+        if not isinstance(cfg, dict) or "dataset" not in cfg:
             p.error(f"--dreamerv3-offline-run {offline_run}: an online run (no dataset in its "
                     "config.json); the stage trains offline check runs")
         agent = cfg.get("agent", "tdmpc2")

@@ -200,7 +200,9 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     p.add_argument("--budget-min", type=float, default=None,
                    help="stop after this many minutes (whole chunks); record as far as reached")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue an earlier (budget-stopped) check run")
+                   help="continue an earlier (budget-stopped) check run with its saved "
+                        "config: run flags typed with it must equal it (--updates may "
+                        "extend it)")
     p.add_argument("--out", default=str(REPO / "benchmarks/results"),
                    help="folder of the result JSON and plot (default benchmarks/results, the "
                         "committed results: a run replaces their files of the same name, so "
@@ -262,15 +264,15 @@ def home_relative(home: Path, run_dir) -> str:
 def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
     """Check that ``run_dir`` is an offline check run of ``agent`` that ``--resume``
     (``report_only``: ``--report-only``) can go on with. Raises SystemExit naming the
-    problem: no benchmark.json (not a check run), an online run, another agent's run, no
-    metrics.csv to
-    report on, a live process training it (its lock, `wmx.runs.owner`), or evaluations
-    recorded but no checkpoints/ (a run directory brought back without them: training
-    would start again from update 0 and drop its metrics)."""
+    problem: no benchmark.json (not a check run), an unreadable config.json, an online
+    run, another agent's run, no metrics.csv to report on, a live process training it (its
+    lock, `wmx.runs.owner`), or evaluations recorded but no checkpoints/ (a run directory
+    brought back without them: training would start again from update 0 and drop its
+    metrics)."""
     cfg_file = run_dir / "config.json"
     if not (run_dir / "benchmark.json").is_file() or not cfg_file.is_file():
         raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
-    cfg = json.loads(cfg_file.read_text())
+    cfg = read_json(cfg_file, "--resume")
     if "dataset" not in cfg:
         raise SystemExit(f"--resume {run_dir}: an online run (config.json has no dataset); "
                          "the online checks resume it")
@@ -293,6 +295,19 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
         raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
                          "(brought back without them?); training would restart from "
                          "update 0: --report-only writes its result")
+
+
+def read_json(path: Path, flag: str) -> dict:
+    """The JSON object in ``path``; SystemExit naming ``flag`` and the file when it is
+    missing, unreadable or not an object (a damaged run directory)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{flag}: {path} is unreadable ({type(e).__name__}: {e}); the run "
+                         "directory is damaged") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"{flag}: {path} holds no JSON object; the run directory is damaged")
+    return data
 
 
 def resume_command(agent: str) -> str:
@@ -321,24 +336,35 @@ def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namesp
     return args
 
 
-def resume_flags(args, run_dir: Path, bench: dict) -> None:
+def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, bench: dict) -> None:
     """Check the flags typed with ``--resume`` against the run (its config.json and
-    benchmark.json): each must equal the saved value, except ``--updates``, which may
-    extend a run that has not finished (its final evaluation not written; as
-    ``train_offline --resume --updates`` extends a run); --sources and the new run's
+    benchmark.json; a judging setting a run from before it was recorded lacks is the
+    flag's default, which judges it): each must equal the saved value, except
+    ``--updates``, which may extend a run that has not finished (as ``train_offline
+    --resume --updates`` does); ``--log-every`` is compared as the run saved it (its gcd
+    with --eval-every); ``--home`` must be the run's home; --sources and the new run's
     other flags do not apply. Raises SystemExit naming the flag, so a typed flag is never
     silently ignored."""
-    from wmx.runs.cli_common import resume_changes
-    cfg = json.loads((run_dir / "config.json").read_text())
+    from wmx.paths import wmx_home
+    from wmx.runs.cli_common import resume_changes, run_has_finished
+    cfg = read_json(run_dir / "config.json", "--resume")
+    if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
+        raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
+                         f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
+    if "log_every" in args.given:
+        every = args.eval_every if "eval_every" in args.given else cfg.get("eval_every")
+        if isinstance(every, int) and every > 0 and args.log_every > 0:
+            args.log_every = math.gcd(every, args.log_every)    # as new_offline_run saves it
+    defaults = {key: p.get_default(dest) for dest, key in RESUME_FIELDS.items()
+                if key not in bench and key not in cfg and hasattr(args, dest)}
     try:
         changes = resume_changes(
-            args, {**bench, **cfg}, RESUME_FIELDS, extendable=("updates",),
-            free=("budget_min", "out", "report_only", "pack", "tdmpc2_run"),
+            args, {**defaults, **bench, **cfg}, RESUME_FIELDS, extendable=("updates",),
+            free=("budget_min", "out", "report_only", "pack", "tdmpc2_run", "home"),
             new_run="start a new check run (--sources, without --resume)")
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    summary = run_dir / "summary.json"
-    if changes and summary.is_file() and json.loads(summary.read_text()).get("finished"):
+    if changes and run_has_finished(run_dir):
         raise SystemExit(f"--updates {args.updates:,d}: the run {run_dir} has finished its "
                          f"{cfg['updates']:,d} updates (final evaluation written), so it "
                          "cannot be extended; start a new check run")
@@ -346,18 +372,14 @@ def resume_flags(args, run_dir: Path, bench: dict) -> None:
 
 def run_config(run_dir: Path, args):
     """The check run's OfflineRunConfig (config.json), with ``--updates`` when ``--resume``
-    extends it (`resume_flags` checked it; `train` records it in config.json under the
-    run's lock). Raises SystemExit when the extended config is invalid (e.g. --updates not a
-    multiple of the run's --log-every)."""
+    extends it (`resume_flags` checked it: larger than the run's; `train` records it in
+    config.json under the run's lock)."""
     import dataclasses
 
     from wmx.runs.offline_config import OfflineRunConfig
-    rc = OfflineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    rc = OfflineRunConfig.from_json(read_json(run_dir / "config.json", "--resume"))
     if args.resume and args.updates is not None and args.updates != rc.updates:
-        try:
-            rc = dataclasses.replace(rc, updates=args.updates)
-        except ValueError as e:
-            raise SystemExit(f"--updates {args.updates:,d}: {e}") from None
+        rc = dataclasses.replace(rc, updates=args.updates)
     return rc
 
 
@@ -369,7 +391,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     ``--sources`` (required) are pooled into a dataset (built unless stored), and a new
     run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
     ``{"sources", **extra, "resume_command", "dataset"}`` (sources inside home relative
-    to it, `home_relative`; a resumed run without ``resume_command`` gains it). ``check(home, dataset)``, when given, returns entries for
+    to it, `home_relative`; a resumed run without ``resume_command`` gains it; written
+    atomically, after every refusal). ``check(home, dataset)``, when given, returns entries for
     benchmark.json and raises SystemExit on bad input; it runs before anything of the
     run is written. ``--out`` is created once the arguments are checked."""
     from wmx.paths import wmx_home
@@ -379,15 +402,17 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         p.error("--prepare-only starts a new run; it takes --sources, not --resume")
     if getattr(args, "pack", None) and args.report_only:
         p.error("--pack packs a run to train elsewhere; it takes no --report-only")
-    if args.report_only and args.updates is not None:
-        p.error("--updates with --report-only: nothing is trained (--updates with --resume "
-                "alone extends the run)")
+    for flag, on in (("--report-only", args.report_only),
+                     ("--pack", getattr(args, "pack", None))):
+        if on and args.resume and args.updates is not None:
+            p.error(f"--updates with {flag}: nothing is trained here (--updates with --resume "
+                    "alone extends the run where it trains)")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
         resumable_run(run_dir, agent, args.report_only)
         home = run_dir.parent.parent
-        bench = json.loads((run_dir / "benchmark.json").read_text())
-        resume_flags(args, run_dir, bench)
+        bench = read_json(run_dir / "benchmark.json", "--resume")
+        resume_flags(p, args, run_dir, bench)
     else:
         if not args.sources:
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
@@ -401,8 +426,9 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         given = getattr(args, "tdmpc2_run", None)     # dreamerv3_offline's run beside
         beside = (bench.get("tdmpc2_run") if given is None else
                   None if given.lower() == "none" else home_relative(home, given))
-        check_pack_dest(Path(args.pack).expanduser().resolve(), home,
-                        [r for r in [*bench["sources"], beside] if r])
+        check_pack(Path(args.pack).expanduser().resolve(), home,
+                   [r for r in [*bench["sources"], beside] if r],
+                   run_dir if args.resume else None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
@@ -421,7 +447,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         run_dir = new_offline_run(home, ref, args, T, agent, run_prefix)
         bench = {**bench, "dataset": ref}
     if with_random_returns(tasks, bench, T) or changed or not args.resume:
-        (run_dir / "benchmark.json").write_text(json.dumps(bench, indent=1))
+        from wmx.runs.cli_common import replace_json
+        replace_json(run_dir / "benchmark.json", bench, sort_keys=False)
     return run_dir, home, bench, tasks
 
 
@@ -471,25 +498,18 @@ def check_pack_dest(dest: Path, home: Path, runs: list[str]) -> None:
                          "cannot travel with it (give runs inside it)")
 
 
-def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
-    """Copy what training the prepared check run ``run_dir`` elsewhere needs into the new
-    folder ``dest``, a home folder of its own: the run's config.json and benchmark.json,
-    its dataset (``datasets/<name>/<hash>/``), and `PACKED_RUN_FILES` of its source runs
-    and of the TD-MPC2 run beside it (about 1 MB for one task and a 50,000-env-step
-    source; no episode sets, no checkpoints). Written into an owned temporary sibling
-    (`wmx.temporaries`; a killed pack's is swept by the next) and renamed: ``dest`` is
-    whole or absent. Returns ``dest``. Raises SystemExit: `check_pack_dest`'s refusals,
-    the run has trained (metrics.csv, checkpoints/: resume it where it is), a run to
-    pack has no config.json, or the dataset is not in the home folder."""
-    import shutil
-
-    from wmx import temporaries
-    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
+def check_pack(dest: Path, home: Path, runs: list[str], run_dir: Path | None) -> Path | None:
+    """`check_pack_dest`, then, given the prepared run ``run_dir``: it has not trained, its
+    dataset and the ``runs`` to copy (home-relative) are in ``home``. Returns the dataset's
+    home-relative folder (None without ``run_dir``). Raises SystemExit naming the problem,
+    before anything is written."""
     check_pack_dest(dest, home, runs)
+    if run_dir is None:
+        return None
     if (run_dir / "metrics.csv").exists() or (run_dir / "checkpoints").exists():
         raise SystemExit(f"--pack: {run_dir} has trained already (metrics.csv or "
                          "checkpoints/); pack a run that --prepare-only wrote")
-    name, _, full = json.loads((run_dir / "config.json").read_text())["dataset"].partition("@")
+    name, _, full = read_json(run_dir / "config.json", "--pack")["dataset"].partition("@")
     dataset = Path("datasets") / name / full
     if not (home / dataset / "manifest.json").is_file():
         raise SystemExit(f"--pack: the run's dataset {name}@{full[:10]} is not in {home}")
@@ -497,6 +517,24 @@ def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
     if missing:
         raise SystemExit(f"--pack: the runs {missing} recorded in {run_dir / 'benchmark.json'} "
                          f"are not in {home} (no config.json)")
+    return dataset
+
+
+def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
+    """Copy what training the prepared check run ``run_dir`` elsewhere needs into the new
+    folder ``dest``, a home folder of its own: the run's config.json and benchmark.json,
+    its dataset (``datasets/<name>/<hash>/``), and `PACKED_RUN_FILES` of its source runs
+    and of the TD-MPC2 run beside it (about 1 MB for one task and a 50,000-env-step
+    source; no episode sets, no checkpoints). Written into an owned temporary sibling
+    (`wmx.temporaries`; a killed pack's is swept by the next) and renamed: ``dest`` is
+    whole or absent. Returns ``dest``. Raises SystemExit: `check_pack`'s refusals (the
+    destination; the run has trained: resume it where it is; a run to pack has no
+    config.json; the dataset is not in the home folder)."""
+    import shutil
+
+    from wmx import temporaries
+    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
+    dataset = check_pack(dest, home, runs, run_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
     temporaries.sweep(dest.parent)
     tmp = temporaries.make_dir(dest.parent, dest.name)

@@ -81,14 +81,16 @@ def record_resume_command(run_dir: Path, agent: str) -> None:
     """Write the run's benchmark.json ``{"resume_command": ...}`` (the command, less the run
     directory, that continues it from the repository root: `wmx runs info` prints it)
     unless it holds one."""
+    from wmx.runs.cli_common import replace_json
     path = run_dir / "benchmark.json"
-    bench = json.loads(path.read_text()) if path.is_file() else {}
-    if "resume_command" not in bench:
-        bench["resume_command"] = f"python benchmarks/learning/{agent}_online.py --resume"
-        from wmx import temporaries
-        tmp = run_dir / temporaries.owned_name("benchmark.json")
-        tmp.write_text(json.dumps(bench, indent=1))
-        tmp.replace(path)
+    try:
+        bench = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        bench = {}                                  # damaged: replaced whole
+    if not isinstance(bench, dict) or "resume_command" not in bench:
+        replace_json(path, {**(bench if isinstance(bench, dict) else {}),
+                            "resume_command": f"python benchmarks/learning/{agent}_online.py "
+                                              "--resume"}, sort_keys=False)
 
 
 RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "preset": "preset",
@@ -105,7 +107,12 @@ def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, ag
     from wmx.runs.cli_common import given_flags, parse_set, resume_changes
     from wmx.runs.owner import probe
     path = run_dir / "config.json"
-    if not path.is_file() or "task" not in (cfg := json.loads(path.read_text())):
+    try:
+        cfg = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {e}); the run "
+                         "directory is damaged") from None
+    if not isinstance(cfg, dict) or "task" not in cfg:
         raise SystemExit(f"--resume {run_dir}: not a train_online run (no config.json with "
                          "a task)")
     if cfg.get("agent", "tdmpc2") != agent:
@@ -116,16 +123,19 @@ def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, ag
         raise SystemExit(f"--resume {run_dir}: {owner.describe()} trains it now; wait for it "
                          "to stop (or stop it) and resume then")
     args.given = given_flags(p, argv)
+    if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
+        raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
+                         f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
     try:
         changes = resume_changes(
             args, cfg, RESUME_FIELDS, changeable=("chunk_ticks",),
-            free=("threshold", "threshold_on", "budget_min", "report_only", "out"),
+            free=("threshold", "threshold_on", "budget_min", "report_only", "out", "home"),
             overrides=parse_set(args.set_) if "set_" in args.given else None,
             new_run="start a new check run (without --resume)")
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-    rc = OnlineRunConfig.from_json(cfg)
-    return (dataclasses.replace(rc, **changes) if changes else rc), changes
+        rc = OnlineRunConfig.from_json(cfg)
+        return (dataclasses.replace(rc, **changes) if changes else rc), changes
+    except ValueError as e:                     # a conflict, or e.g. --chunk-ticks 0
+        raise SystemExit(str(e) if str(e).startswith("--") else f"--resume: {e}") from None
 
 
 def main(agent: str, defaults: dict, argv=None) -> dict:

@@ -396,3 +396,45 @@ def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatc
     with pytest.raises(SystemExit, match="has finished its 6,000 updates"):
         bench.main(["--resume", str(run), "--updates", "8000", "--out", out])
     assert json.loads((run / "config.json").read_text())["updates"] == 6000
+
+
+def test_resume_flag_edge_cases(tmp_path, capsys):
+    """A run whose newest checkpoint says finished (killed before summary.json) is not
+    extended; --pack takes no --updates; the flags that created a run pass again as typed
+    (--log-every saved as its gcd with --eval-every); a judging setting an older
+    benchmark.json lacks is the flag's default; a --home other than the run's is refused;
+    a damaged config.json is one line; a refused --pack writes nothing."""
+    run = _prepared_run(tmp_path / "home")
+    out = str(tmp_path / "out")
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "log_every": 500, "eval_every": 1000}))
+    b = json.loads((run / "benchmark.json").read_text())
+    del b["learned_margin"]                                 # written before it was recorded
+    (run / "benchmark.json").write_text(json.dumps(b))
+    (run / "metrics.csv").write_text(_METRICS)
+    ck = run / "checkpoints" / "000000004000"
+    ck.mkdir(parents=True)
+    (ck / "host.json").write_text(json.dumps({"updates": 4000, "finished": True}))
+    with pytest.raises(SystemExit, match="has finished its 4,000 updates"):
+        bench.main(["--resume", str(run), "--updates", "6000", "--out", out])
+    with pytest.raises(SystemExit):
+        bench.main(["--resume", str(run), "--updates", "6000", "--pack", str(tmp_path / "p"),
+                    "--out", out])
+    assert "--updates with --pack" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--home .* is not the run's home folder"):
+        bench.main(["--resume", str(run), "--home", str(tmp_path), "--out", out,
+                    "--report-only"])
+    before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
+    # trained already: refused before benchmark.json gains its resume command
+    with pytest.raises(SystemExit, match="has trained already"):
+        bench.main(["--resume", str(run), "--pack", str(tmp_path / "p"), "--out", out])
+    assert {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()} == before
+    assert not (tmp_path / "p").exists()
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out,
+                       "--eval-every", "1000", "--log-every", "1500",   # saved: gcd 500
+                       "--learned-margin", "100", "--home", str(tmp_path / "home")]) == 0
+    with pytest.raises(SystemExit, match="--log-every 250 conflicts"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out, "--log-every", "250"])
+    (run / "config.json").write_text("{damaged")
+    with pytest.raises(SystemExit, match=r"config.json is unreadable .*damaged"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out])

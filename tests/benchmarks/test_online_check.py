@@ -110,6 +110,13 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch):
         with pytest.raises(SystemExit, match=r"pid \d+ .* trains it now"):
             online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out])
     assert (Path(run_dir) / "config.json").read_text() == cfg
+    with pytest.raises(SystemExit, match="--chunk-ticks must be > 0"):
+        online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out,
+                                            "--chunk-ticks", "0"])
+    with pytest.raises(SystemExit, match="is not the run's home folder"):
+        online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out,
+                                            "--home", str(tmp_path)])
+    assert (Path(run_dir) / "config.json").read_text() == cfg
     seen.clear()
     res = online_check.main("dreamerv3", {}, [
         "--resume", run_dir, "--out", out, "--task", "reacher-easy", "--seeds", "0",
@@ -146,7 +153,18 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit, match="an online run"):
         dreamerv3_offline.main(["--resume", str(run_dir), "--out", out])
     import subprocess
-    r = subprocess.run([sys.executable, str(_DIR.parent / "gpu_check.py"), "--plan",
-                        "--dreamerv3-offline-run", str(run_dir)], capture_output=True,
-                       text=True)
+
+    def gpu_check_plan():
+        return subprocess.run([sys.executable, str(_DIR.parent / "gpu_check.py"), "--plan",
+                               "--dreamerv3-offline-run", str(run_dir)], capture_output=True,
+                              text=True)
+    r = gpu_check_plan()
     assert r.returncode == 2 and "an online run" in r.stderr
+    (run_dir / "config.json").write_text("[]")
+    with pytest.raises(SystemExit, match="not a train_online run"):
+        online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
+    (run_dir / "config.json").write_text("{damaged")
+    with pytest.raises(SystemExit, match="config.json is unreadable"):
+        online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
+    r = gpu_check_plan()
+    assert r.returncode == 2 and "config.json is unreadable" in r.stderr, r.stderr

@@ -177,8 +177,8 @@ def test_not_started_and_a_learning_checks_own_resume(tmp_path, capsys):
     (run / "benchmark.json").write_text("{}")
     assert wmx_main(["runs", "info", "chk", "--home", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert (f"(continue with: the --resume of the learning check that wrote it: --resume "
-            f"{run})") in out and "benchmarks/learning" not in out
+    assert (f"(continue with: the tdmpc2 offline learning check's --resume {run})" in out
+            and "benchmarks/learning" not in out)
     cmd = "python benchmarks/learning/tdmpc2_offline.py --resume"
     (run / "benchmark.json").write_text(json.dumps({"resume_command": cmd}))
     (run / "metrics.csv").write_text("kind,seed,updates,return\ntrain,0,250,\n")
@@ -188,3 +188,11 @@ def test_not_started_and_a_learning_checks_own_resume(tmp_path, capsys):
     assert f"status interrupted (continue with: {cmd} {run})" in capsys.readouterr().out
     (run / "summary.json").write_text(json.dumps({"finished": True, "updates": 500}))
     assert listing.resume_text(listing.read_run(run)) is None
+
+
+def test_a_resume_hint_quotes_the_runs_path(tmp_path):
+    run = tmp_path / "runs" / "a run; rm x"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"agent": "tdmpc2", "task": "walker-walk"}))
+    assert listing.resume_text(listing.read_run(run)) == \
+        f"train_online --resume '{run}'"

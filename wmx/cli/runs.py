@@ -64,8 +64,8 @@ def cmd_info(args) -> int:
     status = r.status
     if r.owner is not None:
         status += f" ({r.owner.describe()})"
-    elif resume_text(r) is not None:
-        status += f" (continue with: {resume_text(r)})"
+    elif (hint := resume_text(r)) is not None:
+        status += f" (continue with: {hint})"
     print(f"  {r.kind} run, agent {r.agent}, status {status}")
     print(f"  progress: {progress_text(r)}; last eval: {eval_text(r)}; size {human_size(r.size)}")
     cfg = r.config

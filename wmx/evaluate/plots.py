@@ -85,6 +85,7 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
     cols = min(n, 4)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(3.6 * cols, 2.8 * rows))
+    legend = False
     for i, p in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
         xs = np.asarray(p["x"], float)
@@ -114,8 +115,9 @@ def learning_curves(panels: Sequence[Mapping[str, Any]], path: Path, xlabel: str
         ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel("eval return", fontsize=8)
         ax.tick_params(labelsize=7)
-        if i == 0 and ax.get_legend_handles_labels()[0]:     # nothing drawn yet: no legend
+        if not legend and ax.get_legend_handles_labels()[0]:   # the first panel with lines
             ax.legend(fontsize=7)
+            legend = True
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -286,6 +286,8 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
 
 
 def _show(v: Any) -> str:
+    if v is None:
+        return "unset (the preset's)"
     if isinstance(v, (list, tuple)):
         return " ".join(map(str, v))
     return str(v)
@@ -296,11 +298,30 @@ def _registry_flags() -> list[str]:
     return list(all_flags())
 
 
+def replace_json(path: Path, data: dict[str, Any], sort_keys: bool = True) -> None:
+    """Write ``data`` to ``path`` as JSON atomically: an owned temporary beside it
+    (`wmx.temporaries`), then a rename, so readers see the old file or the new one."""
+    path = Path(path)
+    tmp = path.parent / temporaries.owned_name(path.name)
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=sort_keys))
+    os.replace(tmp, path)
+
+
 def rewrite_config(run_dir: Path, config: dict[str, Any]) -> None:
     """Replace ``run_dir/config.json`` atomically (an extended run's new config)."""
-    tmp = run_dir / temporaries.owned_name("config.json")
-    tmp.write_text(json.dumps(config, indent=1, sort_keys=True))
-    os.replace(tmp, run_dir / "config.json")
+    replace_json(Path(run_dir) / "config.json", config)
+
+
+def run_has_finished(run_dir: Path) -> bool:
+    """Whether the run wrote its end: summary.json, or a newest checkpoint marked
+    ``finished`` (a trainer killed between that checkpoint and summary.json). Such a run
+    cannot be extended exactly (its restored state says finished)."""
+    from wmx.checkpoint import list_checkpoints
+    if (Path(run_dir) / "summary.json").exists():
+        return True
+    ckpts = list_checkpoints(run_dir)
+    return bool(ckpts) and bool(json.loads((ckpts[-1] / "host.json").read_text()).get(
+        "finished"))
 
 
 RUN_NAME_MAX = 200

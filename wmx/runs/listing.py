@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,16 +239,18 @@ def resume_text(r: RunInfo) -> str | None:
 
     ``train_<kind> --resume RUN``; for a run that a learning check (``benchmarks/``)
     wrote, the command its benchmark.json records as ``resume_command`` (that check's
-    ``--resume`` also writes its result) with the run appended."""
+    ``--resume`` also writes its result; run from the repository root) with the run
+    appended. The run's path is shell-quoted."""
     if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
         return None
+    path = shlex.quote(str(r.path))
     bench_file = r.path / "benchmark.json"
     if not bench_file.is_file():
-        return f"train_{r.kind} --resume {r.path}"
+        return f"train_{r.kind} --resume {path}"
     cmd = (_json(bench_file) or {}).get("resume_command")
     if isinstance(cmd, str) and cmd.strip():
-        return f"{cmd.strip()} {r.path}"
-    return f"the --resume of the learning check that wrote it: --resume {r.path}"
+        return f"{cmd.strip()} {path}"
+    return f"the {r.agent} {r.kind} learning check's --resume {path}"
 
 
 def target_text(r: RunInfo) -> str:

@@ -268,8 +268,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
     the flag otherwise."""
     import dataclasses
 
-    from wmx.checkpoint import list_checkpoints
-    from wmx.runs.cli_common import resume_changes, rewrite_config
+    from wmx.runs.cli_common import resume_changes, rewrite_config, run_has_finished
     from wmx.runs.offline_config import OfflineRunConfig
     rc = OfflineRunConfig.from_json(cfg)
     if args.dataset:
@@ -286,9 +285,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
                              extendable=("updates",), overrides=agent_overrides(args))
     if not changes:
         return rc
-    ckpts = list_checkpoints(run_dir)
-    if (run_dir / "summary.json").exists() or (
-            ckpts and json.loads((ckpts[-1] / "host.json").read_text()).get("finished")):
+    if run_has_finished(run_dir):
         raise ValueError(f"--updates {changes['updates']} (the run's {rc.updates}): the run has "
                          "finished (final evaluation written), so it cannot be extended "
                          "exactly; start a new run")

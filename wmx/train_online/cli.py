@@ -205,12 +205,11 @@ def _check_extension(old, new, run_dir: Path) -> None:
 
     from wmx.checkpoint import list_checkpoints
     from wmx.envs.playground import cached_env
+    from wmx.runs.cli_common import run_has_finished
     from wmx.train_online import program
     ckpts = list_checkpoints(run_dir)
-    finished = (run_dir / "summary.json").exists() or (
-        ckpts and json.loads((ckpts[-1] / "host.json").read_text()).get("finished"))
     what = f"--env-steps {new.env_steps} (the run's {old.env_steps})"
-    if finished:
+    if run_has_finished(run_dir):
         raise ValueError(f"{what}: the run has finished (final evaluation and episode sets "
                          "written), so it cannot be extended exactly; start a new run")
     if ckpts and new.total_env_steps != old.total_env_steps:
