@@ -392,9 +392,9 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
     ``{"sources", **extra, "resume_command", "dataset"}`` (sources inside home relative
     to it, `home_relative`; a resumed run without ``resume_command`` gains it; written
-    atomically, after every refusal). ``check(home, dataset)``, when given, returns entries for
-    benchmark.json and raises SystemExit on bad input; it runs before anything of the
-    run is written. ``--out`` is created once the arguments are checked."""
+    atomically, after every refusal). ``check(home, dataset)``, when given, returns
+    entries for benchmark.json and raises SystemExit on bad input; it runs before
+    anything of the run is written. ``--out`` is created once the arguments are checked."""
     from wmx.paths import wmx_home
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
