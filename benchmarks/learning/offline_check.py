@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from check_run import read_json, resume_command, training
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -297,25 +298,6 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
                          "update 0: --report-only writes its result")
 
 
-def read_json(path: Path, flag: str) -> dict:
-    """The JSON object in ``path``; SystemExit naming ``flag`` and the file when it is
-    missing, unreadable or not an object (a damaged run directory)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"{flag}: {path} is unreadable ({type(e).__name__}: {e}); the run "
-                         "directory is damaged") from None
-    if not isinstance(data, dict):
-        raise SystemExit(f"{flag}: {path} holds no JSON object; the run directory is damaged")
-    return data
-
-
-def resume_command(agent: str) -> str:
-    """The command that continues a check run of ``agent``, from the repository root, less
-    the run directory: recorded in its benchmark.json for `wmx runs info` to print."""
-    return f"python benchmarks/learning/{agent}_offline.py --resume"
-
-
 RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
                  "batch_size": "batch_size", "eval_every": "eval_every",
                  "eval_episodes": "eval_episodes", "log_every": "log_every",
@@ -439,7 +421,7 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
                          "give runs with one T")
     T = Ts.pop()
     ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
-    add = {"resume_command": resume_command(agent),
+    add = {"resume_command": resume_command(agent, "offline"),
            **({} if check is None else check(home, ref))}
     changed = any(k not in bench or bench[k] != v for k, v in add.items())
     bench = {**bench, **add}
@@ -569,23 +551,12 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
         if path.is_file():
             return json.loads(path.read_text()), 0.0
         return {"finished": False, "updates": last_updates(run_dir), "wall_s": None}, 0.0
-    import contextlib
-
-    from wmx.runs.interrupt import stop_on_interrupt
-    from wmx.runs.owner import RunBusyError, hold_run
     from wmx.train_offline.loop import run
     t0 = time.perf_counter()
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(hold_run(run_dir))
-        except RunBusyError as e:          # a trainer started since resumable_run looked
-            raise SystemExit(f"{run_dir}: {e}") from None
-        cfg = json.loads((run_dir / "config.json").read_text())
-        if cfg["updates"] != rc.updates:             # --resume --updates: extended
-            from wmx.runs.cli_common import rewrite_config
-            rewrite_config(run_dir, {**cfg, "updates": rc.updates})
-        stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
+    saved = read_json(run_dir / "config.json", "--resume")["updates"]
+    extended = {} if saved == rc.updates else {"updates": rc.updates}   # --resume --updates
+    with training(run_dir, extended) as stop_request:
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)
     return summary, time.perf_counter() - t0

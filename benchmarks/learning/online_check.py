@@ -17,7 +17,6 @@ the run fails at once.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import dataclasses
 import json
@@ -26,13 +25,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from check_run import read_json, record_resume_command, training
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
 from wmx.evaluate.reference_curves import AGENT_LABELS, points_up_to, published_return
 from wmx.paths import wmx_home
-from wmx.runs.interrupt import stop_on_interrupt
-from wmx.runs.owner import RunBusyError, hold_run
 from wmx.train_online import cli as online_cli
 from wmx.train_online.loop import run
 from wmx.runs.online_config import OnlineRunConfig
@@ -77,22 +75,6 @@ def plot(task: str, curve: dict[int, list[float]], path: Path, threshold: float 
     learning_curves([panel], path, "env steps")
 
 
-def record_resume_command(run_dir: Path, agent: str) -> None:
-    """Write the run's benchmark.json ``{"resume_command": ...}`` (the command, less the run
-    directory, that continues it from the repository root: `wmx runs info` prints it)
-    unless it holds one."""
-    from wmx.runs.cli_common import replace_json
-    path = run_dir / "benchmark.json"
-    try:
-        bench = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        bench = {}                                  # damaged: replaced whole
-    if not isinstance(bench, dict) or "resume_command" not in bench:
-        replace_json(path, {**(bench if isinstance(bench, dict) else {}),
-                            "resume_command": f"python benchmarks/learning/{agent}_online.py "
-                                              "--resume"}, sort_keys=False)
-
-
 RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "preset": "preset",
                  "envs": "n_envs", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
                  "chunk_ticks": "chunk_ticks"}
@@ -107,12 +89,8 @@ def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, ag
     from wmx.runs.cli_common import given_flags, parse_set, resume_changes
     from wmx.runs.owner import probe
     path = run_dir / "config.json"
-    try:
-        cfg = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"--resume: {path} is unreadable ({type(e).__name__}: {e}); the run "
-                         "directory is damaged") from None
-    if not isinstance(cfg, dict) or "task" not in cfg:
+    cfg = read_json(path, "--resume") if path.is_file() else {}
+    if "task" not in cfg:
         raise SystemExit(f"--resume {run_dir}: not a train_online run (no config.json with "
                          "a task)")
     if cfg.get("agent", "tdmpc2") != agent:
@@ -205,7 +183,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         run_dir = store.runs_dir / f"learning-{agent}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
-        record_resume_command(run_dir, agent)
+        record_resume_command(run_dir, agent, "online")
     task = rc.task
     t0 = time.perf_counter()
     if args.report_only:
@@ -213,17 +191,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-        with contextlib.ExitStack() as stack:
-            try:
-                stack.enter_context(hold_run(run_dir))
-            except RunBusyError as e:      # a trainer started since `resumed` looked
-                raise SystemExit(f"{run_dir}: {e}") from None
-            if changes:                    # --chunk-ticks on --resume: recorded under the lock
-                from wmx.runs.cli_common import rewrite_config
-                cfg = json.loads((run_dir / "config.json").read_text())
-                rewrite_config(run_dir, {**cfg, **changes})
-            record_resume_command(run_dir, agent)          # a run from before it was kept
-            stop_request = stack.enter_context(stop_on_interrupt("the running chunk"))
+        with training(run_dir, changes) as stop_request:   # changes: --chunk-ticks
+            record_resume_command(run_dir, agent, "online")     # a run from before it was kept
             summary = run(rc, run_dir, export, progress=True, deadline=deadline,
                           stop_request=stop_request)
     wall = time.perf_counter() - t0

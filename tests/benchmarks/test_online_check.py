@@ -161,7 +161,7 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
     r = gpu_check_plan()
     assert r.returncode == 2 and "an online run" in r.stderr
     (run_dir / "config.json").write_text("[]")
-    with pytest.raises(SystemExit, match="not a train_online run"):
+    with pytest.raises(SystemExit, match="holds no JSON object"):
         online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
     (run_dir / "config.json").write_text("{damaged")
     with pytest.raises(SystemExit, match="config.json is unreadable"):
