@@ -286,8 +286,6 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
 
 
 def _show(v: Any) -> str:
-    if v is None:
-        return "unset (the preset's)"
     if isinstance(v, (list, tuple)):
         return " ".join(map(str, v))
     return str(v)
