@@ -7,10 +7,23 @@ with a one-line error for a damaged one, and training under the run's lock.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``p.parse_args(argv)`` (``argv`` None: the command line) with ``given``: the dests of
+    the flags typed, which ``--resume`` compares with the run's saved config
+    (`wmx.runs.cli_common.resume_changes`)."""
+    from wmx.runs.cli_common import given_flags
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = p.parse_args(argv)
+    args.given = given_flags(p, argv)
+    return args
 
 
 def resume_command(agent: str, kind: str) -> str:

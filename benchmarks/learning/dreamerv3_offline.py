@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, home_relative, parse, parser,  # noqa: E402
+from check_run import parse  # noqa: E402
+from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
                            prepared_only, reaches_ratio, run_config, run_fields, start_or_resume,
                            task_result, train, with_stderr, write_results)
 

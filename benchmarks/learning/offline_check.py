@@ -262,10 +262,10 @@ def home_relative(home: Path, run_dir) -> str:
         return str(path)
 
 
-def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
-    """Check that ``run_dir`` is an offline check run of ``agent`` that ``--resume``
-    (``report_only``: ``--report-only``) can go on with. Raises SystemExit naming the
-    problem: no benchmark.json (not a check run), an unreadable config.json, an online
+def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
+    """The config.json of ``run_dir`` once checked to be an offline check run of ``agent``
+    that ``--resume`` (``report_only``: ``--report-only``) can go on with. Raises
+    SystemExit naming the problem: no benchmark.json (not a check run), an unreadable config.json, an online
     run, another agent's run, no metrics.csv to report on, a live process training it (its
     lock, `wmx.runs.owner`), or evaluations recorded but no checkpoints/ (a run directory
     brought back without them: training would start again from update 0 and drop its
@@ -290,12 +290,13 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> None:
     if report_only:
         if not metrics.is_file():
             raise SystemExit(f"--report-only: {run_dir} has no metrics.csv, nothing to report")
-        return
+        return cfg
     ckpts = run_dir / "checkpoints"
     if not (ckpts.is_dir() and any(ckpts.iterdir())) and eval_rows(metrics_rows(run_dir)):
         raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
                          "(brought back without them?); training would restart from "
                          "update 0: --report-only writes its result")
+    return cfg
 
 
 RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
@@ -306,21 +307,10 @@ RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
 --resume (`resume_flags`)."""
 
 
-def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """``p.parse_args(argv)`` with ``given``: the dests of the flags typed (for
-    `resume_flags`)."""
-    import sys
-
-    from wmx.runs.cli_common import given_flags
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = p.parse_args(argv)
-    args.given = given_flags(p, argv)
-    return args
-
-
-def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, bench: dict) -> None:
-    """Check the flags typed with ``--resume`` against the run (its config.json and
-    benchmark.json; a judging setting a run from before it was recorded lacks is the
+def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
+                 bench: dict) -> None:
+    """Check the flags typed with ``--resume`` against the run (its config.json ``cfg`` and
+    benchmark.json ``bench``; a judging setting a run from before it was recorded lacks is the
     flag's default, which judges it): each must equal the saved value, except
     ``--updates``, which may extend a run that has not finished (as ``train_offline
     --resume --updates`` does); ``--log-every`` is compared as the run saved it (its gcd
@@ -329,7 +319,6 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, bench: dict) -
     silently ignored."""
     from wmx.paths import wmx_home
     from wmx.runs.cli_common import resume_changes, run_has_finished
-    cfg = read_json(run_dir / "config.json", "--resume")
     if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
         raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
                          f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
@@ -391,10 +380,10 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
                     "alone extends the run where it trains)")
     if args.resume:
         run_dir = Path(args.resume).expanduser().resolve()
-        resumable_run(run_dir, agent, args.report_only)
+        cfg = resumable_run(run_dir, agent, args.report_only)
         home = run_dir.parent.parent
         bench = read_json(run_dir / "benchmark.json", "--resume")
-        resume_flags(p, args, run_dir, bench)
+        resume_flags(p, args, run_dir, cfg, bench)
     else:
         if not args.sources:
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")

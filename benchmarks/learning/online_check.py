@@ -20,12 +20,11 @@ import argparse
 import csv
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from check_run import read_json, record_resume_command, training
+from check_run import parse, read_json, record_resume_command, training
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
@@ -81,12 +80,12 @@ RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "pr
 """The check's run flags -> config.json keys, compared on --resume (`resumed`)."""
 
 
-def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, agent: str):
+def resumed(args, run_dir: Path, agent: str):
     """(run config, {config key: new value}) of ``--resume run_dir``: a train_online run
     of ``agent`` that no live process trains, every run flag typed equal to the run's
     saved value (`wmx.runs.cli_common.resume_changes`; ``--chunk-ticks`` may change: parts
     of a round give the results of whole rounds). Raises SystemExit naming the problem."""
-    from wmx.runs.cli_common import given_flags, parse_set, resume_changes
+    from wmx.runs.cli_common import parse_set, resume_changes
     from wmx.runs.owner import probe
     path = run_dir / "config.json"
     cfg = read_json(path, "--resume") if path.is_file() else {}
@@ -100,7 +99,6 @@ def resumed(p: argparse.ArgumentParser, args, argv: list[str], run_dir: Path, ag
     if owner is not None:
         raise SystemExit(f"--resume {run_dir}: {owner.describe()} trains it now; wait for it "
                          "to stop (or stop it) and resume then")
-    args.given = given_flags(p, argv)
     if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
         raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
                          f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
@@ -158,15 +156,14 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                         "committed results: a run replaces their files of the same name, so "
                         "give another folder for a trial run)")
     p.set_defaults(**defaults)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = p.parse_args(argv)
+    args = parse(p, argv)
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
 
     changes = {}
     if args.resume:
         run_dir = Path(args.resume).resolve()
-        rc, changes = resumed(p, args, argv, run_dir, agent)
+        rc, changes = resumed(args, run_dir, agent)
         store = Store(run_dir.parent.parent)
     else:
         from wmx.runs.cli_common import parse_set

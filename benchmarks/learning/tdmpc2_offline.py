@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline_check import (RATIO, eval_curves, parse, parser, prepared_only,  # noqa: E402
+from check_run import parse  # noqa: E402
+from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
                            reaches_ratio, run_config, run_fields, start_or_resume, task_result,
                            train, with_stderr, write_results)
 
