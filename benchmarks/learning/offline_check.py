@@ -265,11 +265,11 @@ def home_relative(home: Path, run_dir) -> str:
 def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
     """The config.json of ``run_dir`` once checked to be an offline check run of ``agent``
     that ``--resume`` (``report_only``: ``--report-only``) can go on with. Raises
-    SystemExit naming the problem: no benchmark.json (not a check run), an unreadable config.json, an online
-    run, another agent's run, no metrics.csv to report on, a live process training it (its
-    lock, `wmx.runs.owner`), or evaluations recorded but no checkpoints/ (a run directory
-    brought back without them: training would start again from update 0 and drop its
-    metrics)."""
+    SystemExit naming the problem: no benchmark.json (not a check run), an unreadable
+    config.json, an online run, another agent's run, no metrics.csv to report on, a live
+    process training it (its lock, `wmx.runs.owner`), or evaluations recorded but no
+    checkpoints/ (a run directory brought back without them: training would start again
+    from update 0 and drop its metrics)."""
     cfg_file = run_dir / "config.json"
     if not (run_dir / "benchmark.json").is_file() or not cfg_file.is_file():
         raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
