@@ -177,3 +177,22 @@ def test_non_finite_returns_still_give_a_strict_json_report(offline, tmp_path):
     md = rep.write_report(report, tmp_path / "r")
     got = json.loads((md.parent / "report.json").read_text())
     assert {r["task"]: r["score"] for r in got["per_task"]}["cheetah-run"] is None
+
+
+def test_learning_curves_legend_goes_on_the_first_panel_with_lines(tmp_path, monkeypatch):
+    """A first panel with nothing drawn (a check before its first evaluation) gets no empty
+    legend, and matplotlib warns of none; the legend goes on the first panel with lines."""
+    import warnings
+
+    from wmx.evaluate import plots
+    drawn = []
+    real_save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig),
+                                                          real_save(fig, path))[1])
+    empty = {"task": "a", "x": [], "returns": []}
+    full = {"task": "b", "x": [1, 2], "returns": [[1.0, 2.0], [3.0]]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.learning_curves([empty, full], tmp_path / "c.png", "updates")
+    assert (tmp_path / "c.png").stat().st_size
+    assert [ax.get_legend() is not None for ax in drawn[0].axes] == [False, True]
