@@ -106,6 +106,12 @@ def test_dreamerv3_and_tdmpc2_offline_runs_side_by_side(offline_run, dreamerv3_r
     assert rets.shape == (2, 2, 2) and np.all(np.abs(rets) <= T)
     by_task = {r["task"]: r for r in rep["per_task"]}
     assert by_task["probe-action"]["source_return"] == 7.5     # from the lineage, as TD-MPC2's
+    # each report names its own agent's eval actions (DreamerV3 samples; TD-MPC2 plans)
+    tdmpc2_rep = json.loads((run_dir / "report" / "report.json").read_text())
+    assert "sampled from the actor" in rep["evaluation"]["protocol"]
+    assert "MPPI" not in rep["evaluation"]["protocol"]
+    assert "MPPI" in tdmpc2_rep["evaluation"]["protocol"]
+    assert "Protocol: actions sampled" in (dreamerv3_run / "report" / "report.md").read_text()
     import csv
     with (out / "per_task.csv").open() as f:
         rows = list(csv.reader(f))

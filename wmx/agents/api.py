@@ -96,6 +96,8 @@ class Agent(Protocol):
       METRICS_SINCE_LOG: online metrics are means over the updates since the
         previous log (the online loop resets the carried metrics to `init_metrics`
         after each logged chunk), or, when False, the last update's values.
+      EVAL_PROTOCOL: how the policy acts with ``eval_mode`` True, in a few words and
+        with its spec item (evaluation reports print it).
     """
 
     NAME: str
@@ -104,6 +106,7 @@ class Agent(Protocol):
     LOSS_KEY: str
     MULTITASK: bool
     METRICS_SINCE_LOG: bool
+    EVAL_PROTOCOL: str
 
     # ---- configuration (host) ---------------------------------------------------
     def make_config(self, preset: str, overrides: Mapping[str, Any], *, task: Any = None,

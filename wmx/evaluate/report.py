@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from wmx import failpoints, temporaries
+from wmx.agents.registry import get_agent
 from wmx.datasets.store import Store, commit_dir, make_staging_dir
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import lineage as lin
@@ -189,8 +190,8 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
                 "env_steps": info.env_steps, "updates": info.updates,
                 "tasks": list(info.tasks)},
         "evaluation": {**dict(meta), "seeds": list(info.seeds),
-                       "protocol": "eval_mode MPPI, fresh initial states, undiscounted "
-                                   "returns (tdmpc2_spec 4.20-4.21)"},
+                       "protocol": f"{get_agent(info.rc.agent).EVAL_PROTOCOL}; fresh "
+                                   "initial states, undiscounted returns"},
         "lineage": lineage,
         "per_task": per_task,
         "aggregates": _aggregates(per_task),
@@ -316,7 +317,8 @@ def _markdown(report: dict) -> str:
              f"{run['checkpoint_step']} ({where}); {ev['episodes']} eval_mode episodes x "
              f"{len(ev['seeds'])} seeds {ev['seeds']} per task from fresh initial states "
              f"(rollout keys: {ev['keys']}, index {ev['eval_index']}). Written "
-             f"{report['created']}.", "",
+             f"{report['created']}." + (f" Protocol: {ev['protocol']}." if ev.get("protocol")
+                                        else ""), "",
              "## Per task", "",
              "Return: mean over seeds and episodes (std over all episodes). Score = return / "
              "10. Seed range: the lowest and highest seed-mean score. Published: " +

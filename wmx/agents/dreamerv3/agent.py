@@ -77,6 +77,8 @@ MULTITASK = True
 METRICS_SINCE_LOG = True
 """metrics.csv shows means over the updates since the previous row (the
 reference logs embodied.Agg means over its log period; reference_design §6.5)."""
+EVAL_PROTOCOL = ("actions sampled from the actor as in training (the reference has no "
+                 "deterministic eval action; dreamerv3_spec 7.3)")
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
 

@@ -41,6 +41,8 @@ LOSS_KEY = "total_loss"
 MULTITASK = True
 METRICS_SINCE_LOG = False
 """metrics.csv shows the last update's values (as the reference's logger)."""
+EVAL_PROTOCOL = ("eval_mode MPPI: the planner's mean action, no exploration noise "
+                 "(tdmpc2_spec 4.20-4.21)")
 
 _WIDTHS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
 
