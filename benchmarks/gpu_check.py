@@ -330,18 +330,21 @@ def learning_results(raw: Path, home: Path, agent: str, task: str) -> dict | Non
 def offline_results(raw: Path, run_dir: Path) -> dict:
     """The offline check's JSON entries if it wrote them, else the per-task eval curves
     of its run's metrics.csv (a run stopped by the stage limit); the run's config and
-    metrics are copied to ``raw/offline/run_<name>`` (two folders below the output)."""
+    metrics, and its final evaluation (report/report.json, as ``run_report.json``), are
+    copied to ``raw/offline/run_<name>`` (two folders below the output)."""
     keep = raw / "offline"
     keep.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "benchmark.json", "metrics.csv"):
+    for name in ("config.json", "benchmark.json", "metrics.csv", "report/report.json"):
         if (run_dir / name).exists():
-            shutil.copy2(run_dir / name, keep / f"run_{name}")
+            shutil.copy2(run_dir / name, keep / f"run_{Path(name).name}")
     res = read_json(raw / "offline" / "dreamerv3_offline.json")
     if res is not None:
         return {"source": "offline check JSON", "run_dir": str(run_dir),
                 "updates_reached": res.get("updates_reached"), "passed": res.get("passed"),
                 "eval_curve": {t: v.get("offline_eval_return")
                                for t, v in (res.get("tasks") or {}).items()},
+                "final_return": {t: v.get("offline_final_return")
+                                 for t, v in (res.get("tasks") or {}).items()},
                 "source_final_return": {t: v.get("source_final_return")
                                         for t, v in (res.get("tasks") or {}).items()}}
     sys.path.insert(0, str(HERE / "learning"))

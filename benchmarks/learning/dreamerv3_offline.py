@@ -15,7 +15,10 @@ Writes ``benchmarks/results/dreamerv3_offline.json`` and ``.png``;
 
 Acceptance (issue 14): for every task whose source agent learned it, the
 offline DreamerV3 model's final evaluation return reaches at least half of
-the source's final return. A source learned its task when its final return
+the source's final return. The final evaluation is ``--final-episodes`` (default
+50) fresh episodes per task and seed of the finished run's last checkpoint (its
+``report/``): with sampled actions reacher-easy's episodes score either ~0 or
+~900, so one 10-episode periodic evaluation is too noisy to judge. A source learned its task when its final return
 is at least ``--learned-margin`` (default 100: a normalised score of 10)
 above the task's uniform-random policy return, measured by the check
 (`offline_check.random_policy_return`; cartpole-balance pays ~330 for random
@@ -46,9 +49,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
-from offline_check import (RATIO, eval_curves, home_relative, parser,  # noqa: E402
-                           prepared_only, reaches_ratio, run_config, run_fields, start_or_resume,
-                           task_result, train, with_stderr, write_results)
+from offline_check import (FINAL_EPISODES, RATIO, eval_curves, final_evaluation,  # noqa: E402
+                           home_relative, judged_final, parser, prepared_only, reaches_ratio,
+                           run_config, run_fields, start_or_resume, task_result, train,
+                           with_stderr, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MARGIN = 100.0
@@ -57,15 +61,18 @@ learned (a normalised score of 10)."""
 
 
 def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
-          learned_margin: float = LEARNED_MARGIN) -> dict:
+          learned_margin: float = LEARNED_MARGIN, finals: dict[str, dict] | None = None
+          ) -> dict:
     """Per task: source final return, the random policy's return (``t["random"]``, 0
     when not measured), whether the source learned it (final >= random + learned_margin),
-    the offline eval curve (mean over seeds), final and best offline return, ratio final /
-    source, pass (final >= RATIO x source; None, not counted, for a task the source did
-    not learn). Overall pass: every learned task passes, and at least one was learned."""
+    the offline eval curve (mean over seeds), final (the task's entry of ``finals``, the
+    `final_evaluation`, when given; else the last periodic evaluation) and best offline
+    return, ratio final / source, pass (final >= RATIO x source; None, not counted, for a
+    task the source did not learn). Overall pass: every learned task passes, and at
+    least one was learned."""
     per = {}
     for name, t in tasks.items():
-        r = task_result(t, curves.get(name, {}))
+        r = task_result(t, curves.get(name, {}), (finals or {}).get(name))
         floor = (r["random_policy_return"] or 0.0) + learned_margin
         learned = t["final_return"] >= floor
         per[name] = {**r, "learned_floor": floor, "source_learned": learned,
@@ -95,9 +102,16 @@ def tdmpc2_beside(run_dir: Path | None, dataset: str) -> dict | None:
 
 
 def compare_report(home: Path, runs: list[str], out: Path, episodes: int) -> str | None:
-    """``evaluate --runs TDMPC2_RUN DREAMERV3_RUN --out OUT`` (each run's report is written
-    first when missing); returns the report path, or None when evaluate failed."""
+    """``evaluate --runs TDMPC2_RUN DREAMERV3_RUN --out OUT`` at ``episodes`` per task and
+    seed, each run's report/ first made that evaluation of its newest checkpoint
+    (`final_evaluation`: reused when it is, else evaluated); returns the report path, or
+    None when evaluate failed."""
+    from wmx.checkpoint import list_checkpoints
     from wmx.evaluate import cli as evaluate_cli
+    for r in runs:
+        ckpts = list_checkpoints(Path(r))
+        if ckpts:
+            final_evaluation(Path(r), home, episodes, int(ckpts[-1].name))
     argv = ["--runs", *runs, "--episodes", str(episodes), "--out", str(out), "--home",
             str(home), "--force"]
     print("$ evaluate " + " ".join(argv))
@@ -133,7 +147,8 @@ def main(argv=None) -> int:
         return {"tdmpc2_run": rel}
 
     run_dir, home, bench, tasks = start_or_resume(
-        p, args, "dreamerv3", "dv3-offline-check", {"learned_margin": args.learned_margin},
+        p, args, "dreamerv3", "dv3-offline-check",
+        {"learned_margin": args.learned_margin, "final_episodes": args.final_episodes},
         check=tdmpc2_entry)
     if prepared_only(args, run_dir, bench):
         return 0
@@ -143,14 +158,20 @@ def main(argv=None) -> int:
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
-    res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN))
+    finals, final_note = judged_final(run_dir, home, bench, summary)
+    print(f"final return: {final_note}")
+    res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN),
+                finals)
     report = None
     if beside is not None and summary["finished"] and not args.report_only:
+        episodes = int(bench.get("final_episodes", FINAL_EPISODES)) or rc.eval_episodes
         report = compare_report(home, [beside["run_dir"], str(run_dir)],
-                                out / f"{RESULT_NAME}_report", rc.eval_episodes)
+                                out / f"{RESULT_NAME}_report", episodes)
     with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,
                 "tdmpc2": beside, "comparison_report": report,
+                "final_episodes": int(bench.get("final_episodes", FINAL_EPISODES)),
+                "final_evaluation_note": final_note,
                 "criterion": f"on every task the source learned (final return >= the "
                              f"random policy's + {res['learned_margin']:g}), offline final "
                              f"eval return >= {RATIO:g} x source final return"})
@@ -160,7 +181,10 @@ def main(argv=None) -> int:
                         f"{res['tasks_learned_by_source']} learned tasks at >= {RATIO:g}x",
                   columns={"source": "source_final_return",
                            "random": "random_policy_return", "learned": "source_learned",
-                           "offline": "offline_final_return", "ratio": "ratio", "pass": "pass"},
+                           "offline": "offline_final_return",
+                           "offline_se": "offline_final_stderr",
+                           "last_periodic": "offline_last_eval_return", "ratio": "ratio",
+                           "pass": "pass"},
                   tally=f"{res['tasks_passing']}/{res['tasks_learned_by_source']} learned tasks")
     return 0
 

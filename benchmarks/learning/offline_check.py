@@ -11,7 +11,10 @@ and printing of the results. Each entry point adds its criterion (``judge``) and
 its own flags.
 
 A source agent's final return is the mean over its seeds of the last eval row
-of each seed in its metrics.csv. Beside it the check records each task's
+of each seed in its metrics.csv. The offline run's final return is that of its
+final evaluation (`final_evaluation`: ``--final-episodes`` episodes per task and
+seed of its last checkpoint, the run's ``report/``), or, without one, its last
+periodic evaluation. Beside it the check records each task's
 uniform-random policy return (`random_policy_return`): the floor a source
 must clear before its return says it learned anything.
 """
@@ -35,6 +38,10 @@ RATIO = 0.5
 """Offline final return / source final return needed for a task to pass."""
 RANDOM_EPISODES = 16
 """Episodes of the uniform-random policy behind a task's random return."""
+FINAL_EPISODES = 50
+"""--final-episodes default: episodes per task and seed of the final evaluation that the
+verdict judges (one 10-episode evaluation of a task whose episodes score either ~0 or
+~900, as reacher-easy's, has a standard error of ~130)."""
 
 
 # ---- source runs --------------------------------------------------------------------------
@@ -195,6 +202,10 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
                    help="updates between evaluations on the real Playground tasks")
     p.add_argument("--eval-episodes", type=int, default=10,
                    help="episodes per task and seed at each evaluation")
+    p.add_argument("--final-episodes", type=int, default=FINAL_EPISODES,
+                   help="episodes per task and seed of the final evaluation of the finished "
+                        "run, whose returns the verdict judges (the run's report/, `evaluate "
+                        "--run`); 0 judges the last periodic evaluation instead")
     p.add_argument("--log-every", type=int, default=log_every,
                    help="updates per chunk (reduced to divide --eval-every)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
@@ -302,7 +313,8 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
 RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
                  "batch_size": "batch_size", "eval_every": "eval_every",
                  "eval_episodes": "eval_episodes", "log_every": "log_every",
-                 "learned_margin": "learned_margin", "min_pass": "min_pass"}
+                 "learned_margin": "learned_margin", "min_pass": "min_pass",
+                 "final_episodes": "final_episodes"}
 """The checks' run flags -> keys of the run's config.json and benchmark.json, compared on
 --resume (`resume_flags`)."""
 
@@ -607,26 +619,31 @@ def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
 
 def with_stderr(res: dict, run_dir: Path) -> dict:
     """``res`` with each task's ``offline_eval_stderr`` ({updates: standard error},
-    `eval_stderr`) and ``offline_final_stderr`` (at the final point; None when not
-    recorded) from ``run_dir``'s metrics.csv."""
+    `eval_stderr`, from ``run_dir``'s metrics.csv) and ``offline_final_stderr`` (the final
+    evaluation's, else the last periodic point's; None when not recorded)."""
     se = eval_stderr(Path(run_dir))
     for name, t in res["tasks"].items():
         mine = se.get(name, {})
         t["offline_eval_stderr"] = {str(u): v for u, v in mine.items()}
         curve = t.get("offline_eval_return") or {}
         last = max(curve, key=int) if curve else None
-        t["offline_final_stderr"] = mine.get(int(last)) if last is not None else None
+        final = t.get("offline_final_evaluation")
+        t["offline_final_stderr"] = (final["stderr"] if final else
+                                     mine.get(int(last)) if last is not None else None)
     return res
 
 
-def task_result(t: dict, per_seed: dict[int, list[float]]) -> dict:
+def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = None) -> dict:
     """One task's entries: the source runs and final return (``t``, a `pooled_sources`
     value), the offline eval curve (mean over seeds; ``per_seed``: {updates: returns}),
-    final and best offline return and the ratio final / source (None when either is
-    missing or the source return is <= 0), and the uniform-random policy's mean return
-    (``t["random"]``, None when not measured). The check adds its verdict ("pass")."""
+    the last periodic and the best offline return, the final offline return (the task's
+    `final_evaluation` entry ``final`` when given, else the last periodic evaluation) and
+    the ratio final / source (None when either is missing or the source return is <= 0),
+    and the uniform-random policy's mean return (``t["random"]``, None when not
+    measured). The check adds its verdict ("pass")."""
     curve = {u: float(np.mean(v)) for u, v in per_seed.items()}
-    final = curve[max(curve)] if curve else None
+    last = curve[max(curve)] if curve else None
+    ret = last if final is None else final["return"]
     src = t["final_return"]
     rnd = t.get("random")
     return {"source_runs": t["runs"], "source_final_return": src,
@@ -634,9 +651,71 @@ def task_result(t: dict, per_seed: dict[int, list[float]]) -> dict:
             "source_final_return_per_seed": t["per_seed"],
             "offline_eval_return": {str(u): v for u, v in curve.items()},
             "offline_eval_return_per_seed": {str(u): v for u, v in per_seed.items()},
-            "offline_final_return": final,
+            "offline_last_eval_return": last,
+            "offline_final_evaluation": final,
+            "offline_final_return": ret,
             "offline_best_return": max(curve.values()) if curve else None,
-            "ratio": None if final is None or src <= 0 else final / src}
+            "ratio": None if ret is None or src <= 0 else ret / src}
+
+
+def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict
+                 ) -> tuple[dict[str, dict] | None, str]:
+    """`final_evaluation` of a finished check run with its recorded ``final_episodes``
+    (benchmark.json; FINAL_EPISODES for a run from before it was recorded); (None, why)
+    for a run that has not finished."""
+    if not summary.get("finished"):
+        return None, "the run has not finished: its last periodic evaluation is judged"
+    return final_evaluation(run_dir, home, int(bench.get("final_episodes", FINAL_EPISODES)),
+                            int(summary["updates"]))
+
+
+def final_evaluation(run_dir: Path, home: Path, episodes: int, updates: int
+                     ) -> tuple[dict[str, dict] | None, str]:
+    """The final evaluation the verdict judges: ``episodes`` fresh episodes per task and
+    seed of the run's checkpoint at ``updates`` (its last), the run's ``report/``
+    (`wmx.evaluate.cli.evaluate_to_report`, ``evaluate --run``). A report/ already of
+    that checkpoint, count and fresh keys is reused (e.g. one written where the run
+    trained and brought back without checkpoints); otherwise it is evaluated here
+    (replacing report/), when that checkpoint is there.
+
+    Returns:
+        ({task: {"return": mean over seeds and episodes, "stderr": standard error of
+        that mean (seed-mean standard errors combined, as `eval_stderr`), "episodes",
+        "seeds", "report": report.json's path}} or None, a note saying where it came
+        from or why there is none: ``episodes`` 0, or no such checkpoint).
+    """
+    from wmx.checkpoint import list_checkpoints
+    from wmx.evaluate.compare import report_mismatch
+    from wmx.evaluate.report import load_report
+    if episodes <= 0:
+        return None, "--final-episodes 0: the last periodic evaluation is judged"
+    out = Path(run_dir) / "report"
+    rep = None
+    if (out / "report.json").is_file():
+        rep = load_report(out)
+        if report_mismatch(rep, episodes=episodes, keys="fresh", checkpoint_step=updates):
+            rep = None
+    note = f"reused {out / 'report.json'}"
+    if rep is None:
+        if not any(int(c.name) == updates for c in list_checkpoints(run_dir)):
+            return None, (f"no checkpoint at update {updates:,d} to evaluate (and no report/ "
+                          f"of it with {episodes} episodes): the last periodic evaluation "
+                          "is judged")
+        from wmx.evaluate.cli import evaluate_to_report
+        print(f"final evaluation: {episodes} episodes per task and seed of update "
+              f"{updates:,d} (evaluate --run {run_dir} --episodes {episodes})")
+        evaluate_to_report(run_dir, episodes=episodes, out=out, home=home, force=True)
+        rep = load_report(out)
+        note = f"evaluated into {out / 'report.json'}"
+    res = {}
+    for task, by_seed in rep["returns"].items():
+        seeds = [np.asarray(v, dtype=float) for v in by_seed.values()]
+        se = [x.std() / math.sqrt(len(x)) for x in seeds]
+        res[task] = {"return": float(np.mean([x.mean() for x in seeds])),
+                     "stderr": math.sqrt(sum(e * e for e in se)) / len(se),
+                     "episodes": episodes, "seeds": len(seeds),
+                     "report": str(out / "report.json")}
+    return res, note
 
 
 def reaches_ratio(task: dict) -> bool:
@@ -647,7 +726,8 @@ def reaches_ratio(task: dict) -> bool:
 
 def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None:
     """One panel per task: the offline eval curve (``label``; seed mean with its standard
-    error where ``offline_eval_stderr`` holds it, and the seed range), the
+    error where ``offline_eval_stderr`` holds it, and the seed range), the final
+    evaluation (a star with its standard error) when there is one, the
     source's final return and RATIO x it, TD-MPC2's curve when ``res["tdmpc2"]`` holds
     one, the task's verdict (``no_verdict`` for a pass of None) as its title."""
     import matplotlib
@@ -669,6 +749,14 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
                 ax.fill_between(xs, [min(per_seed[x]) for x in xs],
                                 [max(per_seed[x]) for x in xs], alpha=0.2, label="seed range")
             top += [max(v) for v in per_seed.values()]
+        final = t.get("offline_final_evaluation")
+        if final:
+            x = res.get("updates_reached") or (max(per_seed) if per_seed else 0)
+            ax.errorbar([x], [final["return"]], yerr=[final["stderr"]], fmt="*", ms=11,
+                        capsize=3, color="tab:green",
+                        label=f"final evaluation ({final['episodes']} ep. x "
+                              f"{final['seeds']} seed{'s' if final['seeds'] > 1 else ''})")
+            top.append(final["return"] + final["stderr"])
         if beside.get(name):
             c = {int(u): v for u, v in beside[name].items()}
             ax.plot(sorted(c), [c[u] for u in sorted(c)], "s--", label="offline TD-MPC2")

@@ -12,7 +12,9 @@ Writes ``benchmarks/results/tdmpc2_offline.json`` and ``.png``;
 Acceptance (multi-task issue): on a dataset pooled from the full training
 histories of single-task runs on at least 3 tasks, the offline model's
 final evaluation return reaches at least half of the source agent's final
-return on at least 2 of 3 tasks. A source agent's final return is the mean
+return on at least 2 of 3 tasks. The offline final return is that of the
+final evaluation (``--final-episodes`` episodes per task and seed of the
+finished run's last checkpoint, its ``report/``). A source agent's final return is the mean
 over its seeds of the last eval row of each seed in its metrics.csv.
 
     python benchmarks/learning/tdmpc2_offline.py --home H \\
@@ -28,22 +30,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
-from offline_check import (RATIO, eval_curves, parser, prepared_only,  # noqa: E402
-                           reaches_ratio, run_config, run_fields, start_or_resume, task_result,
-                           train, with_stderr, write_results)
+from offline_check import (FINAL_EPISODES, RATIO, eval_curves, judged_final,  # noqa: E402
+                           parser, prepared_only, reaches_ratio, run_config, run_fields,
+                           start_or_resume, task_result, train, with_stderr, write_results)
 
 RESULT_NAME = "tdmpc2_offline"
 
 
 def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
-          min_pass: int = 2) -> dict:
-    """Per task: source final return, offline eval curve (mean over seeds), final and
-    best offline return, ratio final / source, pass (final >= RATIO x source; None,
-    not counted, when the source return is <= 0: an agent that earned nothing sets no
-    bar); overall pass: at least ``min_pass`` tasks pass and at least 3 were checked."""
+          min_pass: int = 2, finals: dict[str, dict] | None = None) -> dict:
+    """Per task: source final return, offline eval curve (mean over seeds), final (the
+    task's entry of ``finals``, the `final_evaluation`, when given; else the last periodic
+    evaluation) and best offline return, ratio final / source, pass (final >= RATIO x
+    source; None, not counted, when the source return is <= 0: an agent that earned
+    nothing sets no bar); overall pass: at least ``min_pass`` tasks pass and at least 3
+    were checked."""
     per = {}
     for name, t in tasks.items():
-        r = task_result(t, curves.get(name, {}))
+        r = task_result(t, curves.get(name, {}), (finals or {}).get(name))
         per[name] = {**r, "pass": None if t["final_return"] <= 0 else reaches_ratio(r)}
     n_pass = sum(p["pass"] is True for p in per.values())
     return {"tasks": per, "tasks_passing": n_pass, "tasks_checked": len(per),
@@ -62,7 +66,8 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     run_dir, home, bench, tasks = start_or_resume(p, args, "tdmpc2", "offline-check",
-                                                  {"min_pass": args.min_pass})
+                                                  {"min_pass": args.min_pass,
+                                                   "final_episodes": args.final_episodes})
     if prepared_only(args, run_dir, bench):
         return 0
     rc = run_config(run_dir, args)
@@ -70,9 +75,13 @@ def main(argv=None) -> int:
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
-    res = judge(tasks, eval_curves(run_dir), min_pass)
+    finals, final_note = judged_final(run_dir, home, bench, summary)
+    print(f"final return: {final_note}")
+    res = judge(tasks, eval_curves(run_dir), min_pass, finals)
     with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,
+                "final_episodes": int(bench.get("final_episodes", FINAL_EPISODES)),
+                "final_evaluation_note": final_note,
                 "criterion": f"offline final eval return >= {RATIO:g} x source final return "
                              f"on >= {min_pass} tasks (of >= 3)"})
     write_results(res, out, RESULT_NAME, label="offline TD-MPC2",
@@ -80,7 +89,9 @@ def main(argv=None) -> int:
                   title=f"offline multi-task TD-MPC2 vs source agents: "
                         f"{res['tasks_passing']}/{res['tasks_checked']} tasks at >= {RATIO:g}x",
                   columns={"source": "source_final_return", "offline": "offline_final_return",
-                           "ratio": "ratio", "pass": "pass"},
+                           "offline_se": "offline_final_stderr",
+                           "last_periodic": "offline_last_eval_return", "ratio": "ratio",
+                           "pass": "pass"},
                   tally=f"{res['tasks_passing']}/{res['tasks_checked']} tasks")
     return 0
 

@@ -438,3 +438,88 @@ def test_resume_flag_edge_cases(tmp_path, capsys):
     (run / "config.json").write_text("{damaged")
     with pytest.raises(SystemExit, match=r"config.json is unreadable .*damaged"):
         bench.main(["--resume", str(run), "--report-only", "--out", out])
+
+
+def _report(run: Path, step: int, episodes: int, returns: dict) -> None:
+    """A run's report/report.json as `evaluate --run` writes it (the fields read)."""
+    (run / "report").mkdir(parents=True, exist_ok=True)
+    (run / "report" / "report.json").write_text(json.dumps({
+        "schema": "wmx-evaluation-report/1", "run": {"checkpoint_step": step},
+        "evaluation": {"episodes": episodes, "keys": "fresh"}, "returns": returns}))
+
+
+def test_the_final_evaluation_decides_not_the_last_periodic_one(tmp_path, capsys):
+    """The verdict judges the final evaluation (mean over seeds and episodes, its standard
+    error from the seeds'); the last periodic point is kept beside it; the plot marks it."""
+    import offline_check
+    tasks = _tasks(**{"reacher-easy": 800.0})
+    curves = {"reacher-easy": {1000: [100.0], 2000: [516.0]}}      # a lucky last draw
+    assert bench.judge(tasks, curves, learned_margin=100.0)["passed"]
+    run = tmp_path / "run"
+    eps = {"0": [0.0, 900.0, 0.0, 300.0], "1": [600.0, 600.0, 0.0, 0.0]}
+    _report(run, 2000, 4, {"reacher-easy": eps})
+    finals, note = offline_check.final_evaluation(run, tmp_path, 4, 2000)
+    assert note.startswith("reused") and finals["reacher-easy"]["return"] == 300.0
+    import numpy as np
+    se0, se1 = (np.std(eps[s]) / 2 for s in ("0", "1"))           # std / sqrt(4 episodes)
+    assert finals["reacher-easy"]["stderr"] == pytest.approx((se0 ** 2 + se1 ** 2) ** 0.5 / 2)
+    res = bench.judge(tasks, curves, learned_margin=100.0, finals=finals)
+    t = res["tasks"]["reacher-easy"]
+    assert t["offline_final_return"] == 300.0 and t["offline_last_eval_return"] == 516.0
+    assert t["ratio"] == 300.0 / 800.0 and t["pass"] is False and not res["passed"]
+    offline_check.with_stderr(res, run)                 # no metrics.csv: the final's s.e.
+    assert t["offline_final_stderr"] == finals["reacher-easy"]["stderr"]
+    res.update({"updates_reached": 2000, "updates_planned": 2000})
+    offline_check.write_results(res, tmp_path, "check", label="offline", no_verdict="-",
+                                title="t", columns={"pass": "pass"}, tally="0/1")
+    assert (tmp_path / "check.png").stat().st_size > 0
+    assert json.loads((tmp_path / "check.json").read_text())["tasks"]["reacher-easy"][
+        "offline_final_evaluation"]["episodes"] == 4
+
+
+def test_the_final_evaluation_is_made_once_and_only_of_the_final_checkpoint(tmp_path,
+                                                                            monkeypatch):
+    import offline_check
+
+    import wmx.evaluate.cli as evaluate_cli
+    run = tmp_path / "run"
+    calls = []
+
+    def fake_evaluate(run_dir, *, episodes, out, home, force):
+        calls.append((Path(run_dir), episodes, Path(out), force))
+        _report(Path(run_dir), 2000, episodes, {"cup-catch": {"0": [5.0] * episodes}})
+        return Path(out) / "report.md"
+    monkeypatch.setattr(evaluate_cli, "evaluate_to_report", fake_evaluate)
+    assert offline_check.final_evaluation(run, tmp_path, 0, 2000)[0] is None
+    # a report of another count (the periodic 10) and no checkpoint: the last periodic
+    # evaluation is judged, nothing is evaluated
+    _report(run, 2000, 10, {"cup-catch": {"0": [1.0] * 10}})
+    finals, note = offline_check.final_evaluation(run, tmp_path, 50, 2000)
+    assert finals is None and "no checkpoint at update 2,000" in note and calls == []
+    ck = run / "checkpoints" / "000000002000"
+    ck.mkdir(parents=True)
+    (ck / "host.json").write_text("{}")
+    finals, note = offline_check.final_evaluation(run, tmp_path, 50, 2000)
+    assert calls == [(run, 50, run / "report", True)] and note.startswith("evaluated")
+    assert finals["cup-catch"] == {"return": 5.0, "stderr": 0.0, "episodes": 50, "seeds": 1,
+                                   "report": str(run / "report" / "report.json")}
+    assert offline_check.final_evaluation(run, tmp_path, 50, 2000)[0] == finals
+    assert len(calls) == 1                                  # reused the second time
+    # an unfinished run is judged by its last periodic evaluation
+    assert offline_check.judged_final(run, tmp_path, {}, {"finished": False})[0] is None
+    assert offline_check.judged_final(run, tmp_path, {"final_episodes": 50},
+                                      {"finished": True, "updates": 2000})[0] == finals
+
+
+def test_final_episodes_is_a_judging_setting_of_the_run(tmp_path):
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS)
+    out = str(tmp_path / "out")
+    # a run from before it was recorded is judged with the default
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out,
+                       "--final-episodes", str(bench.FINAL_EPISODES)]) == 0
+    with pytest.raises(SystemExit, match="--final-episodes 20 conflicts"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out,
+                    "--final-episodes", "20"])
+    res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
+    assert res["final_episodes"] == 50 and "not finished" in res["final_evaluation_note"]

@@ -187,10 +187,14 @@ def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
     (tmp_path / "raw" / "offline" / "dreamerv3_offline.json").write_text(json.dumps(
         {"updates_reached": 2000, "passed": False, "tasks": {"reacher-easy": {
             "offline_eval_return": {"1000": 300.0, "2000": 350.0},
-            "source_final_return": 861.2}}}))
+            "offline_final_return": 310.0, "source_final_return": 861.2}}}))
+    (run / "report").mkdir()                    # the check's final evaluation comes back too
+    (run / "report" / "report.json").write_text("{}")
     res = gpu_check.offline_results(tmp_path / "raw", run)
     assert res["source"] == "offline check JSON" and res["passed"] is False
     assert res["eval_curve"]["reacher-easy"]["2000"] == 350.0
+    assert res["final_return"] == {"reacher-easy": 310.0}
+    assert (tmp_path / "raw" / "offline" / "run_report.json").read_text() == "{}"
 
 
 @pytest.mark.slow
