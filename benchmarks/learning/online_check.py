@@ -164,6 +164,9 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     if args.resume:
         run_dir = Path(args.resume).resolve()
         rc, changes = resumed(args, run_dir, agent)
+        if args.report_only and changes:                  # it would not be recorded
+            p.error(f"--chunk-ticks {args.chunk_ticks} with --report-only: nothing is trained "
+                    "here (--chunk-ticks with --resume alone changes the run's parts)")
         store = Store(run_dir.parent.parent)
     else:
         from wmx.runs.cli_common import parse_set

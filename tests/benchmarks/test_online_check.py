@@ -84,11 +84,11 @@ def test_report_only_trains_nothing(tmp_path, monkeypatch):
         online_check.main("dreamerv3", {}, ["--report-only", "--out", str(tmp_path)])
 
 
-def test_resume_keeps_the_runs_config(tmp_path, monkeypatch):
+def test_resume_keeps_the_runs_config(tmp_path, monkeypatch, capsys):
     """--resume with a run flag that differs from the run's config is refused in one line
     before anything is written (a typed flag is never silently ignored); equal flags and
-    the output flags pass; --chunk-ticks may change and is recorded under the lock;
-    another agent's run and a run another process trains are refused."""
+    the output flags pass; --chunk-ticks may change and is recorded under the lock (not
+    with --report-only, which trains nothing); another agent's run and a run another process trains are refused."""
     from wmx.runs.owner import hold_run
     seen = {}
     monkeypatch.setattr(online_check, "run", _fake_run(seen))
@@ -116,6 +116,10 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="is not the run's home folder"):
         online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out,
                                             "--home", str(tmp_path)])
+    with pytest.raises(SystemExit):                 # nothing trained: it would not be kept
+        online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out,
+                                            "--report-only", "--chunk-ticks", "25"])
+    assert "--chunk-ticks 25 with --report-only" in capsys.readouterr().err
     assert (Path(run_dir) / "config.json").read_text() == cfg
     seen.clear()
     res = online_check.main("dreamerv3", {}, [
