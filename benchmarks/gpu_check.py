@@ -330,11 +330,13 @@ def learning_results(raw: Path, home: Path, agent: str, task: str) -> dict | Non
 def offline_results(raw: Path, run_dir: Path) -> dict:
     """The offline check's JSON entries if it wrote them, else the per-task eval curves
     of its run's metrics.csv (a run stopped by the stage limit); the run's config and
-    metrics, and its final evaluation (report/report.json, as ``run_report.json``), are
-    copied to ``raw/offline/run_<name>`` (two folders below the output)."""
+    metrics, its summary.json when it finished and its final evaluation
+    (report/report.json, as ``run_report.json``) are copied to ``raw/offline/run_<name>``
+    (two folders below the output)."""
     keep = raw / "offline"
     keep.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "benchmark.json", "metrics.csv", "report/report.json"):
+    for name in ("config.json", "benchmark.json", "metrics.csv", "summary.json",
+                 "report/report.json"):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, keep / f"run_{Path(name).name}")
     res = read_json(raw / "offline" / "dreamerv3_offline.json")
@@ -353,7 +355,8 @@ def offline_results(raw: Path, run_dir: Path) -> dict:
                       "or failed)",
             "run_dir": str(run_dir), "updates_reached": last_updates(run_dir),
             "eval_curve": {t: {str(u): sum(v) / len(v) for u, v in c.items()}
-                           for t, c in eval_curves(run_dir).items()}}
+                           for t, c in eval_curves(run_dir).items()},
+            "final_return": None}
 
 
 def plot(results: dict, path: Path, title: str = "gpu_check") -> bool:

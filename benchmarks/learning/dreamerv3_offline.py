@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
 from offline_check import (FINAL_EPISODES, RATIO, eval_curves, final_evaluation,  # noqa: E402
                            home_relative, judged_final, parser, prepared_only, reaches_ratio,
-                           run_config, run_fields, start_or_resume, task_result, train,
-                           with_stderr, write_results)
+                           reusable_report, run_config, run_fields, start_or_resume,
+                           task_result, train, with_stderr, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MARGIN = 100.0
@@ -103,15 +103,21 @@ def tdmpc2_beside(run_dir: Path | None, dataset: str) -> dict | None:
 
 def compare_report(home: Path, runs: list[str], out: Path, episodes: int) -> str | None:
     """``evaluate --runs TDMPC2_RUN DREAMERV3_RUN --out OUT`` at ``episodes`` per task and
-    seed, each run's report/ first made that evaluation of its newest checkpoint
-    (`final_evaluation`: reused when it is, else evaluated); returns the report path, or
-    None when evaluate failed."""
+    seed. Each run's report/ is first made that evaluation of its newest checkpoint
+    (`final_evaluation`: reused when it is, else evaluated); a run without checkpoints (the
+    TD-MPC2 run of a packed home) must have one already. Returns the report path, or None
+    (with the reason printed) when a run's report/ cannot be that evaluation or evaluate
+    failed."""
     from wmx.checkpoint import list_checkpoints
     from wmx.evaluate import cli as evaluate_cli
-    for r in runs:
-        ckpts = list_checkpoints(Path(r))
-        if ckpts:
-            final_evaluation(Path(r), home, episodes, int(ckpts[-1].name))
+    for r in map(Path, runs):
+        ckpts = list_checkpoints(r)
+        got, why = (final_evaluation(r, home, episodes, int(ckpts[-1].name)) if ckpts else
+                    reusable_report(r, episodes, None))
+        if got is None:
+            print(f"no comparison report: {r} has no {episodes}-episode evaluation of its "
+                  f"newest checkpoint ({why})")
+            return None
     argv = ["--runs", *runs, "--episodes", str(episodes), "--out", str(out), "--home",
             str(home), "--force"]
     print("$ evaluate " + " ".join(argv))
@@ -158,7 +164,7 @@ def main(argv=None) -> int:
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
-    finals, final_note = judged_final(run_dir, home, bench, summary)
+    finals, final_note = judged_final(run_dir, home, bench, summary, rc.updates)
     print(f"final return: {final_note}")
     res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN),
                 finals)

@@ -313,8 +313,7 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
 RESUME_FIELDS = {"updates": "updates", "preset": "preset", "seeds": "seeds",
                  "batch_size": "batch_size", "eval_every": "eval_every",
                  "eval_episodes": "eval_episodes", "log_every": "log_every",
-                 "learned_margin": "learned_margin", "min_pass": "min_pass",
-                 "final_episodes": "final_episodes"}
+                 "learned_margin": "learned_margin", "min_pass": "min_pass"}
 """The checks' run flags -> keys of the run's config.json and benchmark.json, compared on
 --resume (`resume_flags`)."""
 
@@ -325,7 +324,8 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
     benchmark.json ``bench``; a judging setting a run from before it was recorded lacks is the
     flag's default, which judges it): each must equal the saved value, except
     ``--updates``, which may extend a run that has not finished (as ``train_offline
-    --resume --updates`` does); ``--log-every`` is compared as the run saved it (its gcd
+    --resume --updates`` does), and ``--final-episodes``, which re-judges (`start_or_resume`
+    records it); ``--log-every`` is compared as the run saved it (its gcd
     with --eval-every); ``--home`` must be the run's home; --sources and the new run's
     other flags do not apply. Raises SystemExit naming the flag, so a typed flag is never
     silently ignored."""
@@ -343,7 +343,8 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
     try:
         changes = resume_changes(
             args, {**defaults, **bench, **cfg}, RESUME_FIELDS, extendable=("updates",),
-            free=("budget_min", "out", "report_only", "pack", "tdmpc2_run", "home"),
+            free=("budget_min", "out", "report_only", "pack", "tdmpc2_run", "home",
+                  "final_episodes"),
             new_run="start a new check run (--sources, without --resume)")
     except ValueError as e:
         raise SystemExit(str(e)) from None
@@ -381,6 +382,9 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     from wmx.paths import wmx_home
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
+    if args.final_episodes < 0:
+        p.error(f"--final-episodes must be >= 0 (0: judge the last periodic evaluation), "
+                f"got {args.final_episodes}")
     if args.prepare_only and args.resume:
         p.error("--prepare-only starts a new run; it takes --sources, not --resume")
     if getattr(args, "pack", None) and args.report_only:
@@ -423,7 +427,9 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     T = Ts.pop()
     ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
     add = {"resume_command": resume_command(agent, "offline"),
-           **({} if check is None else check(home, ref))}
+           **({} if check is None else check(home, ref)),
+           **({"final_episodes": args.final_episodes}      # re-judging needs no new run
+              if args.resume and "final_episodes" in args.given else {})}
     changed = any(k not in bench or bench[k] != v for k, v in add.items())
     bench = {**bench, **add}
     if not args.resume:
@@ -658,49 +664,81 @@ def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = 
             "ratio": None if ret is None or src <= 0 else ret / src}
 
 
-def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict
+def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict, planned: int
                  ) -> tuple[dict[str, dict] | None, str]:
-    """`final_evaluation` of a finished check run with its recorded ``final_episodes``
-    (benchmark.json; FINAL_EPISODES for a run from before it was recorded); (None, why)
-    for a run that has not finished."""
-    if not summary.get("finished"):
+    """`final_evaluation` at update ``planned`` (the run's last) of a finished check run
+    with its recorded ``final_episodes`` (benchmark.json; FINAL_EPISODES for a run from
+    before it was recorded); (None, why) for a run that has not finished. A run counts
+    as finished when ``summary`` says so or reached ``planned`` updates (a run brought
+    back without its summary.json)."""
+    if not (summary.get("finished") or (summary.get("updates") or 0) >= planned):
         return None, "the run has not finished: its last periodic evaluation is judged"
     return final_evaluation(run_dir, home, int(bench.get("final_episodes", FINAL_EPISODES)),
-                            int(summary["updates"]))
+                            planned)
+
+
+def reusable_report(run_dir: Path, episodes: int, updates: int | None
+                    ) -> tuple[dict | None, str]:
+    """(report.json, "") of the run's ``report/`` when it is the evaluation asked for:
+    this run's (name, agent, seeds), every task it trained, ``episodes`` fresh episodes
+    per task and seed, of the checkpoint at ``updates`` (None: any); else (None, why
+    not), a missing, damaged or foreign report included."""
+    from wmx.evaluate.compare import report_mismatch
+    from wmx.evaluate.report import load_report
+    from wmx.runs.offline_config import OfflineRunConfig
+    out = Path(run_dir) / "report"
+    if not (out / "report.json").is_file():
+        return None, "no report/"
+    try:
+        rep = load_report(out)
+        rc = OfflineRunConfig.from_json(read_json(Path(run_dir) / "config.json", "report/"))
+        why = list(report_mismatch(rep, episodes=episodes, keys="fresh",
+                                   checkpoint_step=updates).values())
+        run = rep["run"]
+        if run["name"] != Path(run_dir).name or run["agent"] != rc.agent:
+            why.append(f"the report of {run['agent']} run {run['name']}")
+        if [int(x) for x in run["seeds"]] != list(rc.seeds):
+            why.append(f"seeds {run['seeds']}, not the run's {list(rc.seeds)}")
+        tasks = set(rc.train_task_set.names)
+        if set(rep["returns"]) != tasks:
+            why.append(f"tasks {sorted(rep['returns'])}, not the run's {sorted(tasks)}")
+    except (OSError, ValueError, KeyError, TypeError, SystemExit) as e:
+        return None, f"report/report.json unreadable ({e})"
+    return (None, "; ".join(why)) if why else (rep, "")
 
 
 def final_evaluation(run_dir: Path, home: Path, episodes: int, updates: int
                      ) -> tuple[dict[str, dict] | None, str]:
     """The final evaluation the verdict judges: ``episodes`` fresh episodes per task and
     seed of the run's checkpoint at ``updates`` (its last), the run's ``report/``
-    (`wmx.evaluate.cli.evaluate_to_report`, ``evaluate --run``). A report/ already of
-    that checkpoint, count and fresh keys is reused (e.g. one written where the run
-    trained and brought back without checkpoints); otherwise it is evaluated here
-    (replacing report/), when that checkpoint is there.
+    (`wmx.evaluate.cli.evaluate_to_report`, ``evaluate --run``). A report/ that already is
+    that evaluation (`reusable_report`) is used as it is (e.g. one written where the run
+    trained, brought back without checkpoints); otherwise the checkpoint is evaluated here,
+    replacing report/ (atomically), unless it is absent or a live process trains the run.
 
     Returns:
-        ({task: {"return": mean over seeds and episodes, "stderr": standard error of
-        that mean (seed-mean standard errors combined, as `eval_stderr`), "episodes",
-        "seeds", "report": report.json's path}} or None, a note saying where it came
-        from or why there is none: ``episodes`` 0, or no such checkpoint).
+        ({task: {"return": mean over seeds and episodes, "stderr": its standard error as
+        evaluation noise, the seeds' policies fixed (each seed's sample std / sqrt(episodes),
+        combined as `eval_stderr`; None with a single episode; the spread between training
+        seeds is not counted), "episodes", "seeds", "report": report.json's path}} or None,
+        a note saying where it came from or why there is none).
     """
     from wmx.checkpoint import list_checkpoints
-    from wmx.evaluate.compare import report_mismatch
     from wmx.evaluate.report import load_report
+    from wmx.runs.owner import probe
     if episodes <= 0:
         return None, "--final-episodes 0: the last periodic evaluation is judged"
     out = Path(run_dir) / "report"
-    rep = None
-    if (out / "report.json").is_file():
-        rep = load_report(out)
-        if report_mismatch(rep, episodes=episodes, keys="fresh", checkpoint_step=updates):
-            rep = None
+    rep, why = reusable_report(run_dir, episodes, updates)
     note = f"reused {out / 'report.json'}"
     if rep is None:
         if not any(int(c.name) == updates for c in list_checkpoints(run_dir)):
-            return None, (f"no checkpoint at update {updates:,d} to evaluate (and no report/ "
-                          f"of it with {episodes} episodes): the last periodic evaluation "
-                          "is judged")
+            return None, (f"no checkpoint at update {updates:,d} to evaluate (report/: {why}):"
+                          " the last periodic evaluation is judged")
+        owner = probe(run_dir)
+        if owner is not None:
+            return None, (f"{owner.describe()} trains {run_dir} now: not evaluated, the last "
+                          "periodic evaluation is judged")
         from wmx.evaluate.cli import evaluate_to_report
         print(f"final evaluation: {episodes} episodes per task and seed of update "
               f"{updates:,d} (evaluate --run {run_dir} --episodes {episodes})")
@@ -710,9 +748,9 @@ def final_evaluation(run_dir: Path, home: Path, episodes: int, updates: int
     res = {}
     for task, by_seed in rep["returns"].items():
         seeds = [np.asarray(v, dtype=float) for v in by_seed.values()]
-        se = [x.std() / math.sqrt(len(x)) for x in seeds]
-        res[task] = {"return": float(np.mean([x.mean() for x in seeds])),
-                     "stderr": math.sqrt(sum(e * e for e in se)) / len(se),
+        se = (None if min(len(x) for x in seeds) < 2 else
+              math.sqrt(sum(x.var(ddof=1) / len(x) for x in seeds)) / len(seeds))
+        res[task] = {"return": float(np.mean([x.mean() for x in seeds])), "stderr": se,
                      "episodes": episodes, "seeds": len(seeds),
                      "report": str(out / "report.json")}
     return res, note
@@ -752,11 +790,11 @@ def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None
         final = t.get("offline_final_evaluation")
         if final:
             x = res.get("updates_reached") or (max(per_seed) if per_seed else 0)
-            ax.errorbar([x], [final["return"]], yerr=[final["stderr"]], fmt="*", ms=11,
+            ax.errorbar([x], [final["return"]], yerr=[final["stderr"] or 0.0], fmt="*", ms=11,
                         capsize=3, color="tab:green",
                         label=f"final evaluation ({final['episodes']} ep. x "
                               f"{final['seeds']} seed{'s' if final['seeds'] > 1 else ''})")
-            top.append(final["return"] + final["stderr"])
+            top.append(final["return"] + (final["stderr"] or 0.0))
         if beside.get(name):
             c = {int(u): v for u, v in beside[name].items()}
             ax.plot(sorted(c), [c[u] for u in sorted(c)], "s--", label="offline TD-MPC2")

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
-    finals, final_note = judged_final(run_dir, home, bench, summary)
+    finals, final_note = judged_final(run_dir, home, bench, summary, rc.updates)
     print(f"final return: {final_note}")
     res = judge(tasks, eval_curves(run_dir), min_pass, finals)
     with_stderr(res, run_dir)

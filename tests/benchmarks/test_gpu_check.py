@@ -190,11 +190,13 @@ def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
             "offline_final_return": 310.0, "source_final_return": 861.2}}}))
     (run / "report").mkdir()                    # the check's final evaluation comes back too
     (run / "report" / "report.json").write_text("{}")
+    (run / "summary.json").write_text('{"finished": true}')
     res = gpu_check.offline_results(tmp_path / "raw", run)
     assert res["source"] == "offline check JSON" and res["passed"] is False
     assert res["eval_curve"]["reacher-easy"]["2000"] == 350.0
     assert res["final_return"] == {"reacher-easy": 310.0}
     assert (tmp_path / "raw" / "offline" / "run_report.json").read_text() == "{}"
+    assert (tmp_path / "raw" / "offline" / "run_summary.json").is_file()
 
 
 @pytest.mark.slow
