@@ -47,6 +47,20 @@ def _ls(home, capsys) -> dict[str, list[str]]:
     return {ln.split()[0]: re.split(r"\s{2,}", ln) for ln in lines[1:]}
 
 
+def test_an_interrupted_runs_total_is_its_rounded_total(runs_home, tmp_path, capsys):
+    """--env-steps rounds up to whole rounds: an interrupted run shows the total it will
+    reach (config.json's derived total), not the typed --env-steps."""
+    (tmp_path / "runs").mkdir()
+    cut = shutil.copytree(runs_home / "runs" / "cut", tmp_path / "runs" / "cut")
+    cfg = json.loads((cut / "config.json").read_text())
+    assert cfg["derived"]["total_env_steps"] == 120
+    (cut / "config.json").write_text(json.dumps({**cfg, "env_steps": 100}))
+    assert _ls(tmp_path, capsys)["cut"][4] == "40/120 env steps"
+    del cfg["derived"]                                   # a config without it: the typed one
+    (cut / "config.json").write_text(json.dumps({**cfg, "env_steps": 100}))
+    assert _ls(tmp_path, capsys)["cut"][4] == "40/100 env steps"
+
+
 def test_ls_finished_and_interrupted(runs_home, capsys):
     rows = _ls(runs_home, capsys)
     assert set(rows) == {"cut", "done"}

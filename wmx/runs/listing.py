@@ -214,7 +214,10 @@ def read_run(run_dir: Path) -> RunInfo:
         total = _int(cfg.get("updates"))
     else:
         kind, unit, step_col, target = "online", "env steps", "env_steps", str(cfg.get("task", "?"))
-        total = _int(cfg.get("env_steps"))
+        # the run's own total: --env-steps rounded up to whole rounds (config "derived")
+        total = _int((cfg.get("derived") or {}).get("total_env_steps"))
+        if total is None:
+            total = _int(cfg.get("env_steps"))
     rows = read_metrics(run_dir / "metrics.csv")
     steps = [s for s in (_int(r.get(step_col)) for r in rows) if s is not None]
     done = max(steps, default=0)
