@@ -189,6 +189,9 @@ def test_parts_of_rounds_equal_whole_rounds_and_resume_inside_a_round(full_run):
     assert not first["finished"]
     newest = list_checkpoints(run_dir)[-1]
     assert int(newest.name) == 21 + 16 and (newest / "items" / "pending").is_dir()
+    # the stopped run's summary counts the steps inside round 1 too (T = 20)
+    assert first["env_steps"] == (20 + 16) * rc.n_envs * rc.task_spec.action_repeat
+    assert first["agent_steps"] == (20 + 16) * rc.n_envs
     assert len(_metrics(run_dir)) == 2                      # round 0's train rows only
     with pytest.raises(ValueError, match="inside a round"):   # a config without the parts
         run(RC, run_dir, None, progress=False)

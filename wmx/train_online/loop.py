@@ -288,8 +288,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
 
     if bar is not None:
         bar.close()
-    summary = {"run_dir": str(run_dir), "finished": host.finished, "agent_steps":
-               agent_steps_at(host.next_tick), "env_steps": agent_steps_at(host.next_tick) * ar,
+    done = env_steps_at(host.next_tick)      # inside a round too (a stopped run)
+    summary = {"run_dir": str(run_dir), "finished": host.finished, "agent_steps": done // ar,
+               "env_steps": done,
                "wall_s": host.wall_s, "final_eval": host.last_eval,
                "n_offschedule_dones": np.asarray(jax.device_get(
                    program.offschedule_dones(carries))).tolist()}
