@@ -147,6 +147,18 @@ def test_dry_run_prints_parameter_counts(capsys):
     assert "total" in out and "encoder" in out
 
 
+def test_the_rounded_up_env_steps_are_said(capsys):
+    """--env-steps rounds up to whole rounds of the lockstep envs' episodes, said in one line
+    (probe-action: T = 20, action repeat 1); nothing is said of an exact count."""
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "30",
+                     "--envs", "2", "--dry-run"]) == 0
+    assert ("--env-steps 30 rounds up to 40 per seed: 1 round(s) of 2 env(s) x one "
+            "20-env-step episode") in capsys.readouterr().out
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "80",
+                     "--envs", "2", "--dry-run"]) == 0
+    assert "rounds up" not in capsys.readouterr().out
+
+
 def test_dry_run_walker_model_size_5_counts_paper_parameters(capsys):
     # spec 1.24: walker S=24, A=6 at model size 5 -> 4,960,618 (the preset's widths yield)
     assert cli.main(["--agent", "tdmpc2", "--task", "walker-walk", "--model-size", "5",

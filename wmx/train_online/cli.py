@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="task in mt30 spelling, e.g. cartpole-balance, walker-walk")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, run vmapped")
     p.add_argument("--env-steps", type=count, default=20_000,
-                   help="simulator steps of the run (rounded up to whole episodes); with "
+                   help="simulator steps of the run per seed, rounded up to whole rounds "
+                        "(each of the --envs lockstep envs plays one episode per round); with "
                         "--resume it may extend an unfinished run whose replay keeps its size")
     p.add_argument("--envs", "--n-envs", dest="n_envs", type=int, default=None,
                    help="lockstep envs per seed (default: the agent's: tdmpc2 1, T7; "
@@ -139,6 +140,11 @@ def _print_counts(rc) -> None:
     print_counts(f"{rc.agent} on {rc.task}: obs_dim {rc.task_spec.obs_dim}, action_dim "
                  f"{rc.task_spec.action_dim}, preset {rc.preset}",
                  rc.agent_module.param_counts(rc.agent_config))
+    if rc.total_env_steps != rc.env_steps:
+        per_round = rc.total_env_steps // rc.rounds
+        print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
+              f"{rc.rounds} round(s) of {rc.n_envs} env(s) x one {per_round // rc.n_envs:,d}"
+              f"-env-step episode")
 
 
 def make_export(store, rc, run_dir: Path, extended: bool = False):
