@@ -71,11 +71,22 @@ def test_set_and_model_size_overrides(two_agents):
         parse_set(["horizon"])
 
 
-def test_unknown_set_field_is_named():
+def test_unknown_set_field_is_named_with_the_close_names():
+    """A misspelt field names its close field names; a field with none lists every field
+    (the command line has no other list of them)."""
+    import dataclasses
+
     from wmx.envs.registry import get_task
+    task = get_task("probe-action")
     agent = registry.get_agent("tdmpc2")
-    with pytest.raises(ValueError, match="horizn"):
-        agent.make_config("tiny", parse_set(["horizn=5"]), task=get_task("probe-action"))
+    with pytest.raises(ValueError, match=r"\['horizn'\] \('horizn': did you mean 'horizon'\?\)$"):
+        agent.make_config("tiny", parse_set(["horizn=5"]), task=task)
+    dv3 = registry.get_agent("dreamerv3")
+    with pytest.raises(ValueError, match="'imag_horizn': did you mean 'imag_horizon'") as e:
+        dv3.make_config("tiny", {"imag_horizn": 5, "qqq": 1}, task=task)
+    fields = sorted(f.name for f in dataclasses.fields(type(dv3.make_config("tiny", {},
+                                                                              task=task))))
+    assert str(e.value).endswith("; the fields: " + ", ".join(fields))
 
 
 def test_online_only_flags_are_not_offered_offline():

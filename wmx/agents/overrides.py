@@ -10,6 +10,7 @@ number for ``float``, a string for ``str``, and also ``None`` for ``X | None``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from typing import Any
@@ -64,3 +65,20 @@ def refuse_task_fields(overrides: dict[str, Any], fields: tuple[str, ...]) -> No
     if bad:
         raise ValueError(f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} set by the "
                          "task or TaskSet; drop the override")
+
+
+def check_field_names(cls: type, overrides: dict[str, Any], agent: str) -> None:
+    """Raise ValueError, one line, for override keys that are not fields of the config
+    dataclass ``cls``: each with its close field names ("did you mean"), or, when none is
+    close, every field name (the command line has no other list of them)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    bad = sorted(set(overrides) - set(names))
+    if not bad:
+        return
+    hints = {b: difflib.get_close_matches(b, names, n=3, cutoff=0.6) for b in bad}
+    said = "; ".join(f"{b!r}: did you mean {' or '.join(map(repr, h))}?"
+                     for b, h in hints.items() if h)
+    msg = f"unknown {agent} config field(s) {bad}" + (f" ({said})" if said else "")
+    if not all(hints.values()):
+        msg += f"; the fields: {', '.join(sorted(names))}"
+    raise ValueError(msg)

@@ -393,7 +393,8 @@ def add_agent_arguments(p: argparse.ArgumentParser, mode: str) -> None:
                    help="model size, e.g. tdmpc2 1/5/19/48/317 (fills the widths the preset "
                         "leaves)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
-                   help="any field of the agent's config (repeatable), e.g. --set horizon=5; "
+                   help="any field of the agent's config (repeatable), e.g. --set horizon=5 "
+                        "(tdmpc2) or --set imag_horizon=10 (dreamerv3); "
                         "values are parsed as JSON numbers/booleans where they can be")
     owners: dict[str, list[str]] = {}
     for e in AGENTS.values():
@@ -415,7 +416,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. --set horizon=5")
+            raise ValueError(f"--set {item!r}: write KEY=VALUE with a field of the agent's "
+                             "config, e.g. --set horizon=5 (tdmpc2), --set imag_horizon=10 "
+                             "(dreamerv3)")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:

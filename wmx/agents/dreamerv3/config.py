@@ -21,6 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from wmx.agents.overrides import check_field_names
+
 # model_size -> (d, deter, hidden, classes); spec 2.1 (d = units = hidden).
 MODEL_SIZES: dict[str, tuple[int, int, int, int]] = {
     "1m": (64, 512, 64, 4),        # code only (HEAD's dmc_proprio)
@@ -326,10 +328,7 @@ def make_config(preset: str = "paper", **overrides: Any) -> DreamerV3Config:
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown DreamerV3 preset {preset!r}; known: {sorted(PRESETS)}")
-    names = {f.name for f in dataclasses.fields(DreamerV3Config)}
-    bad = sorted(set(overrides) - names)
-    if bad:
-        raise ValueError(f"unknown DreamerV3Config field(s) {bad}; see DreamerV3Config")
+    check_field_names(DreamerV3Config, overrides, "DreamerV3")
     kwargs = {**PRESETS[preset], **overrides}
     if "obs_dim" not in kwargs or "action_dim" not in kwargs:
         raise ValueError("make_config needs obs_dim=... and action_dim=... overrides")

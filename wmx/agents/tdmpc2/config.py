@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from wmx.agents.overrides import check_field_names
 from wmx.envs.registry import discount_from_length, seed_steps_from_length
 
 # (enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q), spec 1.20 / Table 9.
@@ -218,10 +219,7 @@ def make_config(preset: str = "paper", **overrides: Any) -> TDMPC2Config:
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown TD-MPC2 preset {preset!r}; known: {sorted(PRESETS)}")
-    names = {f.name for f in dataclasses.fields(TDMPC2Config)}
-    bad = sorted(set(overrides) - names)
-    if bad:
-        raise ValueError(f"unknown TDMPC2Config field(s) {bad}; see TDMPC2Config for the names")
+    check_field_names(TDMPC2Config, overrides, "TD-MPC2")
     kwargs = {**PRESETS[preset], **overrides}
     if "obs_dim" not in kwargs or "action_dim" not in kwargs:
         raise ValueError("make_config needs obs_dim=... and action_dim=... overrides")
