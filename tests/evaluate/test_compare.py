@@ -124,7 +124,7 @@ def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
     # no --episodes: the reports' own count when they agree, else the default 10
     g = fake_run(tmp_path, "g", {"cartpole-balance": 35.0}, episodes=3)
     assert cli.main(["--runs", c, g, "--out", tmp_path / "cg"]) == 0
-    assert "| c | offline | 6 | 3 x 2 | fresh |" in (tmp_path / "cg" / "compare.md").read_text()
+    assert "| c | tdmpc2 | offline | 6 | 3 x 2 | fresh |" in (tmp_path / "cg" / "compare.md").read_text()
     assert cli.main(["--runs", a, c, "--out", out]) == 2
     assert f"{c}/report has 3 episodes, not the 10 asked" in capsys.readouterr().err
     # another key stream, or a checkpoint older than the run's newest
@@ -140,7 +140,7 @@ def test_a_report_of_another_evaluation_is_not_reused(tmp_path, capsys):
     f = fake_run(tmp_path, "f", {"cartpole-balance": 45.0}, episodes=10, step=6, newest=6)
     assert cli.main(["--runs", a, f, "--out", out]) == 0
     md = (out / "compare.md").read_text()
-    assert "| a | offline | 6 | 10 x 2 | fresh |" in md and "| f | offline | 6 | 10 x 2 |" in md
+    assert "| a | tdmpc2 | offline | 6 | 10 x 2 | fresh |" in md and "| f | tdmpc2 | offline | 6 | 10 x 2 |" in md
 
 
 def test_unwritable_out_is_refused_before_evaluating(tmp_path, capsys, monkeypatch):

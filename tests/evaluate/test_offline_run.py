@@ -119,6 +119,9 @@ def test_dreamerv3_and_tdmpc2_offline_runs_side_by_side(offline_run, dreamerv3_r
     assert all(r[2] != "" for r in rows[1:])                   # DreamerV3 on every task
     c = json.loads((out / "compare.json").read_text())
     assert set(c["aggregates"]) == {"off", "dv3"}
+    assert [(r["label"], r["agent"]) for r in c["runs"]] == [("off", "tdmpc2"),
+                                                             ("dv3", "dreamerv3")]
     assert [a["statistic"] for a in c["aggregates"]["dv3"]] == ["mean", "median", "iqm"]
     md = (out / "compare.md").read_text()
     assert "dv3" in md and "off" in md
+    assert "| dv3 | dreamerv3 | offline |" in md and "| off | tdmpc2 | offline |" in md

@@ -102,7 +102,7 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     """The comparison dict of ``reports`` (report dicts, in the runs' order).
 
     Returns:
-      runs (label, dir, kind, report created, checkpoint step, episodes,
+      runs (label, dir, kind, agent, report created, checkpoint step, episodes,
       keys, seeds), tasks (union, in first-seen order), scores[label][task]
       (None where the run lacks the task or its score is not finite),
       missing[label] (the tasks of the union the run did not evaluate),
@@ -127,7 +127,7 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
-                  "report_created": r["created"],
+                  "agent": r["run"].get("agent", "tdmpc2"), "report_created": r["created"],
                   "checkpoint_step": r["run"].get("checkpoint_step"),
                   "episodes": r["evaluation"]["episodes"], "keys": r["evaluation"].get("keys"),
                   "seeds": r["evaluation"]["seeds"]} for lab, r in zip(labels, reports)],
@@ -148,10 +148,11 @@ def _markdown(c: dict) -> str:
              "10) from each run's evaluation report; the runs table gives the checkpoint, "
              "the eval_mode episodes per task and seed, and the rollout keys of each.", "",
              "## Runs", "",
-             "| run | kind | checkpoint | episodes x seeds | rollout keys | directory |",
-             "|---|---|---|---|---|---|"]
+             "| run | agent | kind | checkpoint | episodes x seeds | rollout keys | directory |",
+             "|---|---|---|---|---|---|---|"]
     for r in c["runs"]:
-        lines.append(f"| {r['label']} | {r['kind']} | {r.get('checkpoint_step', '-')} | "
+        lines.append(f"| {r['label']} | {r.get('agent', '-')} | {r['kind']} | "
+                     f"{r.get('checkpoint_step', '-')} | "
                      f"{r['episodes']} x {len(r['seeds'])} | {r.get('keys') or '-'} | "
                      f"`{r['dir']}` |")
     lines += ["", "## Score per task", "", "| task | " + " | ".join(labels) + " |",
