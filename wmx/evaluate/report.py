@@ -79,7 +79,7 @@ def run_lineage(info: RunInfo, home: Path) -> dict[str, Any]:
         versions = sorted({s["code_version"] for s in out["episode_sets"]})
         if run_cv is None and versions:
             run_cv = ", ".join(versions)
-            out["code_version_basis"] = "the run's exported episode sets (producer)"
+            out["code_version_basis"] = "the producer of the run's exported episode sets"
     if run_cv is not None:
         out.setdefault("code_version_basis", "the run's config.json")
     else:
@@ -315,7 +315,8 @@ def _markdown(report: dict) -> str:
     lines = [f"# Evaluation report: {run['name']}", "",
              f"{run['kind'].capitalize()} {run['agent']} run `{run['dir']}`, checkpoint "
              f"{run['checkpoint_step']} ({where}); {ev['episodes']} eval_mode episodes x "
-             f"{len(ev['seeds'])} seeds {ev['seeds']} per task from fresh initial states "
+             f"{len(ev['seeds'])} seed{'s' if len(ev['seeds']) != 1 else ''} {ev['seeds']} "
+             "per task from fresh initial states "
              f"(rollout keys: {ev['keys']}, index {ev['eval_index']}). Written "
              f"{report['created']}." + (f" Protocol: {ev['protocol']}." if ev.get("protocol")
                                         else ""), "",
