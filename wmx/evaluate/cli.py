@@ -211,11 +211,14 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
 def run_path(ref: str, home: str | None) -> str:
     """``ref`` as a run directory: a run name under ``<home>/runs`` or a path, resolved by
     `wmx.runs.listing.resolve_run` (as ``wmx runs`` takes it); ``ref`` unchanged when it
-    names no run, so that `open_run` says what is wrong with it."""
+    is a path that is not a run, so that `open_run` says what is wrong with it. Raises
+    UsageError naming both places looked in when neither exists."""
     from wmx.runs.listing import resolve_run
     try:
         return str(resolve_run(ref, wmx_home(home)))
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        if not Path(ref).expanduser().exists():
+            raise UsageError(str(e)) from None
         return ref
 
 

@@ -181,7 +181,8 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
         run_dir = named.resolve()
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
-        raise FileNotFoundError(f"--resume {run_dir}: no config.json there; pass a run "
+        what = "no config.json there" if run_dir.is_dir() else "no such directory"
+        raise FileNotFoundError(f"--resume {run_dir}: {what} (nor a run {named}); pass a run "
                                 f"directory written by {prog}, or the name of one under "
                                 f"{Path(home) / 'runs'} (`wmx runs ls`)")
     try:
