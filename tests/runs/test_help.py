@@ -85,3 +85,21 @@ def test_config_without_its_file_is_the_command_s_own_one_line_error(prog, argv,
     assert info.value.code == 2
     assert err == (f"{prog}: error: argument --config: expected one argument "
                    f"(see {prog} --help)\n")
+
+
+def test_jax_backend_probing_is_not_logged_by_the_commands(caplog):
+    """The commands log INFO, but not JAX's "Unable to initialize backend 'tpu'" line that
+    every machine without a TPU would print."""
+    import logging
+
+    from wmx.runs.cli_common import configure_logging
+    bridge = logging.getLogger("jax._src.xla_bridge")
+    before = bridge.level
+    try:
+        configure_logging()
+        with caplog.at_level(logging.INFO):
+            bridge.info("Unable to initialize backend 'tpu': test")
+            logging.getLogger("wmx.test").info("a wmx line")
+        assert [r.getMessage() for r in caplog.records] == ["a wmx line"]
+    finally:
+        bridge.setLevel(before)

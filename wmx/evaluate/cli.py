@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.cli_common import ArgumentParser, add_cache_argument, enable_compile_cache
+from wmx.runs.cli_common import (ArgumentParser, add_cache_argument, configure_logging,
+                                  enable_compile_cache)
 from wmx.runs.config_file import add_config_argument, parse_with_config
 
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     (``argv`` None) the process first restarts with huge pages (`wmx.runs.heap`)."""
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging()
     parser = build_parser()
     try:
         args = parse_with_config(parser, sys.argv[1:] if argv is None else

@@ -111,6 +111,14 @@ def given_flags(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str
     return out
 
 
+def configure_logging() -> None:
+    """The commands' log lines: INFO and above on stderr with their time; JAX's backend
+    probing (INFO "Unable to initialize backend 'tpu'" on every machine without one)
+    only from WARNING."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+
+
 def run_cli(prog: str, parser: argparse.ArgumentParser,
             body: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
     """Parse ``argv`` and run ``body``.
@@ -130,7 +138,7 @@ def run_cli(prog: str, parser: argparse.ArgumentParser,
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)       # a command line only, not a caller in this process
     from wmx.failures import report_failure
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging()
     from wmx.runs.config_file import parse_with_config
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_with_config(parser, argv)       # --config FILE: defaults under the flags
