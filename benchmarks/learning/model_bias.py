@@ -1,0 +1,303 @@
+"""Does a DreamerV3 world model over-predict what its own policy earns? Measured on the real env.
+
+For a single-task DreamerV3 run (online, or offline on a one-task dataset) at its newest
+checkpoint: the policy plays ``--episodes`` real episodes (sampled actions, fresh resets,
+as ``evaluate`` does; seed ``--seed-index`` of the run). At every agent step t the
+policy's posterior state s_t (after observing obs_t) is the start of one imagined
+rollout of ``--horizon`` H steps with the same policy (the actor-critic's imagination,
+dreamerv3_spec 3.1-3.3, one draw of its noise), and the model's predicted rewards
+r̂_1..r̂_H (the reward head's two-hot mean at each imagined state, 3.5) are set beside
+the rewards the env paid over the next H steps of the real episode, r_{t+1}..r_{t+H}
+(steps past the episode's end are left out of both). Both follow the same policy, so
+over many starts the mean of (Σ r̂ − Σ r) is the model's bias about its policy's
+H-step reward: positive when it is optimistic. The reward head on the real posterior
+states (r̂(s_t) against r_t) separates the reward head's error on-policy from the
+dynamics' (open-loop imagination) error.
+
+    python benchmarks/learning/model_bias.py --run H/runs/<run> [--run H/runs/<run2>] \\
+        --episodes 16 --horizon 15 --out benchmarks/results/dreamerv3_model_bias.json
+
+Writes the JSON and a plot beside it (``.png``: predicted and real H-step reward over
+the episode, per run). Refuses a multi-task run (its task inputs are not wired here) and
+a TD-MPC2 run. Nothing here runs in the test suite but the bias arithmetic.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+ROLLOUT_TAG = 0xB1A5
+"""fold_in tag of this diagnostic's key stream (not an evaluation's or a trainer's)."""
+
+
+def horizon_sums(x: np.ndarray, H: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sums f32[E, T], counts i32[T]): per start t the sum of x[:, t : t+H] (x f32[E, T]),
+    cut at the end of the episode; counts[t] is how many steps were summed."""
+    E, T = x.shape
+    c = np.concatenate([np.zeros((E, 1)), np.cumsum(x, axis=1)], axis=1)   # c[:, k] = sum x[:, :k]
+    end = np.minimum(np.arange(T) + H, T)
+    return c[:, end] - c[:, np.arange(T)], (end - np.arange(T)).astype(np.int32)
+
+
+def real_future(reward_after: np.ndarray, H: int) -> tuple[np.ndarray, np.ndarray]:
+    """Σ_{h=1..H} r_{t+h} per start t and how many steps it has, from reward_after
+    f32[E, T] (reward_after[:, t]: the env's reward for the action at step t, i.e. the
+    reward of arriving at step t+1; DreamerV3's reward[t+1])."""
+    return horizon_sums(reward_after, H)
+
+
+def _mean_where(x: np.ndarray, where: np.ndarray) -> float | None:
+    return float(x[where].mean()) if where.any() else None
+
+
+def reward_head_fields(pred: np.ndarray, real: np.ndarray) -> dict:
+    """The reward head's predictions ``pred`` beside the rewards ``real`` of the same rows
+    (any shape): means, bias, and the mean prediction where the env paid nothing and where
+    it paid (is the error in the head's reading of the state, or only in the dynamics?)."""
+    paid = real > 1e-6
+    return {"pred_mean": float(pred.mean()), "real_mean": float(real.mean()),
+            "bias_mean": float((pred - real).mean()),
+            "abs_error_mean": float(np.abs(pred - real).mean()),
+            "pred_mean_where_env_paid_0": _mean_where(pred, ~paid),
+            "pred_mean_where_env_paid": _mean_where(pred, paid),
+            "real_mean_where_env_paid": _mean_where(real, paid),
+            "rows_env_paid_0": int((~paid).sum()), "rows": int(real.size)}
+
+
+def bias_summary(pred: np.ndarray, real: np.ndarray, counts: np.ndarray,
+                 pred_now: np.ndarray, real_now: np.ndarray, H: int) -> dict:
+    """The JSON entries of one run: pred/real f32[E, T] H-step sums (pred cut to the same
+    steps as real: ``counts``), the starts with a full horizon only for the headline
+    figures; pred_now/real_now f32[E, T] the reward head on the real posteriors and the
+    rewards they predict."""
+    full = counts == H
+    p, r = pred[:, full], real[:, full]
+    d = p - r
+    return {"horizon": H, "starts": int(p.size),
+            "pred_h_sum_mean": float(p.mean()), "real_h_sum_mean": float(r.mean()),
+            "bias_mean": float(d.mean()),
+            # over episodes (the starts of one episode are far from independent)
+            "bias_stderr": (float(d.mean(1).std(ddof=1) / np.sqrt(d.shape[0]))
+                            if d.shape[0] > 1 else None),
+            "abs_error_mean": float(np.abs(d).mean()),
+            "optimism_ratio": float(p.mean() / r.mean()) if r.mean() > 0 else None,
+            "reward_head_on_policy": reward_head_fields(pred_now, real_now),
+            "per_step": {"pred": pred.mean(0).tolist(), "real": real.mean(0).tolist()}}
+
+
+def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
+            dump: Path | None = None, data_episodes: int = 0) -> dict:
+    """Roll out, imagine and compare for one run (see the module doc); returns its entries.
+    ``data_episodes``: for an offline run, also the reward head on the posteriors of that
+    many of its dataset's episodes (filtered from the zero state at their first row, as
+    the offline trainer's windows start), ``reward_head_on_data``: the same reading of
+    states, on the data it was trained on. ``dump``: also save the arrays (obs f32[E, T, O] seen at each step, reward_after,
+    the imagined rewards f32[E, T, H], the reward head on the posteriors) as an .npz there,
+    for task-specific analysis (e.g. the distance to the target where the model is wrong)."""
+    import jax
+    import jax.numpy as jnp
+
+    from wmx.acting import policy_step
+    from wmx.agents.dreamerv3 import outputs
+    from wmx.agents.dreamerv3.ac_loss import imagine
+    from wmx.agents.dreamerv3.actor_critic import draw_policy_noise
+    from wmx.agents.dreamerv3.heads import feat, reward_logits
+    from wmx.agents.dreamerv3.rssm import Feat, draw_latent_noise
+    from wmx.evaluate.runs import eval_env, open_run, restore_policy
+    info = open_run(run_dir)
+    if info.rc.agent != "dreamerv3":
+        raise SystemExit(f"--run {run_dir}: a {info.rc.agent} run; this measures DreamerV3's "
+                         "world model")
+    agent, cfg = info.rc.agent_module, info.rc.agent_config
+    c = cfg.resolved()
+    if c.multitask:
+        raise SystemExit(f"--run {run_dir}: a multi-task model; give a single-task run (online, "
+                         "or offline on a one-task dataset)")
+    if not 0 <= seed_index < len(info.seeds):
+        raise SystemExit(f"--seed-index {seed_index}: the run has seeds {list(info.seeds)}")
+    task = info.tasks[0]
+    env = eval_env(info, task)
+    params_all, _ = restore_policy(info)
+    params = jax.tree_util.tree_map(lambda x: x[seed_index], params_all)
+    E, T, A = episodes, env.T, env.action_dim
+    key = jax.random.fold_in(jax.random.PRNGKey(info.seeds[seed_index]), ROLLOUT_TAG)
+    k_reset, k_act, k_imag = jax.random.split(key, 3)
+    spec = outputs.twohot(c)
+
+    @jax.jit
+    def rollout(params):
+        states = jax.vmap(env.reset)(jax.random.split(k_reset, E))
+        carry = agent.init_policy(cfg, E)
+
+        def step(cs, t):
+            states, carry = cs
+            obs = states.obs
+            carry, action, _ = policy_step(agent, params, cfg, carry, states.obs,
+                                           jnp.full((E,), t == 0), jax.random.fold_in(k_act, t),
+                                           A, eval_mode=True)
+            states = jax.vmap(env.step)(states, action)
+            return (states, carry), (obs, carry.deter, carry.stoch, states.reward)
+
+        _, outs = jax.lax.scan(step, (states, carry), jnp.arange(T))
+        return tuple(jnp.moveaxis(x, 0, 1) for x in outs)
+
+    @jax.jit
+    def predict(params, deter, stoch):        # [E, T, ...] posteriors
+        n = E * T
+        kk = jax.random.split(k_imag, 3)
+        post = Feat(deter, stoch, jnp.zeros_like(stoch))
+        imag = imagine(params, c, post, draw_policy_noise(kk[0], c, (n,)),
+                       draw_latent_noise(kk[1], c, (n, H)), draw_policy_noise(kk[2], c, (n, H)))
+        r_img = outputs.twohot_mean(reward_logits(params["rew"], c, imag.feat[:, 1:]), spec)
+        r_now = outputs.twohot_mean(reward_logits(params["rew"], c, feat(deter, stoch)), spec)
+        return r_img.reshape(E, T, H), r_now
+
+    t0 = time.perf_counter()
+    obs, deter, stoch, rew = rollout(params)
+    r_img, r_now = jax.device_get(predict(params, deter, stoch))
+    rew = np.asarray(jax.device_get(rew), np.float64)
+    real, counts = real_future(rew, H)
+    # cut each start's imagined sum to the steps the real episode has left
+    mask = np.arange(H)[None, :] < counts[:, None]                    # [T, H]
+    pred = (np.asarray(r_img, np.float64) * mask[None]).sum(-1)
+    real_now = np.concatenate([np.zeros((E, 1)), rew[:, :-1]], 1)     # reward of arriving at t
+    out = bias_summary(pred, real, counts, np.asarray(r_now, np.float64)[:, 1:],
+                       real_now[:, 1:], H)
+    if data_episodes and info.kind == "offline":
+        out["reward_head_on_data"] = _head_on_data(info, params, c, data_episodes,
+                                                   env.obs_dim, A)
+    if dump is not None:
+        np.savez_compressed(dump, obs=np.asarray(jax.device_get(obs)), reward_after=rew,
+                            imagined_reward=np.asarray(r_img), reward_head=np.asarray(r_now))
+    out.update({"run_dir": str(info.run_dir), "kind": info.kind, "task": task,
+                "checkpoint_step": info.step, "updates": info.updates,
+                "seed": info.seeds[seed_index], "episodes": E, "episode_length": T,
+                "episode_return_mean": float(rew.sum(1).mean()),
+                "episode_returns": rew.sum(1).round(2).tolist(),
+                "widths": {k: getattr(c, k) for k in ("units", "hidden", "deter", "classes")},
+                "params": int(agent.param_counts(cfg)["total"]),
+                "wall_s": round(time.perf_counter() - t0, 1)})
+    return out
+
+
+def _head_on_data(info, params, c, n: int, O: int, A: int) -> dict:
+    """`reward_head_fields` of the reward head on the posteriors of ``n`` episodes (drawn
+    with numpy seed 0) of the offline run's dataset, rows 1.. of each."""
+    import jax
+
+    from wmx.agents.dreamerv3 import outputs
+    from wmx.agents.dreamerv3.heads import encode, feat, reward_logits
+    from wmx.agents.dreamerv3.rssm import draw_latent_noise, initial_carry, observe
+    from wmx.datasets.readers import load_numpy, open_dataset
+    arr = load_numpy(open_dataset(info.config["dataset"], home=info.run_dir.parent.parent))
+    idx = np.random.default_rng(0).choice(len(arr["reward"]), min(n, len(arr["reward"])),
+                                          replace=False)
+    obs, act = arr["obs"][idx][..., :O], arr["action"][idx][..., :A]
+    first = arr["is_first"][idx].copy()
+    first[:, 0] = True
+    spec = outputs.twohot(c)
+
+    @jax.jit
+    def head(params, obs, act, first):
+        carry = initial_carry(c, (obs.shape[0],))
+        _, post = observe(params["rssm"], c, carry, encode(params["enc"], c, obs), act, first,
+                          draw_latent_noise(jax.random.PRNGKey(ROLLOUT_TAG), c, obs.shape[:2]))
+        return outputs.twohot_mean(reward_logits(params["rew"], c, feat(post.deter, post.stoch)),
+                                   spec)
+
+    pred = np.asarray(jax.device_get(head(params, obs, act, first)), np.float64)
+    return {**reward_head_fields(pred[:, 1:], arr["reward"][idx][:, 1:].astype(np.float64)),
+            "episodes": int(len(idx)), "episode_return_mean":
+            float(arr["reward"][idx].sum(1).mean())}
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    """Predicted (dashed) and real (solid) H-step reward by episode step, one colour a run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    for i, (label, r) in enumerate(results.items()):
+        col = f"C{i}"
+        ax.plot(r["per_step"]["real"], color=col, lw=1.5,
+                label=f"{label}: real (return {r['episode_return_mean']:.0f})")
+        ax.plot(r["per_step"]["pred"], color=col, lw=1.5, ls="--",
+                label=f"{label}: model (bias {r['bias_mean']:+.2f})")
+    ax.set_xlabel("agent step of the episode (start of the H-step window)")
+    ax.set_ylabel(f"reward over the next {next(iter(results.values()))['horizon']} steps")
+    ax.legend(fontsize=7)
+    ax.set_title("DreamerV3: the model's H-step reward for its own policy vs the env's",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def main(argv=None) -> int:
+    from wmx.runs.cli_common import HelpFormatter
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--run", action="append", required=True, metavar="[LABEL=]RUN_DIR",
+                   help="a single-task DreamerV3 run (repeatable; LABEL names it in the "
+                        "JSON and plot, default the run's name)")
+    p.add_argument("--episodes", type=int, default=16, help="real episodes per run")
+    p.add_argument("--horizon", type=int, default=15,
+                   help="imagined steps per start (the agent's imag_horizon is 15)")
+    p.add_argument("--seed-index", type=int, default=0, help="which of the run's seeds")
+    p.add_argument("--data-episodes", type=int, default=64,
+                   help="offline runs: the reward head on this many of the dataset's episodes "
+                        "too (0: not)")
+    p.add_argument("--dump", action="store_true",
+                   help="also save each run's arrays as <out stem>_<label>.npz")
+    p.add_argument("--out", default=str(REPO / "benchmarks/results/dreamerv3_model_bias.json"),
+                   help="result JSON (the plot is written beside it, .png)")
+    args = p.parse_args(argv)
+    if args.episodes < 2 or args.horizon < 1:
+        p.error("--episodes must be >= 2 and --horizon >= 1")
+    runs = {}
+    for item in args.run:
+        label, sep, path = item.partition("=")
+        path = path if sep else label
+        runs[label if sep else Path(path).name] = Path(path).expanduser().resolve()
+    results = {}
+    for label, run_dir in runs.items():
+        print(f"{label}: {run_dir} ...", flush=True)
+        dump = (Path(args.out).with_name(f"{Path(args.out).stem}_{label.replace(' ', '_')}.npz")
+                if args.dump else None)
+        results[label] = measure(run_dir, args.episodes, args.horizon, args.seed_index, dump,
+                                 args.data_episodes)
+        r = results[label]
+        rh = r["reward_head_on_policy"]
+        print(f"{label}: return {r['episode_return_mean']:.1f}; next {args.horizon} steps: "
+              f"model {r['pred_h_sum_mean']:.2f}, env {r['real_h_sum_mean']:.2f}, bias "
+              f"{r['bias_mean']:+.2f} ± {r['bias_stderr'] or 0:.2f}; reward head on the policy's "
+              f"states: {rh['pred_mean']:.3f} for the env's {rh['real_mean']:.3f} per step, "
+              f"{_fmt(rh['pred_mean_where_env_paid_0'])} where it paid 0 "
+              f"({rh['rows_env_paid_0']}/{rh['rows']} rows)", flush=True)
+        if "reward_head_on_data" in r:
+            rd = r["reward_head_on_data"]
+            print(f"{label}: reward head on {rd['episodes']} dataset episodes: "
+                  f"{rd['pred_mean']:.3f} for the data's {rd['real_mean']:.3f} per step, "
+                  f"{_fmt(rd['pred_mean_where_env_paid_0'])} where it paid 0 "
+                  f"({rd['rows_env_paid_0']}/{rd['rows']} rows)", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "command": " ".join(sys.argv)}, indent=1))
+    plot(results, out.with_suffix(".png"))
+    print(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

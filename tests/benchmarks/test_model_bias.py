@@ -1,0 +1,44 @@
+"""benchmarks/learning/model_bias.py's arithmetic (the rollout itself needs a trained run)."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "model_bias.py"
+_SPEC = importlib.util.spec_from_file_location("model_bias", _PATH)
+mb = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(mb)
+
+
+def test_horizon_sums_are_the_next_h_rewards_cut_at_the_episode_end():
+    x = np.arange(1.0, 7.0)[None]                         # rewards after steps 0..5: 1..6
+    sums, counts = mb.real_future(x, 3)
+    # a literal loop: start t sums x[t], x[t+1], x[t+2] while they exist
+    want = [sum(x[0, t:t + 3]) for t in range(6)]
+    assert sums[0].tolist() == want == [6.0, 9.0, 12.0, 15.0, 11.0, 6.0]
+    assert counts.tolist() == [3, 3, 3, 3, 2, 1]
+
+
+def test_bias_counts_only_full_horizons_and_splits_the_reward_head_by_payment():
+    H = 2
+    real, counts = mb.real_future(np.array([[0.0, 2.0, 2.0, 0.0]]), H)      # [2, 4, 2, 0]
+    pred = np.array([[4.0, 4.0, 4.0, 1.0]])
+    s = mb.bias_summary(pred, real, counts, np.array([[1.5, 2.0, 0.5]]),
+                        np.array([[0.0, 2.0, 0.0]]), H)
+    assert s["starts"] == 3                                 # the last start has 1 step left
+    assert s["pred_h_sum_mean"] == 4.0 and s["real_h_sum_mean"] == pytest.approx(8 / 3)
+    assert s["bias_mean"] == pytest.approx(4.0 - 8 / 3)
+    assert s["optimism_ratio"] == pytest.approx(1.5)
+    rh = s["reward_head_on_policy"]
+    assert rh["pred_mean_where_env_paid_0"] == 1.0 and rh["pred_mean_where_env_paid"] == 2.0
+    assert rh["rows_env_paid_0"] == 2 and rh["rows"] == 3
+    assert rh["bias_mean"] == pytest.approx((1.5 + 0.0 + 0.5) / 3)
+
+
+def test_the_bias_standard_error_is_over_episodes():
+    real, counts = mb.real_future(np.zeros((3, 4)), 1)
+    pred = np.array([[1.0] * 4, [2.0] * 4, [6.0] * 4])       # per-episode bias 1, 2, 6
+    s = mb.bias_summary(pred, real, counts, np.zeros((3, 3)), np.zeros((3, 3)), 1)
+    assert s["bias_mean"] == 3.0
+    assert s["bias_stderr"] == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1) / np.sqrt(3))
