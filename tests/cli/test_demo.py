@@ -214,6 +214,7 @@ def test_dry_run_and_help(tmp_path, capsys):
     assert "$ train_online --agent tdmpc2 --task cartpole-balance" in text
     assert "--sources '<episode sets of the train_online runs>'" in text
     assert "--dataset '<dataset>'" in text and "evaluate --run '<train_offline run>'" in text
+    assert "--name 'demo-offline-<hash>'" in text    # its hash covers the dataset, not built
     assert not home.exists()
     with pytest.raises(SystemExit):
         wmx_main.main(["demo", "--help"])

@@ -307,7 +307,8 @@ def offline_stage(opts: argparse.Namespace, home: Path, dataset: str | None,
              "--log-every", str(log_every), "--eval-every", str(updates),
              "--eval-episodes", str(opts.eval_episodes), "--seeds", *map(str, opts.seeds)]
     prefix = "demo-offline-" if agent == "tdmpc2" else f"demo-offline-{agent}-"
-    name = f"{prefix}{_digest([dataset or '', *flags])}"
+    # the hash covers the dataset: until it is built the name is not known (--dry-run)
+    name = f"{prefix}{_digest([dataset, *flags])}" if dataset else f"{prefix}<hash>"
     run_dir = home / "runs" / name
     title = "train_offline" if agent == "tdmpc2" else f"train_offline {agent}"
     st = Stage(title, ["train_offline", *flags, "--home", str(home), "--name", name],
