@@ -34,6 +34,7 @@ def test_evaluate_run_writes_a_report(trained, capsys):
     assert out == [str(run_dir / "report" / "report.md")]
     rep = json.loads((run_dir / "report" / "report.json").read_text())
     assert rep["run"]["kind"] == "online" and rep["run"]["env_steps"] == 6 * T
+    assert rep["run"]["updates"] is None        # online updates are per seed, not in host.json
     assert rep["evaluation"]["keys"] == "fresh" and rep["evaluation"]["episodes"] == 2
     (row,) = rep["per_task"]
     rets = np.array([rep["returns"]["probe-action"][s] for s in ("0", "3")])

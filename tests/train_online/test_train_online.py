@@ -157,6 +157,13 @@ def test_the_rounded_up_env_steps_are_said(capsys):
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "80",
                      "--envs", "2", "--dry-run"]) == 0
     assert "rounds up" not in capsys.readouterr().out
+    # a run that ends inside TD-MPC2's seed phase trains nothing: said before it starts
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "40",
+                     "--seed-steps", "40", "--dry-run"]) == 0
+    assert "end inside its seed phase (40 agent steps" in capsys.readouterr().out
+    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "60",
+                     "--seed-steps", "40", "--dry-run"]) == 0
+    assert "seed phase" not in capsys.readouterr().out
 
 
 def test_dry_run_walker_model_size_5_counts_paper_parameters(capsys):

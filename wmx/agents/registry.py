@@ -22,7 +22,9 @@ class AgentEntry:
     the type of its model-size names (int for TD-MPC2's 1/5/19/48/317, str for
     DreamerV3's "12m"); modes: "online" and/or "offline"; offline_batch_size:
     train_offline's default ``--batch-size`` (None: the preset's batch); online_flags:
-    the flags that act only in online training (train_offline does not offer them)."""
+    the flags that act only in online training (train_offline does not offer them);
+    flag_help: {field: help text} for flags whose unit or meaning their name does not
+    say (the others read "explicit <field> (overrides the preset)")."""
 
     name: str
     module: str
@@ -31,6 +33,7 @@ class AgentEntry:
     modes: tuple[str, ...] = ("online", "offline")
     offline_batch_size: int | None = None
     online_flags: tuple[str, ...] = ()
+    flag_help: dict[str, str] = field(default_factory=dict)
 
 
 AGENTS: dict[str, AgentEntry] = {
@@ -40,13 +43,18 @@ AGENTS: dict[str, AgentEntry] = {
                "num_q": int, "seed_steps": int, "num_samples": int, "num_elites": int,
                "num_pi_trajs": int, "iterations": int, "task_dim": int},
         model_size=int, offline_batch_size=1024,       # spec 4.19: the paper's offline batch
-        online_flags=("seed_steps",)),
+        online_flags=("seed_steps",),
+        flag_help={"seed_steps": "agent steps (env steps / action repeat, summed over the "
+                                 "lockstep envs) of uniform-random actions before the first "
+                                 "update (default max(1000, 5 T), spec 4.3)"}),
     "dreamerv3": AgentEntry(
         "dreamerv3", "wmx.agents.dreamerv3.agent",
         flags={"units": int, "deter": int, "hidden": int, "classes": int,
                "imag_horizon": int, "train_ratio": float},
         model_size=str,                  # offline batch: the preset's 16 windows of 64 + 1
-        online_flags=("train_ratio",)),
+        online_flags=("train_ratio",),
+        flag_help={"train_ratio": "replayed rows trained on per agent step (paper 512; one "
+                                  "update of B x T rows every B*T/ratio agent steps)"}),
 }
 
 

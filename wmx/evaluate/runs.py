@@ -86,6 +86,8 @@ class RunInfo:
     @property
     def updates(self) -> int | None:
         """Offline: gradient updates at the checkpoint; online: None (not a host counter)."""
+        if self.kind != "offline":   # host.json's field stays 0 online (counted per seed)
+            return None
         return int(self.host["updates"]) if "updates" in self.host else None
 
     def task_protocol(self, task: str) -> tuple[int, int]:

@@ -413,8 +413,10 @@ def add_agent_arguments(p: argparse.ArgumentParser, mode: str) -> None:
                     owners.setdefault(k, []).append(e.name)
     for k, who in owners.items():
         typ = next(AGENTS[n].flags[k] for n in who)
+        said = next((AGENTS[n].flag_help[k] for n in who if k in AGENTS[n].flag_help),
+                    f"explicit {k} (overrides the preset)")
         p.add_argument(f"--{k.replace('_', '-')}", type=typ, default=None,
-                       help=f"{'/'.join(who)}: explicit {k} (overrides the preset)")
+                       help=f"{'/'.join(who)}: {said}")
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

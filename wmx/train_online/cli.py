@@ -140,6 +140,11 @@ def _print_counts(rc) -> None:
     print_counts(f"{rc.agent} on {rc.task}: obs_dim {rc.task_spec.obs_dim}, action_dim "
                  f"{rc.task_spec.action_dim}, preset {rc.preset}",
                  rc.agent_module.param_counts(rc.agent_config))
+    seed = getattr(rc.agent_config.resolved(), "seed_steps", None)
+    if seed is not None and seed >= rc.total_agent_steps:
+        print(f"note: the run's {rc.total_agent_steps:,d} agent steps end inside its seed phase "
+              f"({seed:,d} agent steps of random actions): no update will be made; raise "
+              "--env-steps or lower --seed-steps")
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
