@@ -151,9 +151,10 @@ def test_cli_stopped_by_ctrl_c_exits_130_with_the_resume_command(store, monkeypa
     home, _, _ = store
     assert cli.main(["--dataset", "tst@latest", "--home", str(home), "--name", "intr",
                      *ARGS]) == 130
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "stopped by Ctrl-C" in err
     assert f"continue with: train_offline --resume {home / 'runs' / 'intr'}" in err
+    assert '"final_eval"' not in out and "metrics:" not in out   # no summary of a stopped run
 
 
 def test_stop_request_stops_after_the_chunk_and_resumes_exactly(store, full_run):

@@ -255,9 +255,10 @@ def test_cli_stopped_by_ctrl_c_or_sigterm_exits_128_plus_signal_with_the_resume_
     home = tmp_path / "home"
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "48",
                      "--home", str(home), "--name", "intr", "--no-progress"]) == status
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert f"stopped by {said}" in err
     assert f"continue with: train_online --resume {home / 'runs' / 'intr'}" in err
+    assert '"final_eval"' not in out and "metrics:" not in out   # no summary of a stopped run
 
 
 def test_resume_may_change_chunk_ticks_and_keeps_the_config_hash(tmp_path):

@@ -283,9 +283,10 @@ def _main(args: argparse.Namespace) -> int:
         if not args.resume and remove_if_unstarted(run_dir):
             args.resume_hint = "run the same command again"
         raise
-    print(json.dumps({k: summary[k] for k in ("env_steps", "final_eval", "episode_sets")
-                      if k in summary}, indent=1))
-    print(f"metrics: {run_dir / 'metrics.csv'}")
+    if summary["finished"]:        # a stopped run: the stop line and its resume hint
+        print(json.dumps({k: summary[k] for k in ("env_steps", "final_eval", "episode_sets")
+                          if k in summary}, indent=1))
+        print(f"metrics: {run_dir / 'metrics.csv'}")
     return exit_status("train_online", stop_request, summary["finished"], args.resume_hint)
 
 
