@@ -67,12 +67,17 @@ def test_disabled_or_off_the_main_thread_leaves_sigint_alone():
     assert seen == [(True, False)]
 
 
-def test_exit_status_after_ctrl_c_is_130_and_0_when_finished():
+def test_exit_status_after_ctrl_c_is_130_and_0_when_finished(capsys):
     stop = StopRequest()
     assert exit_status("p", stop, finished=False, hint="h") == 0
+    assert capsys.readouterr().err == ""
     stop.signum = signal.SIGINT
     stop.set()
     assert exit_status("p", stop, finished=True, hint="h") == 0
+    # the stop came in the last chunk: said, and nothing to resume
+    assert capsys.readouterr().err == ("p: Ctrl-C came during the run's last chunk: the run "
+                                       "finished (its final evaluation included); nothing to "
+                                       "resume\n")
     assert exit_status("p", stop, finished=False, hint="h") == EXIT_INTERRUPTED == 130
     plain = threading.Event()          # a caller's own event: read as Ctrl-C
     plain.set()

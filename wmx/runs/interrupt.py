@@ -93,10 +93,15 @@ def requested(stop_request: threading.Event | None) -> bool:
 def exit_status(prog: str, stop_request: threading.Event, finished: bool, hint: str) -> int:
     """A trainer's exit status after its run: 128 + the signal's number (`EXIT_INTERRUPTED`,
     `EXIT_TERMINATED`), with ``prog``'s one-line message and the resume ``hint`` on stderr,
-    when the first signal stopped an unfinished run; else 0."""
+    when the first signal stopped an unfinished run; else 0 (a signal that came during the
+    last chunk, after which the run finished, is said in one line)."""
     if stop_request.is_set() and not finished:
         signum = getattr(stop_request, "signum", None) or signal.SIGINT
         print(f"{prog}: stopped by {_said(signum)} after the running chunk, with its "
               f"checkpoint; {hint}", file=sys.stderr)
         return 128 + signum
+    if stop_request.is_set():     # the stop came in the last chunk: the run is whole
+        signum = getattr(stop_request, "signum", None) or signal.SIGINT
+        print(f"{prog}: {_said(signum)} came during the run's last chunk: the run finished "
+              "(its final evaluation included); nothing to resume", file=sys.stderr)
     return 0
