@@ -176,7 +176,9 @@ def _markdown(c: dict) -> str:
                   "95% percentile-bootstrap intervals over tasks.", ""]
         lines += _aggregate_table(labels, c["common_aggregates"])
     lines += ["", "## Aggregates over each run's tasks", "",
-              "95% percentile-bootstrap intervals over tasks.", ""]
+              "95% percentile-bootstrap intervals over tasks" + (
+                  " (resampling fewer than 5 tasks, they say little)." if len(c["tasks"]) < 5
+                  else "."), ""]
     lines += _aggregate_table(labels, c["aggregates"])
     lines += ["", "![scores per task and run](scores.png)", ""]
     return "\n".join(lines)

@@ -342,7 +342,9 @@ def _markdown(report: dict) -> str:
     lines += ["", "## Aggregates over tasks", "",
               "Normalised score; [95% percentile-bootstrap interval over tasks, "
               f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed {agg.BOOTSTRAP_SEED}]. IQM = mean "
-              "of the middle 50% of the task scores.", "",
+              "of the middle 50% of the task scores." + (
+                  " The interval resamples tasks: over so few it says little (one task: "
+                  "none at all)." if len(report["per_task"]) < 5 else ""), "",
               "| | tasks | mean | median | IQM |", "|---|---|---|---|---|"]
     for who in ("wmx", "source", "published"):
         a = {x["statistic"]: x for x in report["aggregates"] if x["who"] == who}
