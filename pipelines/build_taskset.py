@@ -14,6 +14,7 @@ dataflow; wmx.pipelines.runners).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def run(taskset, args, beam_args) -> int:
           f"{plan.num_shards} shards, {ra.name}{where}" +
           (f" ({dups} duplicate episodes dropped, listed in the manifest's "
            "builder.duplicates)" if dups else ""), flush=True)
+    # Beam logs a failing step's traceback before it re-raises; the failure is reported
+    # below instead: one line for an expected one, the traceback for any other
+    beam_log = logging.getLogger("apache_beam.runners.common")
+    level = beam_log.level
+    beam_log.setLevel(logging.CRITICAL)
     try:
         res = run_build_result(plan, beam_args, args.dask_workers)
     except RunnerError as e:
@@ -70,6 +76,8 @@ def run(taskset, args, beam_args) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 1
+    finally:
+        beam_log.setLevel(level)
     print(f"dataset {plan.name}@{res.path.name[:10]} at {res.path} ({res.seconds:.1f} s, "
           f"shards written by {len(res.writers)} process(es))")
     return 0

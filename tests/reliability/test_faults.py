@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import errno
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -253,7 +254,7 @@ def test_bad_episode_names_the_source_set_that_holds_it(built, tmp_path):
     assert "export that run's episodes again" in rep.failures[0].fix
 
 
-def test_build_refuses_a_source_with_an_impossible_reward(tmp_path, capsys):
+def test_build_refuses_a_source_with_an_impossible_reward(tmp_path, capsys, caplog):
     rng = np.random.default_rng(3)
     eps = [episode(rng, CART) for _ in range(2)]
     eps[1]["reward"][3] = np.float32(1e6)
@@ -265,6 +266,9 @@ def test_build_refuses_a_source_with_an_impossible_reward(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: a source episode set failed its check")
     assert "outside [0, 2]" in err[-1] and d.name in err[-1]
+    # one line: Beam's own log of the failing step (a traceback) is not printed before it
+    assert not [r for r in caplog.records if r.name.startswith("apache_beam")
+                and r.levelno >= logging.ERROR]
     assert Store(tmp_path).list_datasets() == []
     assert not list((tmp_path / "datasets" / ".staging").iterdir())
 
