@@ -137,6 +137,12 @@ def test_sources_option_selects_sets(store):
     plan = make_plan(home, ts, sources=pick)
     assert sorted(s.task for s in plan.sources) == ["cartpole-balance", "cheetah-run"]
     assert sum(s.num_episodes for s in plan.sources) == 9
+    # <task>/<10-hex prefix>, as `wmx dataset sources` lists them, names the same sets
+    short = [f"{e.name}/{e.content_hash[:10]}" for e in sets if e.name != "cartpole-balance"]
+    again = make_plan(home, ts, sources=short + pick[-1:])
+    assert [s.content_hash for s in again.sources] == [s.content_hash for s in plan.sources]
+    with pytest.raises(BuildInputError, match="names no episode set"):   # another task's id
+        make_plan(home, ts, sources=[f"cartpole-balance/{short[0].split('/')[1]}"])
 
 
 @pytest.mark.parametrize("case", ["missing_task", "unknown_source", "ambiguous_source"])
@@ -491,3 +497,24 @@ def test_build_from_train_online_episode_sets(tmp_path):
     from wmx.schemas.manifest import EpisodeSetManifest
     n = sum(EpisodeSetManifest.load(e.path).episode_count for e in sets)
     assert n > 0 and rep.episodes_checked == open_dataset(out).num_episodes == n
+
+
+def test_dataset_sources_lists_what_a_build_can_pool(store, capsys):
+    """`wmx dataset sources [TASK]`: every episode set (task, 10-hex id, episodes, mean
+    return, producer), the ids in the form --sources takes."""
+    home, _, eps = store
+    assert wmx_main(["dataset", "sources", "--home", str(home)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["TASK", "SET", "EPISODES", "MEAN", "RETURN", "PRODUCER", "CREATED"]
+    rows = [ln.split() for ln in out[1:-1]]
+    sets = Store(home).list_episode_sets()
+    assert [(r[0], r[1]) for r in rows] == [(e.name, e.content_hash[:10]) for e in sets]
+    assert sorted(int(r[2]) for r in rows) == [3, 3, 6]
+    cheetah = next(r for r in rows if r[0] == "cheetah-run")
+    want = np.mean([schema.episode_return(e) for e in eps["cheetah-run"][0]])
+    assert float(cheetah[3]) == pytest.approx(want, abs=0.05)
+    assert "--sources TASK/SET" in out[-1]
+    assert wmx_main(["dataset", "sources", "cheetah-run", "--home", str(home)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3          # head, one set, hint
+    assert wmx_main(["dataset", "sources", "walker-walk", "--home", str(home)]) == 0
+    assert "no episode sets of walker-walk" in capsys.readouterr().out

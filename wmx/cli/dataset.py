@@ -1,4 +1,5 @@
-"""`wmx dataset ...`: ls, info, validate (pooled datasets in the store), synth."""
+"""`wmx dataset ...`: ls, info, validate (pooled datasets in the store), sources (the
+episode sets a build pools), synth."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,10 @@ def add_parser(sub) -> None:
     ds = p.add_subparsers(dest="dataset_cmd", required=True)
     ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
     ls.add_argument("name", nargs="?", default=None)
+    src = ds.add_parser("sources", help="list the episode sets a build can pool (the ids "
+                                        "--sources takes): task, set, episodes, return, "
+                                        "producer, date")
+    src.add_argument("task", nargs="?", default=None, help="only this task's sets")
     info = ds.add_parser("info", help="TaskSet, per-task counts, returns, lineage")
     info.add_argument("ref", help="NAME@HASH, NAME@latest or a path")
     val = ds.add_parser("validate", help="run every check; exit 0 only if all pass")
@@ -29,7 +34,7 @@ def add_parser(sub) -> None:
     syn.add_argument("--seed", type=at_least(0), default=0)
     syn.add_argument("--num-shards", type=at_least(1), default=None,
                      help="default ceil(episodes / 512), as the Beam build")
-    for q in (ls, info, val, syn):
+    for q in (ls, src, info, val, syn):
         add_home(q)
     p.set_defaults(func=run)
 
@@ -62,11 +67,38 @@ def cmd_ls(args) -> int:
     if not rows:
         print("no datasets (build one with: beam run pipelines/build_mt19.py)")
         return 0
-    head = ("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED")
+    _table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
+    return 0
+
+
+def cmd_sources(args) -> int:
+    """The store's episode sets (of one task): what ``--sources`` of the build names."""
+    from wmx.datasets.store import Store
+    from wmx.schemas.manifest import EpisodeSetManifest
+    rows = []
+    for e in Store(args.home).list_episode_sets(args.task):
+        try:
+            m = EpisodeSetManifest.load(e.path)
+            rets = m.episode_returns
+            eps, ret = str(len(rets)), (f"{sum(rets) / len(rets):.1f}" if rets else "-")
+            who = f"{m.producer.agent} {m.producer.run_id} seed {m.producer.seed}"
+        except ValueError:
+            eps, ret, who = "?", "?", "? (bad manifest)"
+        rows.append((e.name, e.content_hash[:10], eps, ret, who, e.created[:19].replace("T", " ")))
+    if not rows:
+        print("no episode sets" + (f" of {args.task}" if args.task else "") +
+              " (train_online exports every run's episodes)")
+        return 0
+    _table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
+    print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "
+          "--sources TASK/SET ...")
+    return 0
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     for r in [head] + rows:
         print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)).rstrip())
-    return 0
 
 
 def cmd_info(args) -> int:
@@ -117,5 +149,5 @@ def run(args) -> int:
     """Dispatch `wmx dataset <cmd>`; a bad name or path prints the error, exit 2; an
     unreadable store (permissions, I/O) one line, exit 1."""
     from wmx.cli.dispatch import dispatch
-    return dispatch({"ls": cmd_ls, "info": cmd_info, "validate": cmd_validate,
-                     "synth": cmd_synth}, args.dataset_cmd, args)
+    return dispatch({"ls": cmd_ls, "sources": cmd_sources, "info": cmd_info,
+                     "validate": cmd_validate, "synth": cmd_synth}, args.dataset_cmd, args)

@@ -70,8 +70,11 @@ def find_episode_sets(home) -> list[tuple[Path, object]]:
 
 def _match(ref: str, d: Path, man) -> bool:
     ref = ref.rstrip("/")
+    task, sep, rest = ref.partition("/")
     return (ref == d.name or ref == d.parent.name or ref == f"{d.parent.name}/{d.name}"
             or (len(ref) >= 8 and man.content_hash.startswith(ref))
+            or (sep != "" and task == d.parent.name and len(rest) >= 8   # as dataset sources
+                and man.content_hash.startswith(rest))                   # lists them
             or Path(ref).expanduser().resolve() == d.resolve())
 
 
@@ -124,8 +127,8 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
     """The episode sets a build of `taskset` uses.
 
     sources None: every set of each task of the TaskSet. Otherwise each entry
-    names one set: its set id, `<task>/<set-id>`, a content-hash prefix of 8+
-    hex digits, its path, or a task name that has exactly one set. Raises BuildInputError naming: an unknown or
+    names one set: its set id, `<task>/<set-id>` (the id or a prefix of 8+ hex digits, as
+    `wmx dataset sources` lists it), a content-hash prefix of 8+ hex digits, its path, or a task name that has exactly one set. Raises BuildInputError naming: an unknown or
     ambiguous source, a source whose task is not in the TaskSet, a task with no
     episode set, a set whose dims / T / action repeat differ from the TaskSet's,
     the same set named twice."""
