@@ -1,9 +1,25 @@
 """The `wmx` command: `wmx dataset ls|info|validate ...`, `wmx runs ls|info`, `wmx demo`."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from wmx.runs.cli_common import ArgumentParser
+
+
+def call(func, args) -> int:
+    """``func(args)``'s exit status, its output flushed; a reader that closed the output
+    early (``wmx runs info X | head``) ends it quietly with 141 (128 + SIGPIPE, as a shell
+    tool killed by the signal) instead of a BrokenPipeError traceback."""
+    try:
+        status = func(args)
+        sys.stdout.flush()              # buffered output fails here, not at exit
+        return status
+    except BrokenPipeError:
+        # nothing more can be written; keep the interpreter's final flush from failing too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     runs.add_parser(sub)
     demo.add_parser(sub)
     args = ap.parse_args(argv)
-    return args.func(args)
+    return call(args.func, args)
 
 
 if __name__ == "__main__":
