@@ -52,6 +52,27 @@ def real_future(reward_after: np.ndarray, H: int) -> tuple[np.ndarray, np.ndarra
     return horizon_sums(reward_after, H)
 
 
+def aligned(r_img: np.ndarray, reward_after: np.ndarray, r_now: np.ndarray):
+    """Line the model's rewards up with the env's.
+
+    Args:
+      r_img: f32[E, T, H]: from the posterior of step t, the imagined reward of step h+1
+        (the state after h+1 imagined actions, the first being the policy's at t).
+      reward_after: f32[E, T]: the env's reward for the action at step t.
+      r_now: f32[E, T]: the reward head on the posterior of step t (the reward of arriving
+        at step t).
+    Returns:
+      (pred f32[E, T]: Σ_h r_img[:, t, h] over the h the episode has left, real f32[E, T]:
+      Σ reward_after[:, t : t+H], counts i32[T]: the steps in each sum, head f32[E, T-1]:
+      r_now[:, 1:], paid f32[E, T-1]: reward_after[:, :-1], the reward of arriving at step
+      t for t >= 1).
+    """
+    H = r_img.shape[-1]
+    real, counts = real_future(reward_after, H)
+    mask = np.arange(H)[None, :] < counts[:, None]                    # [T, H]
+    return ((r_img * mask[None]).sum(-1), real, counts, r_now[:, 1:], reward_after[:, :-1])
+
+
 def _mean_where(x: np.ndarray, where: np.ndarray) -> float | None:
     return float(x[where].mean()) if where.any() else None
 
@@ -123,6 +144,9 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
         raise SystemExit(f"--seed-index {seed_index}: the run has seeds {list(info.seeds)}")
     task = info.tasks[0]
     env = eval_env(info, task)
+    if H > env.T:
+        raise SystemExit(f"--horizon {H} is longer than {task}'s episodes (T = {env.T}); "
+                         "give at most T")
     params_all, _ = restore_policy(info)
     params = jax.tree_util.tree_map(lambda x: x[seed_index], params_all)
     E, T, A = episodes, env.T, env.action_dim
@@ -162,13 +186,9 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     obs, deter, stoch, rew = rollout(params)
     r_img, r_now = jax.device_get(predict(params, deter, stoch))
     rew = np.asarray(jax.device_get(rew), np.float64)
-    real, counts = real_future(rew, H)
-    # cut each start's imagined sum to the steps the real episode has left
-    mask = np.arange(H)[None, :] < counts[:, None]                    # [T, H]
-    pred = (np.asarray(r_img, np.float64) * mask[None]).sum(-1)
-    real_now = np.concatenate([np.zeros((E, 1)), rew[:, :-1]], 1)     # reward of arriving at t
-    out = bias_summary(pred, real, counts, np.asarray(r_now, np.float64)[:, 1:],
-                       real_now[:, 1:], H)
+    pred, real, counts, head, paid = aligned(np.asarray(r_img, np.float64), rew,
+                                             np.asarray(r_now, np.float64))
+    out = bias_summary(pred, real, counts, head, paid, H)
     if data_episodes and info.kind == "offline":
         out["reward_head_on_data"] = _head_on_data(info, params, c, data_episodes,
                                                    env.obs_dim, A)
@@ -268,7 +288,12 @@ def main(argv=None) -> int:
     for item in args.run:
         label, sep, path = item.partition("=")
         path = path if sep else label
-        runs[label if sep else Path(path).name] = Path(path).expanduser().resolve()
+        label = label if sep else Path(path).name
+        if label in runs:
+            p.error(f"two runs labelled {label!r}: name them, --run LABEL=RUN_DIR")
+        runs[label] = Path(path).expanduser().resolve()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     results = {}
     for label, run_dir in runs.items():
         print(f"{label}: {run_dir} ...", flush=True)
@@ -290,8 +315,6 @@ def main(argv=None) -> int:
                   f"{rd['pred_mean']:.3f} for the data's {rd['real_mean']:.3f} per step, "
                   f"{_fmt(rd['pred_mean_where_env_paid_0'])} where it paid 0 "
                   f"({rd['rows_env_paid_0']}/{rd['rows']} rows)", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "command": " ".join(sys.argv)}, indent=1))
     plot(results, out.with_suffix(".png"))

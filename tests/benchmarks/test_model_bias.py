@@ -42,3 +42,21 @@ def test_the_bias_standard_error_is_over_episodes():
     s = mb.bias_summary(pred, real, counts, np.zeros((3, 3)), np.zeros((3, 3)), 1)
     assert s["bias_mean"] == 3.0
     assert s["bias_stderr"] == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1) / np.sqrt(3))
+
+
+def test_the_model_and_the_env_are_lined_up_step_by_step():
+    """`aligned` on hand-built arrays: from start t, imagined step h is compared with the
+    env's reward for the action at step t+h (0-based h), cut at the episode's end; the
+    reward head at step t with the reward of arriving at t."""
+    E, T, H = 1, 4, 2
+    r_img = np.arange(E * T * H, dtype=float).reshape(E, T, H)      # r_img[0, t, h] = 2t + h
+    reward_after = np.array([[10.0, 20.0, 30.0, 40.0]])
+    r_now = np.array([[0.5, 1.5, 2.5, 3.5]])
+    pred, real, counts, head, paid = mb.aligned(r_img, reward_after, r_now)
+    # literal: start t sums r_img[t, h] and reward_after[t + h] for h < H with t + h < T
+    want_pred = [sum(2 * t + h for h in range(H) if t + h < T) for t in range(T)]
+    want_real = [sum(reward_after[0, t + h] for h in range(H) if t + h < T) for t in range(T)]
+    assert pred[0].tolist() == want_pred == [1.0, 5.0, 9.0, 6.0]
+    assert real[0].tolist() == want_real == [30.0, 50.0, 70.0, 40.0]
+    assert counts.tolist() == [2, 2, 2, 1]
+    assert head[0].tolist() == [1.5, 2.5, 3.5] and paid[0].tolist() == [10.0, 20.0, 30.0]
