@@ -157,13 +157,16 @@ def test_the_rounded_up_env_steps_are_said(capsys):
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "80",
                      "--envs", "2", "--dry-run"]) == 0
     assert "rounds up" not in capsys.readouterr().out
-    # a run that ends inside TD-MPC2's seed phase trains nothing: said before it starts
-    assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "40",
-                     "--seed-steps", "40", "--dry-run"]) == 0
-    assert "end inside its seed phase (40 agent steps" in capsys.readouterr().out
+    # a run that ends before TD-MPC2's first update trains nothing: said before it starts.
+    # The burst waits for a whole first round (T = 20): a one-round run never updates, even
+    # with 5 seed steps; the seed steps past the run's steps likewise
+    for env_steps, seed in ((20, 5), (40, 40)):
+        assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps",
+                         str(env_steps), "--seed-steps", str(seed), "--dry-run"]) == 0
+        assert "note: the run ends before its first update" in capsys.readouterr().out
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "60",
                      "--seed-steps", "40", "--dry-run"]) == 0
-    assert "seed phase" not in capsys.readouterr().out
+    assert "first update" not in capsys.readouterr().out
 
 
 def test_dry_run_walker_model_size_5_counts_paper_parameters(capsys):

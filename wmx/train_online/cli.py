@@ -140,16 +140,24 @@ def _print_counts(rc) -> None:
     print_counts(f"{rc.agent} on {rc.task}: obs_dim {rc.task_spec.obs_dim}, action_dim "
                  f"{rc.task_spec.action_dim}, preset {rc.preset}",
                  rc.agent_module.param_counts(rc.agent_config))
-    seed = getattr(rc.agent_config.resolved(), "seed_steps", None)
-    if seed is not None and seed >= rc.total_agent_steps:
-        print(f"note: the run's {rc.total_agent_steps:,d} agent steps end inside its seed phase "
-              f"({seed:,d} agent steps of random actions): no update will be made; raise "
-              "--env-steps or lower --seed-steps")
+
+
+def _plan_notes(rc) -> None:
+    """What the run will do that its flags do not show: --env-steps rounded up to whole
+    rounds; a run that ends before its first update (TD-MPC2's seed phase and burst, which
+    waits for a whole first round: `wmx.agents.tdmpc2.schedule`)."""
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
               f"{rc.rounds} round(s) of {rc.n_envs} env(s) x one {per_round // rc.n_envs:,d}"
               f"-env-step episode")
+    sched = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs).inner
+    burst = getattr(sched, "burst_tick", None)
+    if burst is not None and burst >= rc.rounds * rc.ticks_per_round:
+        print(f"note: the run ends before its first update: its {rc.total_agent_steps:,d} agent "
+              f"steps are all seed phase ({sched.seed_steps:,d} agent steps of random actions, "
+              "then the updates after the first whole round); raise --env-steps or lower "
+              "--seed-steps")
 
 
 def make_export(store, rc, run_dir: Path, extended: bool = False):
@@ -251,6 +259,7 @@ def _main(args: argparse.Namespace) -> int:
         check_init_from(rc)
     if args.dry_run:
         _print_counts(rc)
+        _plan_notes(rc)
         if rc.init_from:
             print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
@@ -266,6 +275,7 @@ def _main(args: argparse.Namespace) -> int:
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         hold_run_dir(args, run_dir)
         _print_counts(rc)
+    _plan_notes(rc)                      # a resumed (maybe extended) run's too
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_online --resume {run_dir}"
