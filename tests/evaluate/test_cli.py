@@ -75,7 +75,7 @@ def test_bad_input_exits_2_and_writes_nothing(trained, tmp_path, capsys):
     bare.mkdir()
     shutil.copy(run_dir / "config.json", bare / "config.json")
     cases = [
-        (["--run", tmp_path / "nope"], "is a run directory (one with config.json)"),
+        (["--run", tmp_path / "nope"], f"{tmp_path / 'nope'} is not a run directory"),
         (["--run", "no-such-run", "--home", home],
          "neither " + str(home / "runs" / "no-such-run") + " nor no-such-run"),
         (["--run", bare], "no checkpoint"),
@@ -86,7 +86,7 @@ def test_bad_input_exits_2_and_writes_nothing(trained, tmp_path, capsys):
         (["--run", run_dir, "--out", tmp_path / "x", "--episodes", -3], "--episodes"),
         (["--runs", run_dir, run_dir], "needs --out"),
         (["--runs", run_dir, run_dir, "--out", tmp_path / "cmp"], "more than once"),
-        (["--runs", run_dir, tmp_path / "nope", "--out", tmp_path / "cmp"], "is a run directory"),
+        (["--runs", run_dir, tmp_path / "nope", "--out", tmp_path / "cmp"], "is not a run directory"),
         (["--run", run_dir, "--runs", run_dir], "not allowed with"),
     ]
     for argv, msg in cases:

@@ -40,10 +40,12 @@ def test_a_bare_run_name_resolves_under_the_home(tmp_path, monkeypatch):
     (local / "config.json").write_text(json.dumps({"task": "walker-walk"}))
     assert resume_config("cart", None, tmp_path / "home", "train_online")[1]["task"] == \
         "walker-walk"                                        # the working folder's wins
-    with pytest.raises(FileNotFoundError, match=r"nope: no such directory \(nor a run "
-                                                r".*home/runs/nope\); .*or the name of one "
+    with pytest.raises(FileNotFoundError, match=r"nope: no such directory, nor a run "
+                                                r".*home/runs/nope; .*or the name of one "
                                                 r"under .*home/runs \(`wmx runs ls`\)"):
         resume_config("nope", None, tmp_path / "home", "train_online")
+    with pytest.raises(FileNotFoundError, match=r"/x/y: no such directory; pass"):  # a path:
+        resume_config(str(tmp_path / "x" / "y"), None, tmp_path / "home", "train_online")
     (work / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty: no config.json there"):
         resume_config("empty", None, tmp_path / "home", "train_online")

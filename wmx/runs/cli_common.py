@@ -190,7 +190,9 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
         what = "no config.json there" if run_dir.is_dir() else "no such directory"
-        raise FileNotFoundError(f"--resume {run_dir}: {what} (nor a run {named}); pass a run "
+        if "/" not in resume and resume not in (".", ".."):     # a bare name: looked there too
+            what += f", nor a run {named}"
+        raise FileNotFoundError(f"--resume {run_dir}: {what}; pass a run "
                                 f"directory written by {prog}, or the name of one under "
                                 f"{Path(home) / 'runs'} (`wmx runs ls`)")
     try:

@@ -88,11 +88,14 @@ def resolve_run(ref: str, home: Path) -> Path:
 
     Raises FileNotFoundError naming both places when neither holds a
     config.json."""
-    for cand in (runs_dir(home) / ref, Path(ref).expanduser()):
+    named = runs_dir(home) / ref
+    for cand in (named, Path(ref).expanduser()):
         if (cand / "config.json").is_file():
             return cand.resolve()
-    raise FileNotFoundError(f"no run {ref!r}: neither {runs_dir(home) / ref} nor {ref} is a run "
-                            "directory (one with config.json); list runs with `wmx runs ls`")
+    where = (f"neither {named} nor {ref} is" if named != Path(ref).expanduser() else
+             f"{ref} is not")
+    raise FileNotFoundError(f"no run {ref!r}: {where} a run directory (one with config.json); "
+                            "list runs with `wmx runs ls`")
 
 
 def _json(path: Path) -> dict[str, Any] | None:
