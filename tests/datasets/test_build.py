@@ -518,3 +518,15 @@ def test_dataset_sources_lists_what_a_build_can_pool(store, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 3          # head, one set, hint
     assert wmx_main(["dataset", "sources", "walker-walk", "--home", str(home)]) == 0
     assert "no episode sets of walker-walk" in capsys.readouterr().out
+    assert wmx_main(["dataset", "sources", "walker-wlak", "--home", str(home)]) == 2
+    assert "unknown task 'walker-wlak'" in capsys.readouterr().err
+
+
+def test_dataset_sources_marks_a_set_under_another_name(store, tmp_path, capsys):
+    home, _, _ = store
+    other = tmp_path / "h"
+    shutil.copytree(home / "episodes", other / "episodes")
+    src = next((other / "episodes" / "cheetah-run").iterdir())
+    src.rename(src.parent / ("f" * 64))                      # not its content hash
+    assert wmx_main(["dataset", "sources", "cheetah-run", "--home", str(other)]) == 0
+    assert "(not the set its folder names: the build refuses it)" in capsys.readouterr().out

@@ -74,7 +74,10 @@ def cmd_ls(args) -> int:
 def cmd_sources(args) -> int:
     """The store's episode sets (of one task): what ``--sources`` of the build names."""
     from wmx.datasets.store import Store
+    from wmx.envs.registry import get_task
     from wmx.schemas.manifest import EpisodeSetManifest
+    if args.task is not None:
+        get_task(args.task)              # ValueError (exit 2) naming the known tasks
     rows = []
     for e in Store(args.home).list_episode_sets(args.task):
         try:
@@ -82,6 +85,8 @@ def cmd_sources(args) -> int:
             rets = m.episode_returns
             eps, ret = str(len(rets)), (f"{sum(rets) / len(rets):.1f}" if rets else "-")
             who = f"{m.producer.agent} {m.producer.run_id} seed {m.producer.seed}"
+            if m.content_hash != e.content_hash or m.task.name != e.name:
+                eps += " (not the set its folder names: the build refuses it)"
         except ValueError:
             eps, ret, who = "?", "?", "? (bad manifest)"
         rows.append((e.name, e.content_hash[:10], eps, ret, who, e.created[:19].replace("T", " ")))

@@ -170,15 +170,16 @@ def _markdown(c: dict) -> str:
                       + ("The first aggregates below are over the tasks every run scored, "
                          "the second over each run's own tasks." if c["common_aggregates"]
                          else "Each run's aggregates below are over its own tasks.")]
+    few = " (resampling fewer than 5 tasks, they say little)."
     if c["common_aggregates"]:
         lines += ["", "## Aggregates over the tasks every run scored", "",
                   f"{len(c['common_tasks'])} task(s): {', '.join(c['common_tasks'])}. "
-                  "95% percentile-bootstrap intervals over tasks.", ""]
+                  "95% percentile-bootstrap intervals over tasks" +
+                  (few if len(c["common_tasks"]) < 5 else "."), ""]
         lines += _aggregate_table(labels, c["common_aggregates"])
+    own = min(len(c["tasks"]) - len(c["missing"][lab]) for lab in labels)
     lines += ["", "## Aggregates over each run's tasks", "",
-              "95% percentile-bootstrap intervals over tasks" + (
-                  " (resampling fewer than 5 tasks, they say little)." if len(c["tasks"]) < 5
-                  else "."), ""]
+              "95% percentile-bootstrap intervals over tasks" + (few if own < 5 else "."), ""]
     lines += _aggregate_table(labels, c["aggregates"])
     lines += ["", "![scores per task and run](scores.png)", ""]
     return "\n".join(lines)

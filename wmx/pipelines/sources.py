@@ -149,7 +149,8 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
             if not hits:
                 raise BuildInputError(
                     f"source {ref!r} names no episode set under {Path(home) / 'episodes'}; "
-                    "give a set id, <task>/<set-id>, a content-hash prefix (8+ hex) or a path")
+                    "give a set id, <task>/<set-id or 8+ hex of it>, a content-hash prefix "
+                    "(8+ hex) or a path (`wmx dataset sources` lists them)")
             if len(hits) > 1:
                 raise BuildInputError(
                     f"source {ref!r} is ambiguous: it matches {[str(d) for d, _ in hits]}; "
