@@ -530,3 +530,22 @@ def test_dataset_sources_marks_a_set_under_another_name(store, tmp_path, capsys)
     src.rename(src.parent / ("f" * 64))                      # not its content hash
     assert wmx_main(["dataset", "sources", "cheetah-run", "--home", str(other)]) == 0
     assert "(not the set its folder names: the build refuses it)" in capsys.readouterr().out
+    (src.parent / ("f" * 64)).rename(src.parent / "backup")  # not a hash: not listed, said
+    assert wmx_main(["dataset", "sources", "--home", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "cheetah-run" not in out.split("pool some")[0].split("\n", 1)[1]
+    assert "note: 1 folder(s) under" in out and "cheetah-run/backup" in out
+
+
+def test_dataset_ls_says_which_folders_it_leaves_out(store, built, tmp_path, capsys):
+    home, d3 = store[0], Path(built[0])
+    other = tmp_path / "h"
+    shutil.copytree(home / "datasets", other / "datasets")
+    rel = d3.relative_to(home / "datasets")                  # <name>/<hash>
+    (other / "datasets" / rel).rename(other / "datasets" / rel.parent / "renamed")
+    assert wmx_main(["dataset", "ls", "--home", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: 1 folder(s) under {other / 'datasets'}" in out
+    assert f"{rel.parent}/renamed" in out
+    assert wmx_main(["dataset", "ls", "--home", str(home)]) == 0
+    assert "note:" not in capsys.readouterr().out

@@ -66,9 +66,30 @@ def cmd_ls(args) -> int:
                      e.created[:19].replace("T", " ")))
     if not rows:
         print("no datasets (build one with: beam run pipelines/build_mt19.py)")
-        return 0
-    _table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
+    else:
+        _table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
+    _say_strays(Store(args.home).datasets_dir, args.name, "datasets")
     return 0
+
+
+def _say_strays(root, name: str | None, what: str) -> None:
+    """One line naming the folders under ``root/<name>/`` that the listing left out: not
+    named by a content hash, or without a manifest.json (renamed or damaged by hand; the
+    store does not see them). Hidden folders (a build's staging) are not counted."""
+    from wmx.schemas.hashing import is_sha256_hex
+    from wmx.schemas.manifest import MANIFEST_FILENAME
+    if not root.is_dir():
+        return
+    groups = [root / name] if name else [d for d in sorted(root.iterdir())
+                                         if d.is_dir() and not d.name.startswith(".")]
+    strays = [v for g in groups if g.is_dir() for v in sorted(g.iterdir())
+              if v.is_dir() and not v.name.startswith(".")
+              and not (is_sha256_hex(v.name) and (v / MANIFEST_FILENAME).is_file())]
+    if strays:
+        shown = ", ".join(str(v.relative_to(root)) for v in strays[:5])
+        more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+        print(f"note: {len(strays)} folder(s) under {root} are not {what} the store sees (a "
+              f"name that is not their content hash, or no manifest.json): {shown}{more}")
 
 
 def cmd_sources(args) -> int:
@@ -93,10 +114,11 @@ def cmd_sources(args) -> int:
     if not rows:
         print("no episode sets" + (f" of {args.task}" if args.task else "") +
               " (train_online exports every run's episodes)")
-        return 0
-    _table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
-    print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "
-          "--sources TASK/SET ...")
+    else:
+        _table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
+        print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "
+              "--sources TASK/SET ...")
+    _say_strays(Store(args.home).episodes_dir, args.task, "episode sets")
     return 0
 
 
