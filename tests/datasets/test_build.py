@@ -377,6 +377,9 @@ def test_build_taskset_builds_the_offline_checks_mt19_taskset_of_other_lengths(s
     the dataset passes validation (train_offline's check before training)."""
     import importlib.util
     home, _, _ = store
+    learning = str(REPO / "benchmarks" / "learning")
+    if learning not in sys.path:                  # offline_check imports its sibling check_run
+        sys.path.insert(0, learning)
     spec_ = importlib.util.spec_from_file_location(
         "offline_check", REPO / "benchmarks" / "learning" / "offline_check.py")
     offline_check = importlib.util.module_from_spec(spec_)
