@@ -634,7 +634,7 @@ def test_offline_defaults_fit_each_other_and_resume_may_extend(offline_run, caps
     assert offline_cli.main(["--dataset", "tst@latest", "--home", str(dshome), "--updates",
                              "300", "--eval-every", "300", "--preset", "tiny",
                              "--batch-size", "16", "--dry-run"]) == 0
-    assert "every 300 updates" in capsys.readouterr().out
+    assert "at the end (" in capsys.readouterr().out         # --eval-every = --updates
     before = (offrun / "config.json").read_text()
     assert offline_cli.main(["--resume", str(offrun), "--updates", "8", "--batch-size", "16",
                              "--dry-run"]) == 0                     # extend, same batch: fine

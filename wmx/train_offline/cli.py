@@ -324,8 +324,11 @@ def _main(args: argparse.Namespace) -> int:
         rc = dataclasses.replace(rc, devices=args.devices)
     if args.dry_run:
         _print_counts(rc)
-        print(f"{rc.updates:,d} updates x batch {rc.batch}; evaluating "
-              f"{list(rc.eval_tasks)} every {rc.eval_every:,d} updates; seeds {list(rc.seeds)}")
+        every = (f"every {rc.eval_every:,d} updates and at the end" if rc.eval_every < rc.updates
+                 else "at the end")
+        print(f"{rc.updates:,d} updates x batch {rc.batch}; evaluating {list(rc.eval_tasks)} "
+              f"{every} ({rc.eval_episodes} episodes per task and seed); seeds "
+              f"{list(rc.seeds)}")
         return 0
 
     enable_compile_cache(home, not args.no_compile_cache)
