@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
-from offline_check import (FINAL_EPISODES, RATIO, eval_curves, final_evaluation,  # noqa: E402
+from offline_check import (RATIO, eval_curves, final_evaluation,  # noqa: E402
                            home_relative, judged_final, parser, prepared_only, reaches_ratio,
                            reusable_report, run_config, run_fields, start_or_resume,
                            task_result, train, with_stderr, write_results)
@@ -164,20 +164,18 @@ def main(argv=None) -> int:
     print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
-    finals, final_note = judged_final(run_dir, home, bench, summary, rc.updates)
-    print(f"final return: {final_note}")
+    finals, final_fields = judged_final(run_dir, home, bench, summary, rc.updates)
     res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN),
                 finals)
     report = None
     if beside is not None and summary["finished"] and not args.report_only:
-        episodes = int(bench.get("final_episodes", FINAL_EPISODES)) or rc.eval_episodes
+        episodes = final_fields["final_episodes"] or rc.eval_episodes
         report = compare_report(home, [beside["run_dir"], str(run_dir)],
                                 out / f"{RESULT_NAME}_report", episodes)
     with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,
                 "tdmpc2": beside, "comparison_report": report,
-                "final_episodes": int(bench.get("final_episodes", FINAL_EPISODES)),
-                "final_evaluation_note": final_note,
+                **final_fields,
                 "criterion": f"on every task the source learned (final return >= the "
                              f"random policy's + {res['learned_margin']:g}), offline final "
                              f"eval return >= {RATIO:g} x source final return"})

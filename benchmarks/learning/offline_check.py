@@ -609,6 +609,12 @@ def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:
     return {t: dict(sorted(c.items())) for t, c in out.items()}
 
 
+def combined_stderr(terms: list[float]) -> float:
+    """The standard error of a mean over k seeds' means from each seed's squared standard
+    error (variance / episodes): sqrt(sum(terms)) / k (the seeds' policies fixed)."""
+    return math.sqrt(sum(terms)) / len(terms)
+
+
 def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
     """{task: {updates: standard error of the seed-mean eval return}} from an offline
     run's metrics.csv: sqrt(sum_i std_i^2 / n_i) / k over its k seeds, std_i and n_i a
@@ -619,7 +625,7 @@ def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
         if r.get("return_std") and r.get("episodes"):
             acc.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
                 float(r["return_std"]) ** 2 / int(r["episodes"]))
-    return {t: {u: math.sqrt(sum(v)) / len(v) for u, v in sorted(c.items())}
+    return {t: {u: combined_stderr(v) for u, v in sorted(c.items())}
             for t, c in acc.items()}
 
 
@@ -665,16 +671,24 @@ def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = 
 
 
 def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict, planned: int
-                 ) -> tuple[dict[str, dict] | None, str]:
+                 ) -> tuple[dict[str, dict] | None, dict]:
     """`final_evaluation` at update ``planned`` (the run's last) of a finished check run
     with its recorded ``final_episodes`` (benchmark.json; FINAL_EPISODES for a run from
-    before it was recorded); (None, why) for a run that has not finished. A run counts
-    as finished when ``summary`` says so or reached ``planned`` updates (a run brought
-    back without its summary.json)."""
-    if not (summary.get("finished") or (summary.get("updates") or 0) >= planned):
-        return None, "the run has not finished: its last periodic evaluation is judged"
-    return final_evaluation(run_dir, home, int(bench.get("final_episodes", FINAL_EPISODES)),
-                            planned)
+    before it was recorded), its note printed; finals None for a run that has not
+    finished. A run counts as finished when ``summary`` says so or reached ``planned``
+    updates (a run brought back without its summary.json).
+
+    Returns:
+        (the per-task finals or None, the result entries ``final_episodes`` and
+        ``final_evaluation_note``).
+    """
+    episodes = int(bench.get("final_episodes", FINAL_EPISODES))
+    if summary.get("finished") or (summary.get("updates") or 0) >= planned:
+        finals, note = final_evaluation(run_dir, home, episodes, planned)
+    else:
+        finals, note = None, "the run has not finished: its last periodic evaluation is judged"
+    print(f"final return: {note}")
+    return finals, {"final_episodes": episodes, "final_evaluation_note": note}
 
 
 def reusable_report(run_dir: Path, episodes: int, updates: int | None
@@ -749,7 +763,7 @@ def final_evaluation(run_dir: Path, home: Path, episodes: int, updates: int
     for task, by_seed in rep["returns"].items():
         seeds = [np.asarray(v, dtype=float) for v in by_seed.values()]
         se = (None if min(len(x) for x in seeds) < 2 else
-              math.sqrt(sum(x.var(ddof=1) / len(x) for x in seeds)) / len(seeds))
+              combined_stderr([x.var(ddof=1) / len(x) for x in seeds]))
         res[task] = {"return": float(np.mean([x.mean() for x in seeds])), "stderr": se,
                      "episodes": episodes, "seeds": len(seeds),
                      "report": str(out / "report.json")}

@@ -24,13 +24,12 @@ over its seeds of the last eval row of each seed in its metrics.csv.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
-from offline_check import (FINAL_EPISODES, RATIO, eval_curves, judged_final,  # noqa: E402
+from offline_check import (RATIO, eval_curves, judged_final,  # noqa: E402
                            parser, prepared_only, reaches_ratio, run_config, run_fields,
                            start_or_resume, task_result, train, with_stderr, write_results)
 
@@ -75,13 +74,11 @@ def main(argv=None) -> int:
           f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
-    finals, final_note = judged_final(run_dir, home, bench, summary, rc.updates)
-    print(f"final return: {final_note}")
+    finals, final_fields = judged_final(run_dir, home, bench, summary, rc.updates)
     res = judge(tasks, eval_curves(run_dir), min_pass, finals)
     with_stderr(res, run_dir)
     res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,
-                "final_episodes": int(bench.get("final_episodes", FINAL_EPISODES)),
-                "final_evaluation_note": final_note,
+                **final_fields,
                 "criterion": f"offline final eval return >= {RATIO:g} x source final return "
                              f"on >= {min_pass} tasks (of >= 3)"})
     write_results(res, out, RESULT_NAME, label="offline TD-MPC2",

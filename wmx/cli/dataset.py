@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from wmx.cli.table import print_table
 from wmx.runs.cli_common import at_least, count
 from wmx.sizes import human_size
 
@@ -53,8 +54,9 @@ def _size(path) -> int:
 def cmd_ls(args) -> int:
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import DatasetManifest
+    store = Store(args.home)
     rows = []
-    for e in Store(args.home).list_datasets(args.name):
+    for e in store.list_datasets(args.name):
         try:
             m = DatasetManifest.load(e.path)
             tasks, eps = str(len(m.taskset)), str(m.episode_count)
@@ -67,8 +69,8 @@ def cmd_ls(args) -> int:
     if not rows:
         print("no datasets (build one with: beam run pipelines/build_mt19.py)")
     else:
-        _table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
-    _say_strays(Store(args.home).datasets_dir, args.name, "datasets")
+        print_table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
+    _say_strays(store.datasets_dir, args.name, "datasets")
     return 0
 
 
@@ -99,8 +101,9 @@ def cmd_sources(args) -> int:
     from wmx.schemas.manifest import EpisodeSetManifest
     if args.task is not None:
         get_task(args.task)              # ValueError (exit 2) naming the known tasks
+    store = Store(args.home)
     rows = []
-    for e in Store(args.home).list_episode_sets(args.task):
+    for e in store.list_episode_sets(args.task):
         try:
             m = EpisodeSetManifest.load(e.path)
             rets = m.episode_returns
@@ -115,17 +118,12 @@ def cmd_sources(args) -> int:
         print("no episode sets" + (f" of {args.task}" if args.task else "") +
               " (train_online exports every run's episodes)")
     else:
-        _table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
+        print_table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
         print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "
               "--sources TASK/SET ...")
-    _say_strays(Store(args.home).episodes_dir, args.task, "episode sets")
+    _say_strays(store.episodes_dir, args.task, "episode sets")
     return 0
 
-
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    for r in [head] + rows:
-        print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)).rstrip())
 
 
 def cmd_info(args) -> int:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from wmx.cli.dataset import add_home
+from wmx.cli.table import print_table
 
 
 def add_parser(sub) -> None:
@@ -23,11 +23,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    for r in [head] + rows:
-        print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)).rstrip())
-
 
 def cmd_ls(args) -> int:
     from wmx.paths import wmx_home
@@ -40,7 +35,8 @@ def cmd_ls(args) -> int:
         return 0
     rows = [(r.name, r.agent, target_text(r), r.status, progress_text(r), eval_text(r),
              human_size(r.size)) for r in runs]
-    _table(("NAME", "AGENT", "TASK/DATASET", "STATUS", "PROGRESS", "LAST EVAL", "SIZE"), rows)
+    print_table(("NAME", "AGENT", "TASK/DATASET", "STATUS", "PROGRESS", "LAST EVAL", "SIZE"),
+                rows)
     return 0
 
 

@@ -95,13 +95,13 @@ def exit_status(prog: str, stop_request: threading.Event, finished: bool, hint: 
     `EXIT_TERMINATED`), with ``prog``'s one-line message and the resume ``hint`` on stderr,
     when the first signal stopped an unfinished run; else 0 (a signal that came during the
     last chunk, after which the run finished, is said in one line)."""
-    if stop_request.is_set() and not finished:
-        signum = getattr(stop_request, "signum", None) or signal.SIGINT
-        print(f"{prog}: stopped by {_said(signum)} after the running chunk, with its "
-              f"checkpoint; {hint}", file=sys.stderr)
-        return 128 + signum
-    if stop_request.is_set():     # the stop came in the last chunk: the run is whole
-        signum = getattr(stop_request, "signum", None) or signal.SIGINT
+    if not stop_request.is_set():
+        return 0
+    signum = getattr(stop_request, "signum", None) or signal.SIGINT
+    if finished:                  # the stop came in the last chunk: the run is whole
         print(f"{prog}: {_said(signum)} came during the run's last chunk: the run finished "
               "(its final evaluation included); nothing to resume", file=sys.stderr)
-    return 0
+        return 0
+    print(f"{prog}: stopped by {_said(signum)} after the running chunk, with its "
+          f"checkpoint; {hint}", file=sys.stderr)
+    return 128 + signum
