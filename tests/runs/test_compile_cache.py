@@ -14,6 +14,10 @@ PROBE = """
 import sys, jax, jax.numpy as jnp
 from wmx.runs.cli_common import enable_compile_cache
 path = enable_compile_cache(sys.argv[1], sys.argv[2] == "on")
+print(jax.config.jax_persistent_cache_min_compile_time_secs)
+# the threshold is printed above and checked by the test; below it is 0 so that f is
+# cached however fast this machine compiles it (an idle machine took < 0.2 s)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 @jax.jit
 def f(x):
     for i in range(30):
@@ -24,18 +28,20 @@ print(path)
 """
 
 
-def _probe(home, mode, **env):
+def _probe(home, mode, line=-1, **env):
     e = {k: v for k, v in os.environ.items() if k != "WMX_NO_COMPILE_CACHE"}
     e.update(env, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", PROBE, str(home), mode], env=e,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
+    return out.stdout.strip().splitlines()[line]
 
 
 def test_cache_folder_is_used_and_can_be_turned_off(tmp_path):
+    from wmx.runs.cli_common import COMPILE_CACHE_MIN_SECONDS
     cache = tmp_path / "on" / "cache" / "jax"
     assert _probe(tmp_path / "on", "on") == str(cache)
+    assert float(_probe(tmp_path / "on2", "on", line=-2)) == COMPILE_CACHE_MIN_SECONDS
     entries = sorted(p.name for p in cache.iterdir())
     assert any(name.startswith("jit_f") for name in entries)
     _probe(tmp_path / "on", "on")                       # a second process reuses them
