@@ -200,6 +200,9 @@ def test_not_started_and_a_learning_checks_own_resume(tmp_path, capsys):
     assert r.status == "interrupted" and listing.resume_text(r) == f"{cmd} {run}"
     assert wmx_main(["runs", "info", "chk", "--home", str(tmp_path)]) == 0
     assert f"status interrupted (continue with: {cmd} {run})" in capsys.readouterr().out
+    (run / "metrics.csv").write_text("kind,seed,updates,task,score\ntrain,0,250,,\n"
+                                     "eval,0,250,mean,1.25\n")  # brought back without checkpoints/
+    assert listing.resume_text(listing.read_run(run)) == f"{cmd} {run} --report-only"
     (run / "summary.json").write_text(json.dumps({"finished": True, "updates": 500}))
     assert listing.resume_text(listing.read_run(run)) is None
 
