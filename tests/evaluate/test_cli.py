@@ -48,6 +48,7 @@ def test_evaluate_run_writes_a_report(trained, capsys):
     md = (run_dir / "report" / "report.md").read_text()
     assert "probe-action" in md and sets[0]["content_hash"][:12] in md
     assert "(one task: none at all)" in md          # an interval over one task is no interval
+    assert "(the run's own)" in md and "no env step of its own" not in md
     assert (run_dir / "report" / "learning_curves.png").stat().st_size > 0
 
 

@@ -70,6 +70,7 @@ def test_offline_run_evaluates_a_task_subset_with_lineage(offline_run, capsys):
         sorted(m.content_hash for m in sets)
     md = (run_dir / "report" / "report.md").read_text()
     assert f"probes@{ds.content_hash}" in md and "src-0" in md and "episode_set" in md
+    assert "an offline run takes no env step of its own" in md   # why the sources' steps
 
 
 def test_task_outside_the_taskset_is_refused(offline_run, capsys):

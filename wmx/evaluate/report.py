@@ -325,7 +325,10 @@ def _markdown(report: dict) -> str:
              "10. Seed range: the lowest and highest seed-mean score. Published: " +
              AGENT_LABELS.get(run["agent"], run["agent"]) + "'s released mean return at "
              "a published point within 2% (at least 1,000 env steps) of the matching env "
-             "steps (" + ("the run's own" if run["kind"] == "online" else "the sources'") +
+             "steps (" + ("the run's own" if run["kind"] == "online" else
+                          "the sources' mean: an offline run takes no env step of its own, so "
+                          "it is set beside the published agent after as many env steps as "
+                          "its data took to collect") +
              "); never interpolated between points.", "",
              "| task | return | score | seed range | source final (score) | basis "
              "| published (score) | at env steps |",
