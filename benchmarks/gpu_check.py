@@ -485,22 +485,15 @@ def main(argv=None) -> int:
     offline_run = None
     if args.dreamerv3_offline_run:
         offline_run = Path(args.dreamerv3_offline_run).expanduser().resolve()
-        if not (offline_run / "benchmark.json").is_file():
-            p.error(f"--dreamerv3-offline-run {offline_run}: not an offline check run (no "
-                    "benchmark.json); make one with benchmarks/learning/dreamerv3_offline.py "
-                    "--prepare-only")
+        sys.path.insert(0, str(HERE / "learning"))
+        from offline_check import resumable_run        # the check's own --resume checks; no jax
         try:
-            cfg = json.loads((offline_run / "config.json").read_text())
-        except (OSError, ValueError) as e:
-            p.error(f"--dreamerv3-offline-run {offline_run}: config.json is unreadable "
-                    f"({type(e).__name__}); the run directory is damaged")
-        if not isinstance(cfg, dict) or "dataset" not in cfg:
-            p.error(f"--dreamerv3-offline-run {offline_run}: an online run (no dataset in its "
-                    "config.json); the stage trains offline check runs")
-        agent = cfg.get("agent", "tdmpc2")
-        if agent != "dreamerv3":
-            p.error(f"--dreamerv3-offline-run {offline_run}: a {agent} offline run; the stage "
-                    "trains DreamerV3 check runs")
+            resumable_run(offline_run, "dreamerv3", report_only=False)
+        except SystemExit as e:
+            why = str(e).removeprefix(f"--resume {offline_run}: ").removeprefix("--resume: ")
+            hint = ("; make one with benchmarks/learning/dreamerv3_offline.py --prepare-only"
+                    if "no benchmark.json" in why else "")
+            p.error(f"--dreamerv3-offline-run {offline_run}: {why}{hint}")
     plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
                   args.total_s)
     names = [s.name for s in plan]

@@ -172,6 +172,10 @@ def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
     total = float(re.search(r"^  total\s+([\d.]+) s", r.stdout, re.M)[1])
     assert abs(total - gpu_check.DEFAULT_TOTAL_S) < 0.5        # seven stages, same total
     assert "dreamerv3_offline" not in _run("--plan").stdout     # only when a run is given
+    (run / "metrics.csv").write_text("seed,kind,updates,task,return\n"
+                                     "0,eval,1000,reacher-easy,300.0\n")
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))    # the check's --resume checks
+    assert r.returncode == 2 and "no checkpoints/" in r.stderr and "--report-only" in r.stderr
 
 
 def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
@@ -233,6 +237,6 @@ def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
     (run / "benchmark.json").write_text("{}")
     (run / "config.json").write_text(json.dumps({"agent": "tdmpc2", "dataset": "x@ab"}))
     r = _run("--plan", "--dreamerv3-offline-run", str(run))
-    assert r.returncode == 2 and "a tdmpc2 offline run" in r.stderr
+    assert r.returncode == 2 and "a tdmpc2 run" in r.stderr
     r = _run("--plan", "--only", "dreamerv3_offline")
     assert r.returncode == 2 and "needs --dreamerv3-offline-run" in r.stderr
