@@ -12,7 +12,11 @@ the rewards the env paid over the next H steps of the real episode, r_{t+1}..r_{
 over many starts the mean of (Σ r̂ − Σ r) is the model's bias about its policy's
 H-step reward: positive when it is optimistic. The reward head on the real posterior
 states (r̂(s_t) against r_t) separates the reward head's error on-policy from the
-dynamics' (open-loop imagination) error.
+dynamics' (open-loop imagination) error. The decoder on the same posteriors (its
+symexp'd reconstruction against the obs seen) says whether the latent state still knows
+where the system is on the rows where the reward head is wrong ("false successes": the
+env paid 0, the head predicted at least half the largest per-step reward paid); on the
+reacher tasks also as the finger-to-target distance, real and decoded.
 
     python benchmarks/learning/model_bias.py --run H/runs/<run> [--run H/runs/<run2>] \\
         --episodes 16 --horizon 15 --out benchmarks/results/dreamerv3_model_bias.json
@@ -91,6 +95,60 @@ def reward_head_fields(pred: np.ndarray, real: np.ndarray) -> dict:
             "rows_env_paid_0": int((~paid).sum()), "rows": int(real.size)}
 
 
+DISTANCE_DIMS = {"reacher-easy": (2, 4), "reacher-hard": (2, 4)}
+"""Obs dims of a task's finger-to-target vector (Playground's reacher obs: qpos 2,
+finger_to_target 2, qvel 2), whose norm the reward thresholds."""
+
+
+def false_successes(head: np.ndarray, paid: np.ndarray) -> np.ndarray:
+    """bool[...]: rows where the env paid nothing (``paid`` <= 1e-6) and the reward head
+    ``head`` (same shape) predicted at least half the largest reward ``paid`` holds (no
+    row when the env never paid)."""
+    top = float(paid.max()) if paid.size else 0.0
+    return (paid <= 1e-6) & (head >= 0.5 * top) if top > 1e-6 else np.zeros(paid.shape, bool)
+
+
+def _dist_fields(d: np.ndarray) -> dict:
+    return ({"mean": float(d.mean()), "p10": float(np.quantile(d, 0.1)),
+             "median": float(np.median(d)), "p90": float(np.quantile(d, 0.9))}
+            if d.size else None)
+
+
+def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
+                   paid: np.ndarray, dims: tuple[int, int] | None) -> dict:
+    """The decoder's reading of the policy's states beside the obs seen.
+
+    Args:
+      obs, decoded: f32[E, T-1, O]: the obs of steps 1.. and the decoder's raw-space
+        reconstruction from the posterior of the same step.
+      head, paid: f32[E, T-1]: the reward head on those posteriors and the reward the env
+        paid for arriving there (`aligned`'s last two).
+      dims: (lo, hi) obs dims of the task's finger-to-target vector (`DISTANCE_DIMS`), or
+        None.
+    Returns:
+      per-dim mean |decoded - obs| over all rows and over the false successes
+      (`false_successes`), their count, and with ``dims`` the real and decoded distances
+      (mean, p10, median, p90) where the env paid, on the false successes, and on the other
+      unpaid rows.
+    """
+    err = np.abs(decoded - obs)
+    fs = false_successes(head, paid)
+    out = {"abs_error_per_dim": err.reshape(-1, err.shape[-1]).mean(0).tolist(),
+           "abs_error_per_dim_false_successes": (err[fs].mean(0).tolist() if fs.any()
+                                                 else None),
+           "false_success_rows": int(fs.sum()), "rows": int(fs.size)}
+    if dims is not None:
+        lo, hi = dims
+        real_d = np.linalg.norm(obs[..., lo:hi], axis=-1)
+        dec_d = np.linalg.norm(decoded[..., lo:hi], axis=-1)
+        groups = {"env_paid": paid > 1e-6, "false_successes": fs,
+                  "other_unpaid": (paid <= 1e-6) & ~fs}
+        out["target_distance"] = {
+            g: {"rows": int(m.sum()), "real": _dist_fields(real_d[m]),
+                "decoded": _dist_fields(dec_d[m])} for g, m in groups.items()}
+    return out
+
+
 def bias_summary(pred: np.ndarray, real: np.ndarray, counts: np.ndarray,
                  pred_now: np.ndarray, real_now: np.ndarray, H: int) -> dict:
     """The JSON entries of one run: pred/real f32[E, T] H-step sums (pred cut to the same
@@ -118,8 +176,9 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     ``data_episodes``: for an offline run, also the reward head on the posteriors of that
     many of its dataset's episodes (filtered from the zero state at their first row, as
     the offline trainer's windows start), ``reward_head_on_data``: the same reading of
-    states, on the data it was trained on. ``dump``: also save the arrays (obs f32[E, T, O] seen at each step, reward_after,
-    the imagined rewards f32[E, T, H], the reward head on the posteriors) as an .npz there,
+    states, on the data it was trained on. ``dump``: also save the arrays (obs f32[E, T, O]
+    seen at each step, the decoder's reconstruction of it, reward_after, the imagined
+    rewards f32[E, T, H], the reward head on the posteriors) as an .npz there,
     for task-specific analysis (e.g. the distance to the target where the model is wrong)."""
     import jax
     import jax.numpy as jnp
@@ -128,9 +187,10 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     from wmx.agents.dreamerv3 import outputs
     from wmx.agents.dreamerv3.ac_loss import imagine
     from wmx.agents.dreamerv3.actor_critic import draw_policy_noise
-    from wmx.agents.dreamerv3.heads import feat, reward_logits
+    from wmx.agents.dreamerv3.heads import decode, feat, reward_logits
     from wmx.agents.dreamerv3.rssm import Feat, draw_latent_noise
     from wmx.evaluate.runs import eval_env, open_run, restore_policy
+    from wmx.nn.symlog import symexp
     info = open_run(run_dir)
     if info.rc.agent != "dreamerv3":
         raise SystemExit(f"--run {run_dir}: a {info.rc.agent} run; this measures DreamerV3's "
@@ -180,20 +240,24 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
                        draw_latent_noise(kk[1], c, (n, H)), draw_policy_noise(kk[2], c, (n, H)))
         r_img = outputs.twohot_mean(reward_logits(params["rew"], c, imag.feat[:, 1:]), spec)
         r_now = outputs.twohot_mean(reward_logits(params["rew"], c, feat(deter, stoch)), spec)
-        return r_img.reshape(E, T, H), r_now
+        decoded = symexp(decode(params["dec"], c, deter, stoch))
+        return r_img.reshape(E, T, H), r_now, decoded
 
     t0 = time.perf_counter()
     obs, deter, stoch, rew = rollout(params)
-    r_img, r_now = jax.device_get(predict(params, deter, stoch))
+    r_img, r_now, decoded = jax.device_get(predict(params, deter, stoch))
     rew = np.asarray(jax.device_get(rew), np.float64)
+    obs = np.asarray(jax.device_get(obs), np.float64)
     pred, real, counts, head, paid = aligned(np.asarray(r_img, np.float64), rew,
                                              np.asarray(r_now, np.float64))
     out = bias_summary(pred, real, counts, head, paid, H)
+    out["decoder_on_policy"] = decoder_fields(obs[:, 1:], np.asarray(decoded, np.float64)[:, 1:],
+                                              head, paid, DISTANCE_DIMS.get(task))
     if data_episodes and info.kind == "offline":
         out["reward_head_on_data"] = _head_on_data(info, params, c, data_episodes,
-                                                   env.obs_dim, A)
+                                                   env.obs_dim, A, task)
     if dump is not None:
-        np.savez_compressed(dump, obs=np.asarray(jax.device_get(obs)), reward_after=rew,
+        np.savez_compressed(dump, obs=obs, reward_after=rew, decoded_obs=np.asarray(decoded),
                             imagined_reward=np.asarray(r_img), reward_head=np.asarray(r_now))
     out.update({"run_dir": str(info.run_dir), "kind": info.kind, "task": task,
                 "checkpoint_step": info.step, "updates": info.updates,
@@ -206,15 +270,17 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     return out
 
 
-def _head_on_data(info, params, c, n: int, O: int, A: int) -> dict:
+def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
     """`reward_head_fields` of the reward head on the posteriors of ``n`` episodes (drawn
-    with numpy seed 0) of the offline run's dataset, rows 1.. of each."""
+    with numpy seed 0) of the offline run's dataset, rows 1.. of each, and
+    `decoder_fields` of the decoder on them (``decoder``)."""
     import jax
 
     from wmx.agents.dreamerv3 import outputs
-    from wmx.agents.dreamerv3.heads import encode, feat, reward_logits
+    from wmx.agents.dreamerv3.heads import decode, encode, feat, reward_logits
     from wmx.agents.dreamerv3.rssm import draw_latent_noise, initial_carry, observe
     from wmx.datasets.readers import load_numpy, open_dataset
+    from wmx.nn.symlog import symexp
     arr = load_numpy(open_dataset(info.config["dataset"], home=info.run_dir.parent.parent))
     idx = np.random.default_rng(0).choice(len(arr["reward"]), min(n, len(arr["reward"])),
                                           replace=False)
@@ -228,11 +294,16 @@ def _head_on_data(info, params, c, n: int, O: int, A: int) -> dict:
         carry = initial_carry(c, (obs.shape[0],))
         _, post = observe(params["rssm"], c, carry, encode(params["enc"], c, obs), act, first,
                           draw_latent_noise(jax.random.PRNGKey(ROLLOUT_TAG), c, obs.shape[:2]))
-        return outputs.twohot_mean(reward_logits(params["rew"], c, feat(post.deter, post.stoch)),
-                                   spec)
+        return (outputs.twohot_mean(reward_logits(params["rew"], c,
+                                                  feat(post.deter, post.stoch)), spec),
+                symexp(decode(params["dec"], c, post.deter, post.stoch)))
 
-    pred = np.asarray(jax.device_get(head(params, obs, act, first)), np.float64)
-    return {**reward_head_fields(pred[:, 1:], arr["reward"][idx][:, 1:].astype(np.float64)),
+    pred, decoded = (np.asarray(x, np.float64)
+                     for x in jax.device_get(head(params, obs, act, first)))
+    paid = arr["reward"][idx][:, 1:].astype(np.float64)
+    return {**reward_head_fields(pred[:, 1:], paid),
+            "decoder": decoder_fields(np.asarray(obs, np.float64)[:, 1:], decoded[:, 1:],
+                                      pred[:, 1:], paid, DISTANCE_DIMS.get(task)),
             "episodes": int(len(idx)), "episode_return_mean":
             float(arr["reward"][idx].sum(1).mean())}
 
@@ -309,12 +380,24 @@ def main(argv=None) -> int:
               f"states: {rh['pred_mean']:.3f} for the env's {rh['real_mean']:.3f} per step, "
               f"{_fmt(rh['pred_mean_where_env_paid_0'])} where it paid 0 "
               f"({rh['rows_env_paid_0']}/{rh['rows']} rows)", flush=True)
+        dec = r["decoder_on_policy"]
+        td = dec.get("target_distance", {}).get("false_successes")
+        if td and td["real"]:
+            print(f"{label}: {dec['false_success_rows']} false successes (env paid 0, head "
+                  f"said >= half the top reward): finger-to-target distance real "
+                  f"{td['real']['median']:.3f}, decoded {td['decoded']['median']:.3f} "
+                  "(medians)", flush=True)
         if "reward_head_on_data" in r:
             rd = r["reward_head_on_data"]
             print(f"{label}: reward head on {rd['episodes']} dataset episodes: "
                   f"{rd['pred_mean']:.3f} for the data's {rd['real_mean']:.3f} per step, "
                   f"{_fmt(rd['pred_mean_where_env_paid_0'])} where it paid 0 "
                   f"({rd['rows_env_paid_0']}/{rd['rows']} rows)", flush=True)
+            tu = rd["decoder"].get("target_distance", {}).get("other_unpaid")
+            if tu and tu["real"]:
+                print(f"{label}: on the dataset's other unpaid rows the finger-to-target "
+                      f"distance is {tu['real']['median']:.3f}, decoded "
+                      f"{tu['decoded']['median']:.3f} (medians)", flush=True)
     out.write_text(json.dumps({"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "command": " ".join(sys.argv)}, indent=1))
     plot(results, out.with_suffix(".png"))

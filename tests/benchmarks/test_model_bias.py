@@ -60,3 +60,28 @@ def test_the_model_and_the_env_are_lined_up_step_by_step():
     assert real[0].tolist() == want_real == [30.0, 50.0, 70.0, 40.0]
     assert counts.tolist() == [2, 2, 2, 1]
     assert head[0].tolist() == [1.5, 2.5, 3.5] and paid[0].tolist() == [10.0, 20.0, 30.0]
+
+
+def test_false_successes_are_unpaid_rows_the_head_calls_paid():
+    paid = np.array([[0.0, 2.0, 0.0, 0.0]])
+    head = np.array([[1.0, 2.0, 0.9, 1.8]])                  # half the top payment: 1.0
+    assert mb.false_successes(head, paid).tolist() == [[True, False, False, True]]
+    assert not mb.false_successes(head, np.zeros_like(paid)).any()   # never paid: none
+
+
+def test_the_decoder_is_read_against_the_obs_and_the_target_distance():
+    """Two rows: one paid, one false success; obs [q, q, dx, dy]: the distance is the
+    norm of dims 2..3, real and decoded, per group."""
+    obs = np.array([[[0.0, 0.0, 0.03, 0.04], [0.0, 0.0, 0.6, 0.8]]])     # |d| 0.05, 1.0
+    decoded = np.array([[[0.1, 0.0, 0.03, 0.04], [0.0, -0.2, 0.06, 0.08]]])  # 0.05, 0.1
+    head, paid = np.array([[2.0, 2.0]]), np.array([[2.0, 0.0]])
+    d = mb.decoder_fields(obs, decoded, head, paid, (2, 4))
+    assert d["false_success_rows"] == 1 and d["rows"] == 2
+    assert d["abs_error_per_dim"] == pytest.approx([0.05, 0.1, 0.27, 0.36])
+    assert d["abs_error_per_dim_false_successes"] == pytest.approx([0.0, 0.2, 0.54, 0.72])
+    td = d["target_distance"]
+    assert td["false_successes"]["real"]["median"] == pytest.approx(1.0)
+    assert td["false_successes"]["decoded"]["median"] == pytest.approx(0.1)
+    assert td["env_paid"]["real"]["mean"] == pytest.approx(0.05)
+    assert td["other_unpaid"]["rows"] == 0 and td["other_unpaid"]["real"] is None
+    assert "target_distance" not in mb.decoder_fields(obs, decoded, head, paid, None)
