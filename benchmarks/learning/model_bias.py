@@ -114,6 +114,25 @@ def _dist_fields(d: np.ndarray) -> dict:
             if d.size else None)
 
 
+DISTANCE_EDGES = np.round(np.arange(0.0, 0.42, 0.02), 2)
+"""Bins of the real finger-to-target distance for `binned_medians` (the reacher arena's
+targets lie within 0.2 of the centre)."""
+
+
+def binned_medians(real: np.ndarray, decoded: np.ndarray,
+                   edges: np.ndarray = DISTANCE_EDGES) -> dict:
+    """Per bin [edges[i], edges[i+1]) of ``real`` (any shape), the median of ``decoded`` at
+    the same rows (None for an empty bin) and the row count."""
+    real, decoded = real.ravel(), decoded.ravel()
+    idx = np.digitize(real, edges) - 1
+    med, n = [], []
+    for i in range(len(edges) - 1):
+        m = idx == i
+        n.append(int(m.sum()))
+        med.append(float(np.median(decoded[m])) if m.any() else None)
+    return {"edges": [float(e) for e in edges], "decoded_median": med, "rows": n}
+
+
 def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
                    paid: np.ndarray, dims: tuple[int, int] | None) -> dict:
     """The decoder's reading of the policy's states beside the obs seen.
@@ -129,7 +148,9 @@ def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
       per-dim mean |decoded - obs| over all rows and over the false successes
       (`false_successes`), their count, and with ``dims`` the real and decoded distances
       (mean, p10, median, p90) where the env paid, on the false successes, and on the other
-      unpaid rows.
+      unpaid rows, the decoded distance's median per bin of the real one
+      (``distance_curve``, `binned_medians`) and the largest real distance the env paid at
+      (``paid_distance_max``: the reward's radius, as far as the rows show it).
     """
     err = np.abs(decoded - obs)
     fs = false_successes(head, paid)
@@ -146,6 +167,9 @@ def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
         out["target_distance"] = {
             g: {"rows": int(m.sum()), "real": _dist_fields(real_d[m]),
                 "decoded": _dist_fields(dec_d[m])} for g, m in groups.items()}
+        out["distance_curve"] = binned_medians(real_d, dec_d)
+        out["paid_distance_max"] = (float(real_d[paid > 1e-6].max()) if (paid > 1e-6).any()
+                                    else None)
     return out
 
 
@@ -309,11 +333,20 @@ def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
 
 
 def plot(results: dict[str, dict], path: Path) -> None:
-    """Predicted (dashed) and real (solid) H-step reward by episode step, one colour a run."""
+    """Predicted (dashed) and real (solid) H-step reward by episode step, one colour a run;
+    when the runs' task has a finger-to-target distance, a second panel: the decoded
+    distance against the real one (median per bin) on the policy's states (solid) and the
+    dataset's (dashed), with the reward's radius as the rows show it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    curves = {label: (i, r) for i, (label, r) in enumerate(results.items())
+              if "distance_curve" in r.get("decoder_on_policy", {})}    # colours as panel 1
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(13.0 if curves else 7.5, 4.0),
+                             squeeze=False)
+    ax = axes[0, 0]
+    if curves:
+        _plot_distances(axes[0, 1], curves)
     for i, (label, r) in enumerate(results.items()):
         col = f"C{i}"
         ax.plot(r["per_step"]["real"], color=col, lw=1.5,
@@ -328,6 +361,36 @@ def plot(results: dict[str, dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_distances(ax, curves: dict[str, tuple[int, dict]]) -> None:
+    """The decoder's finger-to-target distance against the real one, per run (label ->
+    (colour index, the run's entries))."""
+    top = 0.0
+    for label, (i, r) in curves.items():
+        for key, ls, who in (("decoder_on_policy", "-", "policy's states"),
+                             ("reward_head_on_data", "--", "dataset's states")):
+            d = r.get(key, {})
+            d = d.get("decoder", d) if key == "reward_head_on_data" else d
+            c = d.get("distance_curve")
+            if not c:
+                continue
+            e = np.asarray(c["edges"])
+            mid = (e[:-1] + e[1:]) / 2
+            keep = [j for j, (m, n) in enumerate(zip(c["decoded_median"], c["rows"]))
+                    if m is not None and n >= 20]
+            ax.plot(mid[keep], [c["decoded_median"][j] for j in keep], color=f"C{i}", ls=ls,
+                    marker=".", label=f"{label}: {who}")
+            top = max(top, float(e[-1]))
+        rad = r["decoder_on_policy"].get("paid_distance_max")
+        if rad:
+            ax.axvline(rad, color="grey", lw=0.8, ls=":")
+            ax.axhline(rad, color="grey", lw=0.8, ls=":")
+    ax.plot([0, top], [0, top], color="black", lw=0.8, label="decoded = real")
+    ax.set_xlabel("real finger-to-target distance (bin centre; dotted: the reward's radius)")
+    ax.set_ylabel("decoded distance (median, bins of 20+ rows)")
+    ax.set_title("where the latent state puts the finger", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def _fmt(x: float | None) -> str:

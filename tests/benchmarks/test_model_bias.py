@@ -85,3 +85,25 @@ def test_the_decoder_is_read_against_the_obs_and_the_target_distance():
     assert td["env_paid"]["real"]["mean"] == pytest.approx(0.05)
     assert td["other_unpaid"]["rows"] == 0 and td["other_unpaid"]["real"] is None
     assert "target_distance" not in mb.decoder_fields(obs, decoded, head, paid, None)
+
+
+def test_decoded_distances_are_binned_by_the_real_one(tmp_path):
+    real = np.array([0.01, 0.015, 0.05, 0.13, 0.135, 0.139])
+    dec = np.array([0.0, 0.02, 0.04, 0.03, 0.05, 0.10])
+    b = mb.binned_medians(real, dec, np.array([0.0, 0.02, 0.04, 0.06, 0.08]))
+    assert b["rows"] == [2, 0, 1, 0]                  # 0.13.. fall past the last edge
+    assert b["decoded_median"] == [pytest.approx(0.01), None, 0.04, None]
+    obs = np.zeros((1, 6, 4))
+    obs[0, :, 2] = real
+    decoded = np.zeros((1, 6, 4))
+    decoded[0, :, 2] = dec
+    d = mb.decoder_fields(obs, decoded, np.full((1, 6), 2.0),
+                          np.array([[2.0, 2.0, 2.0, 0.0, 0.0, 0.0]]), (2, 4))
+    assert d["paid_distance_max"] == pytest.approx(0.05)
+    assert d["distance_curve"]["rows"][6] == 3          # [0.12, 0.14): the false successes
+    assert d["distance_curve"]["decoded_median"][6] == pytest.approx(0.05)
+    result = {"horizon": 2, "bias_mean": 0.5, "episode_return_mean": 1.0,
+              "per_step": {"pred": [1.0, 2.0], "real": [0.5, 1.0]},
+              "decoder_on_policy": d, "reward_head_on_data": {"decoder": d}}
+    mb.plot({"a": result}, tmp_path / "p.png")        # both panels draw
+    assert (tmp_path / "p.png").stat().st_size > 1000
