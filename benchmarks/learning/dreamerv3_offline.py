@@ -50,9 +50,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
 from offline_check import (RATIO, eval_curves, final_evaluation,  # noqa: E402
-                           home_relative, judged_final, parser, prepared_only, reaches_ratio,
-                           reusable_report, run_config, run_fields, start_or_resume,
-                           task_result, train, with_stderr, write_results)
+                           home_relative, judged_final, model_text, parser, prepared_only,
+                           reaches_ratio, reusable_report, run_config, run_fields,
+                           start_or_resume, task_result, train, with_stderr, write_results)
 
 RESULT_NAME = "dreamerv3_offline"
 LEARNED_MARGIN = 100.0
@@ -161,8 +161,8 @@ def main(argv=None) -> int:
     rc = run_config(run_dir, args)
     beside = tdmpc2_beside(bench.get("tdmpc2_run") and home / bench["tdmpc2_run"],
                            rc.dataset)
-    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, preset "
-          f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
+    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch} windows, "
+          f"{model_text(rc)}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     finals, final_fields = judged_final(run_dir, home, bench, summary, rc.updates)
     res = judge(tasks, eval_curves(run_dir), bench.get("learned_margin", LEARNED_MARGIN),

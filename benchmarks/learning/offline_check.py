@@ -198,6 +198,10 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     p.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
     p.add_argument("--preset", default="cpu",
                    help="the agent's preset: paper | cpu | tiny (train_offline's)")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
+                   help="a field of the agent's config for the check's model (repeatable; "
+                        "train_offline's --set), e.g. --set units=128; saved in the run's "
+                        "config.json and recorded in the result")
     p.add_argument("--eval-every", type=int, default=5_000,
                    help="updates between evaluations on the real Playground tasks")
     p.add_argument("--eval-episodes", type=int, default=10,
@@ -243,17 +247,22 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
     ``<home>/runs/<run_prefix>-<time>``."""
     from wmx.datasets.store import Store
     from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.runs.cli_common import parse_set
     from wmx.train_offline.cli import resolve_and_validate
     from wmx.version import code_version
     ds = resolve_and_validate(ref, home)
-    rc = OfflineRunConfig(
-        dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-        agent=agent, seeds=tuple(args.seeds),
-        updates=DEFAULT_UPDATES if args.updates is None else args.updates,
-        batch_size=args.batch_size, preset=args.preset,
-        log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
-        checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
-        episode_length=episode_length)
+    try:
+        rc = OfflineRunConfig(
+            dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
+            agent=agent, seeds=tuple(args.seeds),
+            updates=DEFAULT_UPDATES if args.updates is None else args.updates,
+            batch_size=args.batch_size, preset=args.preset,
+            agent_overrides=parse_set(args.set_),
+            log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
+            checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
+            episode_length=episode_length)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     run_dir = Store(home).ensure_layout().runs_dir / \
         f"{run_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True)
@@ -330,7 +339,7 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
     other flags do not apply. Raises SystemExit naming the flag, so a typed flag is never
     silently ignored."""
     from wmx.paths import wmx_home
-    from wmx.runs.cli_common import resume_changes, run_has_finished
+    from wmx.runs.cli_common import parse_set, resume_changes, run_has_finished
     if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
         raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
                          f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
@@ -343,6 +352,7 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
     try:
         changes = resume_changes(
             args, {**defaults, **bench, **cfg}, RESUME_FIELDS, extendable=("updates",),
+            overrides=parse_set(args.set_),
             free=("budget_min", "out", "report_only", "pack", "tdmpc2_run", "home",
                   "final_episodes"),
             new_run="start a new check run (--sources, without --resume)")
@@ -420,6 +430,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     out.mkdir(parents=True, exist_ok=True)
     runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
     tasks = pooled_sources(runs)
+    if not args.resume:
+        check_overrides(agent, args, next(iter(tasks)))        # before the dataset is built
     Ts = {r["episode_length"] for r in runs}
     if len(Ts) > 1:
         raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
@@ -439,6 +451,26 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         from wmx.runs.cli_common import replace_json
         replace_json(run_dir / "benchmark.json", bench, sort_keys=False)
     return run_dir, home, bench, tasks
+
+
+def model_text(rc) -> str:
+    """``preset cpu`` and the run's ``--set`` overrides, as the checks print them."""
+    sets = " ".join(f"--set {k}={json.dumps(v)}" for k, v in rc.agent_overrides.items())
+    return f"preset {rc.preset}" + (f" {sets}" if sets else "")
+
+
+def check_overrides(agent: str, args, task: str) -> None:
+    """Raise SystemExit (the config's one-line error) when ``--preset`` and ``--set`` do not
+    make a config of ``agent`` (an unknown field, a value of the wrong type, a field the
+    task sets), checked on the single-task config of ``task`` before anything is built."""
+    from wmx.agents.registry import get_agent
+    from wmx.envs.registry import get_task
+    from wmx.runs.cli_common import parse_set
+    try:
+        get_agent(agent, "offline").make_config(args.preset, parse_set(args.set_),
+                                                task=get_task(task))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def prepared_only(args, run_dir: Path, bench: dict) -> bool:
@@ -572,6 +604,7 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
 def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
     """The result entries every check records about its run."""
     return {"dataset": rc.dataset, "run_dir": str(run_dir), "preset": rc.preset,
+            "agent_overrides": dict(rc.agent_overrides),
             "seeds": list(rc.seeds), "updates_planned": rc.updates,
             "updates_reached": summary["updates"], "finished": summary["finished"],
             "eval_every": rc.eval_every, "eval_episodes": rc.eval_episodes,

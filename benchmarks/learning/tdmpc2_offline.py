@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_run import parse  # noqa: E402
-from offline_check import (RATIO, eval_curves, judged_final,  # noqa: E402
+from offline_check import (RATIO, eval_curves, judged_final, model_text,  # noqa: E402
                            parser, prepared_only, reaches_ratio, run_config, run_fields,
                            start_or_resume, task_result, train, with_stderr, write_results)
 
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
     if prepared_only(args, run_dir, bench):
         return 0
     rc = run_config(run_dir, args)
-    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, preset "
-          f"{rc.preset}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
+    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, "
+          f"{model_text(rc)}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
     finals, final_fields = judged_final(run_dir, home, bench, summary, rc.updates)

@@ -596,3 +596,33 @@ def test_no_comparison_without_one_evaluation_of_both_runs(tmp_path, monkeypatch
     _report(run, 4000, 2, {"reacher-easy": {"0": [1.0, 2.0]}})
     assert bench.compare_report(tmp_path / "home", [str(run)], tmp_path / "cmp", 50) is None
     assert "no 50-episode evaluation" in capsys.readouterr().out
+
+
+def test_set_gives_the_checks_model_and_is_kept_on_resume(tmp_path, capsys):
+    """--set fields go into the run's config (checked before any dataset is built: a typo
+    is one line naming the field); a resume must repeat them as saved or leave them out;
+    the result records them."""
+    home = tmp_path / "home"
+    run = _prepared_run(home)
+    out = str(tmp_path / "out")
+    with pytest.raises(SystemExit, match="'unitz': did you mean 'units'"):
+        bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
+                    "--set", "unitz=128", "--out", out])
+    with pytest.raises(SystemExit, match=r"takes .*integer"):
+        bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
+                    "--set", "units=wide", "--out", out])
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["dv3-offline-check-1", "src"]
+    assert not (home / "datasets").exists()              # refused before the build
+    (run / "metrics.csv").write_text(_METRICS)
+    with pytest.raises(SystemExit, match=r"units=128 conflicts with the run's saved "
+                                         r"units=\(preset default\)"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "units=128"])
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "agent_overrides": {"units": 128}}))
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out,
+                       "--set", "units=128"]) == 0
+    assert json.loads((Path(out) / "dreamerv3_offline.json").read_text())[
+        "agent_overrides"] == {"units": 128}
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out]) == 0
+    with pytest.raises(SystemExit, match="units=64 conflicts with the run's saved units=128"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "units=64"])
