@@ -409,8 +409,8 @@ def main(argv=None) -> int:
                    help="imagined steps per start (the agent's imag_horizon is 15)")
     p.add_argument("--seed-index", type=int, default=0, help="which of the run's seeds")
     p.add_argument("--data-episodes", type=int, default=64,
-                   help="offline runs: the reward head on this many of the dataset's episodes "
-                        "too (0: not)")
+                   help="offline runs: the reward head and the decoder on this many of the "
+                        "dataset's episodes too (0: not)")
     p.add_argument("--dump", action="store_true",
                    help="also save each run's arrays as <out stem>_<label>.npz")
     p.add_argument("--out", default=str(REPO / "benchmarks/results/dreamerv3_model_bias.json"),
