@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # scripted_reacher beside
 ROLLOUT_TAG = 0xB1A5
 """fold_in tag of this diagnostic's key stream (not an evaluation's or a trainer's)."""
 
@@ -147,8 +148,8 @@ def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
     Returns:
       per-dim mean |decoded - obs| over all rows and over the false successes
       (`false_successes`), their count, and with ``dims`` the real and decoded distances
-      (mean, p10, median, p90) where the env paid, on the false successes, and on the other
-      unpaid rows, the decoded distance's median per bin of the real one
+      (mean, p10, median, p90) where the env paid, on the false successes, on the other
+      unpaid rows and on all rows, the decoded distance's median per bin of the real one
       (``distance_curve``, `binned_medians`) and the largest real distance the env paid at
       (``paid_distance_max``: the reward's radius, as far as the rows show it).
     """
@@ -163,7 +164,7 @@ def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
         real_d = np.linalg.norm(obs[..., lo:hi], axis=-1)
         dec_d = np.linalg.norm(decoded[..., lo:hi], axis=-1)
         groups = {"env_paid": paid > 1e-6, "false_successes": fs,
-                  "other_unpaid": (paid <= 1e-6) & ~fs}
+                  "other_unpaid": (paid <= 1e-6) & ~fs, "all": np.ones(paid.shape, bool)}
         out["target_distance"] = {
             g: {"rows": int(m.sum()), "real": _dist_fields(real_d[m]),
                 "decoded": _dist_fields(dec_d[m])} for g, m in groups.items()}
@@ -195,13 +196,15 @@ def bias_summary(pred: np.ndarray, real: np.ndarray, counts: np.ndarray,
 
 
 def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
-            dump: Path | None = None, data_episodes: int = 0) -> dict:
+            dump: Path | None = None, data_episodes: int = 0,
+            held_offsets: list[float] | None = None, held_episodes: int = 8) -> dict:
     """Roll out, imagine and compare for one run (see the module doc); returns its entries.
     ``data_episodes``: for an offline run, also the reward head on the posteriors of that
     many of its dataset's episodes (filtered from the zero state at their first row, as
     the offline trainer's windows start), ``reward_head_on_data``: the same reading of
     states, on the data it was trained on. ``dump``: also save the arrays (obs f32[E, T, O]
-    seen at each step, the decoder's reconstruction of it, reward_after, the imagined
+    seen at each step, the action taken there, the decoder's reconstruction of it,
+    reward_after, the imagined
     rewards f32[E, T, H], the reward head on the posteriors) as an .npz there,
     for task-specific analysis (e.g. the distance to the target where the model is wrong)."""
     import jax
@@ -228,6 +231,9 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
         raise SystemExit(f"--seed-index {seed_index}: the run has seeds {list(info.seeds)}")
     task = info.tasks[0]
     env = eval_env(info, task)
+    if held_offsets and task not in DISTANCE_DIMS:
+        raise SystemExit(f"--held-short: {task} has no finger-to-target distance (the reacher "
+                         "tasks have); drop the flag")
     if H > env.T:
         raise SystemExit(f"--horizon {H} is longer than {task}'s episodes (T = {env.T}); "
                          "give at most T")
@@ -250,7 +256,7 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
                                            jnp.full((E,), t == 0), jax.random.fold_in(k_act, t),
                                            A, eval_mode=True)
             states = jax.vmap(env.step)(states, action)
-            return (states, carry), (obs, carry.deter, carry.stoch, states.reward)
+            return (states, carry), (obs, carry.deter, carry.stoch, states.reward, action)
 
         _, outs = jax.lax.scan(step, (states, carry), jnp.arange(T))
         return tuple(jnp.moveaxis(x, 0, 1) for x in outs)
@@ -268,7 +274,7 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
         return r_img.reshape(E, T, H), r_now, decoded
 
     t0 = time.perf_counter()
-    obs, deter, stoch, rew = rollout(params)
+    obs, deter, stoch, rew, actions = rollout(params)
     r_img, r_now, decoded = jax.device_get(predict(params, deter, stoch))
     rew = np.asarray(jax.device_get(rew), np.float64)
     obs = np.asarray(jax.device_get(obs), np.float64)
@@ -280,8 +286,13 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     if data_episodes and info.kind == "offline":
         out["reward_head_on_data"] = _head_on_data(info, params, c, data_episodes,
                                                    env.obs_dim, A, task)
+    if held_offsets:
+        out["held_short"] = held_short(info, params, c, task, held_offsets, held_episodes)
+        out["refiltered"] = refiltered(params, c, task, obs, np.asarray(jax.device_get(actions)),
+                                       rew)
     if dump is not None:
-        np.savez_compressed(dump, obs=obs, reward_after=rew, decoded_obs=np.asarray(decoded),
+        np.savez_compressed(dump, obs=obs, action=np.asarray(jax.device_get(actions)),
+                            reward_after=rew, decoded_obs=np.asarray(decoded),
                             imagined_reward=np.asarray(r_img), reward_head=np.asarray(r_now))
     out.update({"run_dir": str(info.run_dir), "kind": info.kind, "task": task,
                 "checkpoint_step": info.step, "updates": info.updates,
@@ -294,24 +305,22 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     return out
 
 
-def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
-    """`reward_head_fields` of the reward head on the posteriors of ``n`` episodes (drawn
-    with numpy seed 0) of the offline run's dataset, rows 1.. of each, and
-    `decoder_fields` of the decoder on them (``decoder``)."""
+def read_rows(params, c, obs: np.ndarray, act: np.ndarray, first: np.ndarray,
+              reward: np.ndarray, task: str) -> dict:
+    """The reward head and the decoder on the posteriors of obs-aligned episodes (rows k:
+    obs_k f32[E, K, O], the action chosen there f32[E, K, A], is_first bool[E, K], the
+    reward of entering obs_k f32[E, K]), filtered from the zero state as the offline
+    windows start: `reward_head_fields` and ``decoder`` (`decoder_fields`) of rows 1..,
+    and the episodes' mean return."""
     import jax
 
     from wmx.agents.dreamerv3 import outputs
     from wmx.agents.dreamerv3.heads import decode, encode, feat, reward_logits
     from wmx.agents.dreamerv3.rssm import draw_latent_noise, initial_carry, observe
-    from wmx.datasets.readers import load_numpy, open_dataset
     from wmx.nn.symlog import symexp
-    arr = load_numpy(open_dataset(info.config["dataset"], home=info.run_dir.parent.parent))
-    idx = np.random.default_rng(0).choice(len(arr["reward"]), min(n, len(arr["reward"])),
-                                          replace=False)
-    obs, act = arr["obs"][idx][..., :O], arr["action"][idx][..., :A]
-    first = arr["is_first"][idx].copy()
-    first[:, 0] = True
     spec = outputs.twohot(c)
+    first = np.array(first, bool)
+    first[:, 0] = True
 
     @jax.jit
     def head(params, obs, act, first):
@@ -322,31 +331,121 @@ def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
                                                   feat(post.deter, post.stoch)), spec),
                 symexp(decode(params["dec"], c, post.deter, post.stoch)))
 
-    pred, decoded = (np.asarray(x, np.float64)
-                     for x in jax.device_get(head(params, obs, act, first)))
-    paid = arr["reward"][idx][:, 1:].astype(np.float64)
+    pred, decoded = (np.asarray(x, np.float64) for x in jax.device_get(
+        head(params, np.asarray(obs, np.float32), np.asarray(act, np.float32), first)))
+    paid = np.asarray(reward, np.float64)[:, 1:]
     return {**reward_head_fields(pred[:, 1:], paid),
             "decoder": decoder_fields(np.asarray(obs, np.float64)[:, 1:], decoded[:, 1:],
                                       pred[:, 1:], paid, DISTANCE_DIMS.get(task)),
-            "episodes": int(len(idx)), "episode_return_mean":
-            float(arr["reward"][idx].sum(1).mean())}
+            "episodes": int(obs.shape[0]),
+            "episode_return_mean": float(np.asarray(reward, np.float64).sum(1).mean())}
+
+
+def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
+    """`read_rows` on ``n`` episodes (drawn with numpy seed 0) of the offline run's
+    dataset."""
+    from wmx.datasets.readers import load_numpy, open_dataset
+    arr = load_numpy(open_dataset(info.config["dataset"], home=info.run_dir.parent.parent))
+    idx = np.random.default_rng(0).choice(len(arr["reward"]), min(n, len(arr["reward"])),
+                                          replace=False)
+    return read_rows(params, c, arr["obs"][idx][..., :O], arr["action"][idx][..., :A],
+                     arr["is_first"][idx], arr["reward"][idx], task)
+
+
+def held_short_action(obs, offset: float, kp: float = 60.0, kd: float = 0.6):
+    """The scripted reacher controller (`scripted_reacher.jacobian_policy`) aimed at the
+    point ``offset`` short of the target on the finger's side: finger-to-target d becomes
+    d·(1 - offset/|d|), so the finger settles ``offset`` from the target (f32[6] obs ->
+    f32[2] action in [-1, 1])."""
+    import jax.numpy as jnp
+    from scripted_reacher import jacobian_policy
+    d = obs[2:4]
+    aim = d * (1.0 - offset / jnp.maximum(jnp.linalg.norm(d), 1e-6))
+    return jacobian_policy(obs.at[2:4].set(aim), kp, kd)
+
+
+def obs_aligned_reward(reward_after: np.ndarray) -> np.ndarray:
+    """f32[E, T]: the reward of entering obs_t (0 at t = 0) from reward_after f32[E, T] (the
+    env's reward for the action at step t), the dataset rows' layout."""
+    return np.concatenate([np.zeros_like(reward_after[:, :1]), reward_after[:, :-1]], 1)
+
+
+def refiltered(params, c, task: str, obs: np.ndarray, actions: np.ndarray,
+               reward_after: np.ndarray) -> dict:
+    """The policy's own episodes (obs f32[E, T, O] before each step, its actions f32[E, T, A],
+    reward_after f32[E, T]) filtered again from the zero state as obs-aligned rows
+    (`read_rows`), with the policy's actions, with zero actions and with the scripted
+    controller's actions at the same observations (`held_short_action`, offset 0) as the
+    RSSM's action input: do the observations or the actions put the latent at the
+    target?"""
+    import jax
+    reward = obs_aligned_reward(reward_after)
+    scripted = np.asarray(jax.device_get(jax.jit(jax.vmap(jax.vmap(
+        lambda o: held_short_action(o, 0.0))))(obs.astype(np.float32))))
+    first = np.zeros(reward.shape, bool)
+    return {name: read_rows(params, c, obs, a, first, reward, task)
+            for name, a in (("policy_actions", actions), ("zero_actions", np.zeros_like(actions)),
+                            ("scripted_actions", scripted))}
+
+
+def held_short(info, params, c, task: str, offsets: list[float], episodes: int) -> dict:
+    """Per offset (m): ``episodes`` scripted episodes that hold the finger that far short of
+    the target (`held_short_action`, fresh resets with this diagnostic's key), read by
+    `read_rows` as obs-aligned rows (and ``all``: every offset's episodes together): does the
+    model place an arm it never saw held short?"""
+    import jax
+    import jax.numpy as jnp
+
+    from wmx.evaluate.runs import eval_env
+    env = eval_env(info, task)
+    T = env.T
+
+    def episode(key, offset):
+        s0 = env.reset(key)
+
+        def step(s, _):
+            a = held_short_action(s.obs, offset)
+            s2 = env.step(s, a)
+            return s2, (s.obs, a, s2.reward)
+        last, (obs, act, rew) = jax.lax.scan(step, s0, None, length=T)
+        obs = jnp.concatenate([obs, last.obs[None]])                 # rows 0..T
+        act = jnp.concatenate([act, jnp.zeros_like(act[:1])])       # 0 on the last row
+        rew = jnp.concatenate([jnp.zeros((1,)), rew])               # 0 on the reset row
+        return obs, act, rew
+
+    run = jax.jit(jax.vmap(episode, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(0), ROLLOUT_TAG + 1),
+                            episodes)
+    out, rows = {}, []
+    for off in offsets:
+        obs, act, rew = (np.asarray(x) for x in jax.device_get(run(keys, off)))
+        rows.append((obs, act, rew))
+        out[f"{off:g}"] = read_rows(params, c, obs, act, np.zeros(rew.shape, bool), rew, task)
+    obs, act, rew = (np.concatenate(x) for x in zip(*rows))
+    out["all"] = read_rows(params, c, obs, act, np.zeros(rew.shape, bool), rew, task)
+    return out
 
 
 def plot(results: dict[str, dict], path: Path) -> None:
     """Predicted (dashed) and real (solid) H-step reward by episode step, one colour a run;
     when the runs' task has a finger-to-target distance, a second panel: the decoded
-    distance against the real one (median per bin) on the policy's states (solid) and the
-    dataset's (dashed), with the reward's radius as the rows show it."""
+    distance against the real one (median per bin) on the policy's states (solid), the
+    dataset's (dashed) and the scripted held-short episodes' (dotted), with the reward's
+    radius as the rows show it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     curves = {label: (i, r) for i, (label, r) in enumerate(results.items())
               if "distance_curve" in r.get("decoder_on_policy", {})}    # colours as panel 1
-    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(13.0 if curves else 7.5, 4.0),
-                             squeeze=False)
+    refilt = {label: (i, r["refiltered"]) for i, (label, r) in enumerate(results.items())
+              if "refiltered" in r}
+    n = 1 + bool(curves) + bool(refilt)
+    fig, axes = plt.subplots(1, n, figsize=(7.5 + 5.5 * (n - 1), 4.0), squeeze=False)
     ax = axes[0, 0]
     if curves:
         _plot_distances(axes[0, 1], curves)
+    if refilt:
+        _plot_refiltered(axes[0, n - 1], refilt)
     for i, (label, r) in enumerate(results.items()):
         col = f"C{i}"
         ax.plot(r["per_step"]["real"], color=col, lw=1.5,
@@ -368,10 +467,11 @@ def _plot_distances(ax, curves: dict[str, tuple[int, dict]]) -> None:
     (colour index, the run's entries))."""
     top = 0.0
     for label, (i, r) in curves.items():
-        for key, ls, who in (("decoder_on_policy", "-", "policy's states"),
-                             ("reward_head_on_data", "--", "dataset's states")):
-            d = r.get(key, {})
-            d = d.get("decoder", d) if key == "reward_head_on_data" else d
+        held = r.get("held_short", {}).get("all", {})
+        for d, ls, who in ((r.get("decoder_on_policy", {}), "-", "policy's states"),
+                           (r.get("reward_head_on_data", {}).get("decoder", {}), "--",
+                            "dataset's states"),
+                           (held.get("decoder", {}), ":", "scripted, held short")):
             c = d.get("distance_curve")
             if not c:
                 continue
@@ -393,6 +493,33 @@ def _plot_distances(ax, curves: dict[str, tuple[int, dict]]) -> None:
     ax.legend(fontsize=7)
 
 
+def _plot_refiltered(ax, refilt: dict[str, tuple[int, dict]]) -> None:
+    """Bars: the reward head where the env paid 0 on the policy's episodes filtered with
+    each action input (`refiltered`), one colour a run."""
+    names = ("policy_actions", "zero_actions", "scripted_actions")
+    width = 0.8 / len(refilt)
+    for k, (label, (i, r)) in enumerate(refilt.items()):
+        vals = [r[nm]["pred_mean_where_env_paid_0"] or 0.0 for nm in names]
+        ax.bar(np.arange(len(names)) + k * width, vals, width, color=f"C{i}", label=label)
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2,
+                  [nm.replace("_", " ") for nm in names])
+    ax.set_ylabel("reward head where the env paid 0 (per step)")
+    ax.set_title("the policy's episodes filtered again: which action input", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _offsets(text: str) -> list[float]:
+    """``0,0.04,0.08`` -> [0.0, 0.04, 0.08] (argparse type: metres, each >= 0)."""
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give distances in metres, e.g. "
+                                         "0,0.04,0.08") from None
+    if not vals or min(vals) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give distances >= 0 m, e.g. 0,0.04,0.08")
+    return vals
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -411,6 +538,12 @@ def main(argv=None) -> int:
     p.add_argument("--data-episodes", type=int, default=64,
                    help="offline runs: the reward head and the decoder on this many of the "
                         "dataset's episodes too (0: not)")
+    p.add_argument("--held-short", type=_offsets, default=None, metavar="M[,M...]",
+                   help="reacher tasks: also read the model on scripted episodes that hold the "
+                        "finger these distances (m) short of the target, e.g. "
+                        "0,0.04,0.08,0.12,0.16 (the reward's radius is about 0.06)")
+    p.add_argument("--held-short-episodes", type=int, default=8,
+                   help="scripted episodes per --held-short distance")
     p.add_argument("--dump", action="store_true",
                    help="also save each run's arrays as <out stem>_<label>.npz")
     p.add_argument("--out", default=str(REPO / "benchmarks/results/dreamerv3_model_bias.json"),
@@ -434,7 +567,7 @@ def main(argv=None) -> int:
         dump = (Path(args.out).with_name(f"{Path(args.out).stem}_{label.replace(' ', '_')}.npz")
                 if args.dump else None)
         results[label] = measure(run_dir, args.episodes, args.horizon, args.seed_index, dump,
-                                 args.data_episodes)
+                                 args.data_episodes, args.held_short, args.held_short_episodes)
         r = results[label]
         rh = r["reward_head_on_policy"]
         print(f"{label}: return {r['episode_return_mean']:.1f}; next {args.horizon} steps: "
@@ -461,6 +594,22 @@ def main(argv=None) -> int:
                 print(f"{label}: on the dataset's other unpaid rows the finger-to-target "
                       f"distance is {tu['real']['median']:.3f}, decoded "
                       f"{tu['decoded']['median']:.3f} (medians)", flush=True)
+        for name, h in r.get("refiltered", {}).items():
+            fs = h["decoder"]["target_distance"]["false_successes"]
+            print(f"{label}: the policy's episodes filtered again with {name.replace('_', ' ')}: "
+                  f"reward head {_fmt(h['pred_mean_where_env_paid_0'])} where the env paid 0; "
+                  f"{h['decoder']['false_success_rows']} false successes"
+                  + (f", distance real {fs['real']['median']:.3f}, decoded "
+                     f"{fs['decoded']['median']:.3f}" if fs["real"] else ""), flush=True)
+        for off, h in r.get("held_short", {}).items():
+            if off == "all":
+                continue
+            a = h["decoder"]["target_distance"]["all"]
+            print(f"{label}: held {off} short of the target (scripted, {h['episodes']} "
+                  f"episodes): distance real {a['real']['median']:.3f}, decoded "
+                  f"{a['decoded']['median']:.3f} (medians); reward head {h['pred_mean']:.3f} "
+                  f"for the env's {h['real_mean']:.3f} per step, "
+                  f"{_fmt(h['pred_mean_where_env_paid_0'])} where it paid 0", flush=True)
     out.write_text(json.dumps({"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "command": " ".join(sys.argv)}, indent=1))
     plot(results, out.with_suffix(".png"))

@@ -104,6 +104,28 @@ def test_decoded_distances_are_binned_by_the_real_one(tmp_path):
     assert d["distance_curve"]["decoded_median"][6] == pytest.approx(0.05)
     result = {"horizon": 2, "bias_mean": 0.5, "episode_return_mean": 1.0,
               "per_step": {"pred": [1.0, 2.0], "real": [0.5, 1.0]},
-              "decoder_on_policy": d, "reward_head_on_data": {"decoder": d}}
-    mb.plot({"a": result}, tmp_path / "p.png")        # both panels draw
+              "decoder_on_policy": d, "reward_head_on_data": {"decoder": d},
+              "held_short": {"all": {"decoder": d}},
+              "refiltered": {k: {"pred_mean_where_env_paid_0": v} for k, v in
+                             (("policy_actions", 1.5), ("zero_actions", 0.7),
+                              ("scripted_actions", None))}}
+    mb.plot({"a": result}, tmp_path / "p.png")        # all three panels draw
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_the_policys_rewards_in_the_datasets_row_layout():
+    assert mb.obs_aligned_reward(np.array([[1.0, 2.0, 3.0]])).tolist() == [[0.0, 1.0, 2.0]]
+
+
+def test_the_held_short_controller_aims_short_of_the_target():
+    """Offset 0 is the scripted controller itself; offset 0.02 aims at the point 0.02 short
+    of the target on the line from the finger (d = (0.03, 0.04), |d| = 0.05 -> (0.018,
+    0.024)); unsaturated torques, so the two differ."""
+    import jax.numpy as jnp
+    from scripted_reacher import jacobian_policy
+    obs = jnp.array([0.3, -0.7, 0.03, 0.04, 0.1, -0.2])
+    assert np.allclose(mb.held_short_action(obs, 0.0), jacobian_policy(obs, 60.0, 0.6))
+    aimed = obs.at[2:4].set(jnp.array([0.018, 0.024]))
+    assert np.allclose(mb.held_short_action(obs, 0.02), jacobian_policy(aimed, 60.0, 0.6))
+    assert np.abs(np.asarray(mb.held_short_action(obs, 0.02))).max() < 0.99
+    assert not np.allclose(mb.held_short_action(obs, 0.02), mb.held_short_action(obs, 0.0))
