@@ -486,14 +486,25 @@ def main(argv=None) -> int:
     if args.dreamerv3_offline_run:
         offline_run = Path(args.dreamerv3_offline_run).expanduser().resolve()
         sys.path.insert(0, str(HERE / "learning"))
-        from offline_check import resumable_run        # the check's own --resume checks; no jax
+        from check_run import read_json
+        from offline_check import resumable_run, source_run   # the check's own; no jax
+        check = "benchmarks/learning/dreamerv3_offline.py"
         try:
             resumable_run(offline_run, "dreamerv3", report_only=False)
-        except SystemExit as e:
+            bench = read_json(offline_run / "benchmark.json", "--resume")
+            for src in bench.get("sources") or []:      # a copied home needs its sources
+                source_run(offline_run.parent.parent / src)
+        except (SystemExit, ValueError) as e:
             why = str(e).removeprefix(f"--resume {offline_run}: ").removeprefix("--resume: ")
-            hint = ("; make one with benchmarks/learning/dreamerv3_offline.py --prepare-only"
-                    if "no benchmark.json" in why else "")
-            p.error(f"--dreamerv3-offline-run {offline_run}: {why}{hint}")
+            if "no benchmark.json" in why:
+                why += f"; make one with {check} --prepare-only"
+            elif "--report-only" in why:
+                why = why.replace("--report-only writes its result",
+                                  f"{check} --resume RUN --report-only writes its result")
+            elif "resume it with" in why or "online" in why:
+                why += f" (the stage trains DreamerV3 offline check runs, made by {check} " \
+                       "--prepare-only)"
+            p.error(f"--dreamerv3-offline-run {offline_run}: {why}")
     plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
                   args.total_s)
     names = [s.name for s in plan]

@@ -115,9 +115,9 @@ def _dist_fields(d: np.ndarray) -> dict:
             if d.size else None)
 
 
-DISTANCE_EDGES = np.round(np.arange(0.0, 0.42, 0.02), 2)
-"""Bins of the real finger-to-target distance for `binned_medians` (the reacher arena's
-targets lie within 0.2 of the centre)."""
+DISTANCE_EDGES = np.round(np.arange(0.0, 0.52, 0.02), 2)
+"""Bins of the real finger-to-target distance for `binned_medians` (the finger reaches
+0.24 from the centre, the targets lie within 0.2 of it: at most 0.44 apart)."""
 
 
 def binned_medians(real: np.ndarray, decoded: np.ndarray,
@@ -355,8 +355,9 @@ def _head_on_data(info, params, c, n: int, O: int, A: int, task: str) -> dict:
 def held_short_action(obs, offset: float, kp: float = 60.0, kd: float = 0.6):
     """The scripted reacher controller (`scripted_reacher.jacobian_policy`) aimed at the
     point ``offset`` short of the target on the finger's side: finger-to-target d becomes
-    d·(1 - offset/|d|), so the finger settles ``offset`` from the target (f32[6] obs ->
-    f32[2] action in [-1, 1])."""
+    d·(1 - offset/|d|) (f32[6] obs -> f32[2] action in [-1, 1]). The controller is a
+    rough one (its episodes settle 0.01-0.17 from where it aims), so readings of its
+    episodes go by the real distances, not by ``offset``."""
     import jax.numpy as jnp
     from scripted_reacher import jacobian_policy
     d = obs[2:4]
@@ -389,8 +390,8 @@ def refiltered(params, c, task: str, obs: np.ndarray, actions: np.ndarray,
 
 
 def held_short(info, params, c, task: str, offsets: list[float], episodes: int) -> dict:
-    """Per offset (m): ``episodes`` scripted episodes that hold the finger that far short of
-    the target (`held_short_action`, fresh resets with this diagnostic's key), read by
+    """Per offset (m): ``episodes`` scripted episodes aimed that far short of the target
+    (`held_short_action`, fresh resets with this diagnostic's key), read by
     `read_rows` as obs-aligned rows (and ``all``: every offset's episodes together): does the
     model place an arm it never saw held short?"""
     import jax
@@ -515,7 +516,7 @@ def _offsets(text: str) -> list[float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give distances in metres, e.g. "
                                          "0,0.04,0.08") from None
-    if not vals or min(vals) < 0:
+    if not vals or not all(np.isfinite(v) and v >= 0 for v in vals):
         raise argparse.ArgumentTypeError(f"{text!r}: give distances >= 0 m, e.g. 0,0.04,0.08")
     return vals
 
@@ -539,9 +540,9 @@ def main(argv=None) -> int:
                    help="offline runs: the reward head and the decoder on this many of the "
                         "dataset's episodes too (0: not)")
     p.add_argument("--held-short", type=_offsets, default=None, metavar="M[,M...]",
-                   help="reacher tasks: also read the model on scripted episodes that hold the "
-                        "finger these distances (m) short of the target, e.g. "
-                        "0,0.04,0.08,0.12,0.16 (the reward's radius is about 0.06)")
+                   help="reacher tasks: also read the model on scripted episodes aimed these "
+                        "distances (m) short of the target, e.g. 0,0.04,0.08,0.12,0.16 (the "
+                        "reward's radius is about 0.06)")
     p.add_argument("--held-short-episodes", type=int, default=8,
                    help="scripted episodes per --held-short distance")
     p.add_argument("--dump", action="store_true",
@@ -551,6 +552,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.episodes < 2 or args.horizon < 1:
         p.error("--episodes must be >= 2 and --horizon >= 1")
+    if args.held_short_episodes < 1:
+        p.error(f"--held-short-episodes must be >= 1, got {args.held_short_episodes}")
     runs = {}
     for item in args.run:
         label, sep, path = item.partition("=")
@@ -559,6 +562,13 @@ def main(argv=None) -> int:
         if label in runs:
             p.error(f"two runs labelled {label!r}: name them, --run LABEL=RUN_DIR")
         runs[label] = Path(path).expanduser().resolve()
+    if args.held_short:                                   # before any run is measured
+        from wmx.evaluate.runs import open_run
+        for label, run_dir in runs.items():
+            task = open_run(run_dir).tasks[0]
+            if task not in DISTANCE_DIMS:
+                p.error(f"--held-short: run {label}'s task {task} has no finger-to-target "
+                        "distance (the reacher tasks have); drop the flag or that run")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -605,7 +615,7 @@ def main(argv=None) -> int:
             if off == "all":
                 continue
             a = h["decoder"]["target_distance"]["all"]
-            print(f"{label}: held {off} short of the target (scripted, {h['episodes']} "
+            print(f"{label}: aimed {off} short of the target (scripted, {h['episodes']} "
                   f"episodes): distance real {a['real']['median']:.3f}, decoded "
                   f"{a['decoded']['median']:.3f} (medians); reward head {h['pred_mean']:.3f} "
                   f"for the env's {h['real_mean']:.3f} per step, "

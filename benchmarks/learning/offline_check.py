@@ -240,29 +240,44 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     return p
 
 
+CHECK_FLAGS_NOT_SET = {"preset": "--preset", "batch_size": "--batch-size"}
+"""Config fields the checks take as their own flags, refused in --set."""
+
+
+def check_config(args, agent: str, dataset: str, taskset: dict,
+                 episode_length: int | None):
+    """The check run's OfflineRunConfig from its flags (batch: --batch-size, None for the
+    agent preset's; --set as agent_overrides). Raises SystemExit with the config's one-line
+    error (an unknown field, a bad value, a field the TaskSet sets, a flag given as --set)."""
+    from wmx.runs.cli_common import parse_set
+    from wmx.runs.offline_config import OfflineRunConfig
+    try:
+        over = parse_set(args.set_)
+        mine = sorted(set(over) & set(CHECK_FLAGS_NOT_SET))
+        if mine:
+            raise ValueError(f"--set {mine[0]}: give {CHECK_FLAGS_NOT_SET[mine[0]]} instead")
+        return OfflineRunConfig(
+            dataset=dataset, taskset=taskset, agent=agent, seeds=tuple(args.seeds),
+            updates=DEFAULT_UPDATES if args.updates is None else args.updates,
+            batch_size=args.batch_size, preset=args.preset, agent_overrides=over,
+            log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
+            checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
+            episode_length=episode_length)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
 def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agent: str,
                     run_prefix: str) -> Path:
     """Validate the dataset and write the run directory's config.json (as train_offline
     does; batch: --batch-size, None for the agent preset's) and return the new
     ``<home>/runs/<run_prefix>-<time>``."""
     from wmx.datasets.store import Store
-    from wmx.runs.offline_config import OfflineRunConfig
-    from wmx.runs.cli_common import parse_set
     from wmx.train_offline.cli import resolve_and_validate
     from wmx.version import code_version
     ds = resolve_and_validate(ref, home)
-    try:
-        rc = OfflineRunConfig(
-            dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(),
-            agent=agent, seeds=tuple(args.seeds),
-            updates=DEFAULT_UPDATES if args.updates is None else args.updates,
-            batch_size=args.batch_size, preset=args.preset,
-            agent_overrides=parse_set(args.set_),
-            log_every=math.gcd(args.eval_every, args.log_every), eval_every=args.eval_every,
-            checkpoint_every=args.eval_every, eval_episodes=args.eval_episodes,
-            episode_length=episode_length)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+    rc = check_config(args, agent, f"{ds.name}@{ds.content_hash}", ds.taskset.to_dict(),
+                      episode_length)
     run_dir = Store(home).ensure_layout().runs_dir / \
         f"{run_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True)
@@ -291,8 +306,11 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
     checkpoints/ (a run directory brought back without them: training would start again
     from update 0 and drop its metrics)."""
     cfg_file = run_dir / "config.json"
-    if not (run_dir / "benchmark.json").is_file() or not cfg_file.is_file():
-        raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)")
+    if not (run_dir / "benchmark.json").is_file():
+        raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)"
+                         if run_dir.is_dir() else f"--resume {run_dir}: no such run directory")
+    if not cfg_file.is_file():
+        raise SystemExit(f"--resume {run_dir}: no config.json; the run directory is damaged")
     cfg = read_json(cfg_file, "--resume")
     if "dataset" not in cfg:
         raise SystemExit(f"--resume {run_dir}: an online run (config.json has no dataset); "
@@ -311,8 +329,8 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
         if not metrics.is_file():
             raise SystemExit(f"--report-only: {run_dir} has no metrics.csv, nothing to report")
         return cfg
-    ckpts = run_dir / "checkpoints"
-    if not (ckpts.is_dir() and any(ckpts.iterdir())) and eval_rows(metrics_rows(run_dir)):
+    from wmx.runs.listing import checkpoints
+    if not checkpoints(run_dir) and eval_rows(metrics_rows(run_dir)):   # complete ones only
         raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
                          "(brought back without them?); training would restart from "
                          "update 0: --report-only writes its result")
@@ -426,17 +444,17 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         check_pack(Path(args.pack).expanduser().resolve(), home,
                    [r for r in [*bench["sources"], beside] if r],
                    run_dir if args.resume else None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
     tasks = pooled_sources(runs)
-    if not args.resume:
-        check_overrides(agent, args, next(iter(tasks)))        # before the dataset is built
     Ts = {r["episode_length"] for r in runs}
     if len(Ts) > 1:
         raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
                          "give runs with one T")
     T = Ts.pop()
+    if not args.resume:
+        check_overrides(agent, args, list(tasks), T)          # before the dataset is built
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
     add = {"resume_command": resume_command(agent, "offline"),
            **({} if check is None else check(home, ref)),
@@ -459,18 +477,13 @@ def model_text(rc) -> str:
     return f"preset {rc.preset}" + (f" {sets}" if sets else "")
 
 
-def check_overrides(agent: str, args, task: str) -> None:
-    """Raise SystemExit (the config's one-line error) when ``--preset`` and ``--set`` do not
-    make a config of ``agent`` (an unknown field, a value of the wrong type, a field the
-    task sets), checked on the single-task config of ``task`` before anything is built."""
-    from wmx.agents.registry import get_agent
-    from wmx.envs.registry import get_task
-    from wmx.runs.cli_common import parse_set
-    try:
-        get_agent(agent, "offline").make_config(args.preset, parse_set(args.set_),
-                                                task=get_task(task))
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+def check_overrides(agent: str, args, tasks: list[str], episode_length: int | None) -> None:
+    """Raise SystemExit (`check_config`'s one line) when the flags do not make a check run
+    of ``agent`` on the pooled ``tasks`` (the TaskSet the build will write: mt19's subset),
+    before anything is built."""
+    from wmx.schemas.taskset import mt19
+    check_config(args, agent, "unbuilt@" + "0" * 64, mt19().subset(tasks).to_dict(),
+                 episode_length)
 
 
 def prepared_only(args, run_dir: Path, bench: dict) -> bool:

@@ -70,14 +70,14 @@ def main(argv=None) -> int:
     if prepared_only(args, run_dir, bench):
         return 0
     rc = run_config(run_dir, args)
-    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch_size}, "
+    print(f"offline run {run_dir}: {rc.updates:,d} updates x batch {rc.batch}, "
           f"{model_text(rc)}, tasks {list(rc.task_set.names)}, seeds {list(rc.seeds)}")
     summary, wall = train(rc, run_dir, home, args.budget_min, args.report_only)
     min_pass = bench.get("min_pass", 2)
     finals, final_fields = judged_final(run_dir, home, bench, summary, rc.updates)
     res = judge(tasks, eval_curves(run_dir), min_pass, finals)
     with_stderr(res, run_dir)
-    res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch_size,
+    res.update({**run_fields(rc, run_dir, summary, wall), "batch_size": rc.batch,
                 **final_fields,
                 "criterion": f"offline final eval return >= {RATIO:g} x source final return "
                              f"on >= {min_pass} tasks (of >= 3)"})

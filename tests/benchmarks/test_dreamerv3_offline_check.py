@@ -183,6 +183,9 @@ def test_resume_refuses_what_it_would_spoil(tmp_path):
     # evaluations recorded, checkpoints/ not brought back: training would restart at 0
     with pytest.raises(SystemExit, match="no checkpoints/.*--report-only"):
         bench.main(["--resume", str(run), "--out", out])
+    (run / "checkpoints" / "000000001000").mkdir(parents=True)   # incomplete: no host.json
+    with pytest.raises(SystemExit, match="no checkpoints/.*--report-only"):
+        bench.main(["--resume", str(run), "--out", out])
     assert (run / "metrics.csv").read_text() == _METRICS
     other = _prepared_run(tmp_path / "other", agent="tdmpc2")
     with pytest.raises(SystemExit, match="a tdmpc2 run; resume it with .*tdmpc2_offline.py"):
@@ -305,6 +308,7 @@ def test_pack_copies_what_training_elsewhere_needs(tmp_path, capsys):
     res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
     assert res["tasks"]["reacher-easy"]["source_runs"] == [str(dest / "runs" / "src")]
     (packed / "checkpoints" / "1000").mkdir(parents=True)
+    (packed / "checkpoints" / "1000" / "host.json").write_text("{}")   # a complete one
     with pytest.raises(SystemExit, match="has trained already"):
         bench.main(["--resume", str(packed), "--pack", str(tmp_path / "p2"), "--out", out])
     shutil.rmtree(ds)
@@ -364,6 +368,7 @@ def test_resume_with_more_updates_extends_an_unfinished_run(tmp_path, monkeypatc
     run = _prepared_run(tmp_path / "home")
     (run / "metrics.csv").write_text(_METRICS)
     (run / "checkpoints" / "000000002000").mkdir(parents=True)
+    (run / "checkpoints" / "000000002000" / "host.json").write_text("{}")
     out = str(tmp_path / "out")
     before = {f.name: f.read_bytes() for f in run.iterdir() if f.is_file()}
     for flags, msg in [(["--updates", "3000"], "--updates 3000 conflicts with the run's "
@@ -611,8 +616,13 @@ def test_set_gives_the_checks_model_and_is_kept_on_resume(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"takes .*integer"):
         bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
                     "--set", "units=wide", "--out", out])
+    for item, flag in (("preset=paper", "--preset"), ("batch_size=8", "--batch-size")):
+        with pytest.raises(SystemExit, match=f"--set {item.split('=')[0]}: give {flag}"):
+            bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
+                        "--set", item, "--out", out])
     assert sorted(p.name for p in (home / "runs").iterdir()) == ["dv3-offline-check-1", "src"]
     assert not (home / "datasets").exists()              # refused before the build
+    assert not Path(out).exists()                        # and before --out is made
     (run / "metrics.csv").write_text(_METRICS)
     with pytest.raises(SystemExit, match=r"units=128 conflicts with the run's saved "
                                          r"units=\(preset default\)"):
@@ -626,3 +636,24 @@ def test_set_gives_the_checks_model_and_is_kept_on_resume(tmp_path, capsys):
     assert bench.main(["--resume", str(run), "--report-only", "--out", out]) == 0
     with pytest.raises(SystemExit, match="units=64 conflicts with the run's saved units=128"):
         bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "units=64"])
+    with pytest.raises(SystemExit, match=r"deter=None conflicts .* deter=\(preset default\)"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "deter=null"])
+
+
+def test_set_is_checked_against_the_pooled_tasks_model():
+    """The early check builds the config of the pooled tasks' TaskSet, as the run will (not
+    a single-task config): offline TD-MPC2 is the multi-task model even on one task
+    (num_tasks 1), so task_dim 0 is refused before any dataset is built."""
+    import argparse
+
+    import offline_check
+    from wmx.agents.registry import get_agent
+    from wmx.envs.registry import get_task
+    args = argparse.Namespace(preset="cpu", set_=["task_dim=0"], seeds=[0], updates=None,
+                              batch_size=256, eval_every=1000, log_every=500, eval_episodes=2)
+    get_agent("tdmpc2").make_config("cpu", {"task_dim": 0}, task=get_task("cartpole-balance"))
+    for tasks in (["cartpole-balance"], ["cartpole-balance", "reacher-easy"]):
+        with pytest.raises(SystemExit, match="task_dim=0: multi-task"):
+            offline_check.check_overrides("tdmpc2", args, tasks, None)
+    args.set_ = ["task_dim=32"]
+    offline_check.check_overrides("tdmpc2", args, ["cartpole-balance", "reacher-easy"], None)

@@ -161,8 +161,10 @@ def test_learning_results_fall_back_to_metrics_csv(tmp_path):
 def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
     run = tmp_path / "home" / "runs" / "dv3-offline-check-20260101-000000"
     r = _run("--plan", "--dreamerv3-offline-run", str(run))
-    assert r.returncode == 2 and "no benchmark.json" in r.stderr and "--prepare-only" in r.stderr
+    assert r.returncode == 2 and "no such run directory" in r.stderr
     run.mkdir(parents=True)
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 2 and "no benchmark.json" in r.stderr and "--prepare-only" in r.stderr
     (run / "benchmark.json").write_text("{}")
     (run / "config.json").write_text(json.dumps({"agent": "dreamerv3", "dataset": "x@ab"}))
     r = _run("--plan", "--only", "dreamerv3_offline", "--dreamerv3-offline-run", str(run))
@@ -175,7 +177,15 @@ def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
     (run / "metrics.csv").write_text("seed,kind,updates,task,return\n"
                                      "0,eval,1000,reacher-easy,300.0\n")
     r = _run("--plan", "--dreamerv3-offline-run", str(run))    # the check's --resume checks
-    assert r.returncode == 2 and "no checkpoints/" in r.stderr and "--report-only" in r.stderr
+    assert r.returncode == 2 and "no checkpoints/" in r.stderr
+    assert "dreamerv3_offline.py --resume RUN --report-only" in r.stderr
+    (run / "metrics.csv").unlink()
+    (run / "benchmark.json").write_text('{"sources": ["runs/src"]}')   # a home without it
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 2 and "source run" in r.stderr and "not found" in r.stderr
+    (run / "benchmark.json").write_text("{bad")
+    r = _run("--plan", "--dreamerv3-offline-run", str(run))
+    assert r.returncode == 2 and "benchmark.json is unreadable" in r.stderr
 
 
 def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
@@ -238,5 +248,6 @@ def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
     (run / "config.json").write_text(json.dumps({"agent": "tdmpc2", "dataset": "x@ab"}))
     r = _run("--plan", "--dreamerv3-offline-run", str(run))
     assert r.returncode == 2 and "a tdmpc2 run" in r.stderr
+    assert "the stage trains DreamerV3 offline check runs" in r.stderr
     r = _run("--plan", "--only", "dreamerv3_offline")
     assert r.returncode == 2 and "needs --dreamerv3-offline-run" in r.stderr

@@ -129,3 +129,11 @@ def test_the_held_short_controller_aims_short_of_the_target():
     assert np.allclose(mb.held_short_action(obs, 0.02), jacobian_policy(aimed, 60.0, 0.6))
     assert np.abs(np.asarray(mb.held_short_action(obs, 0.02))).max() < 0.99
     assert not np.allclose(mb.held_short_action(obs, 0.02), mb.held_short_action(obs, 0.0))
+
+
+def test_held_short_distances_are_finite_metres():
+    import argparse
+    assert mb._offsets("0,0.04, 0.08") == [0.0, 0.04, 0.08]
+    for bad in ("", "-0.1", "nan", "inf", "abc"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            mb._offsets(bad)

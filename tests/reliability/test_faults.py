@@ -522,6 +522,8 @@ BAD_INPUTS = [
     ("resume-other-batch", ONLINE, "--resume {run} --batch-size 8",
      "batch_size=8 conflicts with the run's saved batch_size=(preset default)"),
     ("resume-other-set", ONLINE, "--resume {run} --set horizon=5", "horizon=5 conflicts"),
+    ("resume-set-null", ONLINE, "--resume {run} --set horizon=null",    # null is a change too
+     "horizon=None conflicts with the run's saved horizon=(preset default)"),
     ("resume-name", ONLINE, "--resume {run} --name other", "--name does not apply"),
     ("seed-2**32", ONLINE, "--task probe-action --seeds 4294967296 --home {home}",
      "seeds must be integers in [0, 2**32)"),

@@ -327,8 +327,8 @@ def _markdown(report: dict) -> str:
              "a published point within 2% (at least 1,000 env steps) of the matching env "
              "steps (" + ("the run's own" if run["kind"] == "online" else
                           "the sources' mean: an offline run takes no env step of its own, so "
-                          "it is set beside the published agent after as many env steps as "
-                          "its data took to collect") +
+                          "it is set beside the published agent at the env steps its source "
+                          "runs had taken") +
              "); never interpolated between points.", "",
              "| task | return | score | seed range | source final (score) | basis "
              "| published (score) | at env steps |",

@@ -288,7 +288,7 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
                          f"flag to continue it, or {new_run}")
     saved_over = saved.get("agent_overrides") or {}
     for key, new in (overrides or {}).items():
-        if not _same(new, saved_over.get(key)):
+        if key not in saved_over or not _same(new, saved_over[key]):   # null too: it changes
             raise ValueError(f"--resume: the agent setting {key}={_show(new)} conflicts with the "
                              f"run's saved {key}={_show(saved_over.get(key, '(preset default)'))}"
                              f". A resumed run keeps its config: drop the flag to continue it, or "

@@ -246,9 +246,9 @@ def resume_text(r: RunInfo) -> str | None:
     ``train_<kind> --resume RUN``; for a run that a learning check (``benchmarks/``)
     wrote, the command its benchmark.json records as ``resume_command`` (that check's
     ``--resume`` also writes its result; run from the repository root) with the run
-    appended, and ``--report-only`` after it when the run has evaluations but no
-    checkpoint (brought back without them: the check refuses to train it again from
-    update 0 and writes its result instead). The run's path is shell-quoted."""
+    appended, and for an offline check's run ``--report-only`` after it when the run has
+    evaluations but no checkpoint (brought back without them: the offline checks refuse
+    to train it again from update 0 and write its result instead). The run's path is shell-quoted."""
     if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
         return None
     path = shlex.quote(str(r.path))
@@ -257,7 +257,8 @@ def resume_text(r: RunInfo) -> str | None:
         return f"train_{r.kind} --resume {path}"
     cmd = (_json(bench_file) or {}).get("resume_command")
     if isinstance(cmd, str) and cmd.strip():
-        report_only = " --report-only" if not r.checkpoints and r.last_eval else ""
+        report_only = (" --report-only" if r.kind == "offline" and not r.checkpoints
+                       and r.last_eval else "")
         return f"{cmd.strip()} {path}{report_only}"
     return f"the {r.agent} {r.kind} learning check's --resume {path}"
 
