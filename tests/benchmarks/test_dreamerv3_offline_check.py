@@ -625,8 +625,12 @@ def test_set_gives_the_checks_model_and_is_kept_on_resume(tmp_path, capsys):
     assert not Path(out).exists()                        # and before --out is made
     (run / "metrics.csv").write_text(_METRICS)
     with pytest.raises(SystemExit, match=r"units=128 conflicts with the run's saved "
-                                         r"units=\(preset default\)"):
+                                         r"units=64 \(the preset's\)"):
         bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "units=128"])
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out,   # the preset's
+                       "--set", "units=64"]) == 0
+    with pytest.raises(SystemExit, match="no field 'unitz'; did you mean 'units'"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "unitz=64"])
     cfg = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**cfg, "agent_overrides": {"units": 128}}))
     assert bench.main(["--resume", str(run), "--report-only", "--out", out,
@@ -636,7 +640,7 @@ def test_set_gives_the_checks_model_and_is_kept_on_resume(tmp_path, capsys):
     assert bench.main(["--resume", str(run), "--report-only", "--out", out]) == 0
     with pytest.raises(SystemExit, match="units=64 conflicts with the run's saved units=128"):
         bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "units=64"])
-    with pytest.raises(SystemExit, match=r"deter=None conflicts .* deter=\(preset default\)"):
+    with pytest.raises(SystemExit, match=r"deter=None conflicts .* deter=512 \(the preset's\)"):
         bench.main(["--resume", str(run), "--report-only", "--out", out, "--set", "deter=null"])
 
 

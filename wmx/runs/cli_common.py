@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
 import logging
 import os
@@ -258,7 +259,9 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
     saved value a resumed run may replace (settings that change no result); overrides: the
     agent-config overrides of the typed agent flags (`agent_overrides`) and of the
     dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
-    key with the saved ``agent_overrides``; new_run: how the command starts a new run
+    key with the saved ``agent_overrides`` or, for a key the run did not override, with
+    the value it resolved to (``resolved_agent_config``; a key that config lacks is
+    refused as unknown, with close names); new_run: how the command starts a new run
     instead (the errors' advice). A flag equal to the saved
     value is accepted. Returns {config key: new value} of the extended and changed fields.
     Raises ValueError naming the flag, its value and the saved value for any
@@ -287,12 +290,25 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
                          f"{key} {_show(old)}{more}. A resumed run keeps its config: drop the "
                          f"flag to continue it, or {new_run}")
     saved_over = saved.get("agent_overrides") or {}
+    resolved = saved.get("resolved_agent_config")
+    resolved = resolved if isinstance(resolved, dict) else {}
     for key, new in (overrides or {}).items():
-        if key not in saved_over or not _same(new, saved_over[key]):   # null too: it changes
-            raise ValueError(f"--resume: the agent setting {key}={_show(new)} conflicts with the "
-                             f"run's saved {key}={_show(saved_over.get(key, '(preset default)'))}"
-                             f". A resumed run keeps its config: drop the flag to continue it, or "
-                             f"{new_run}")
+        if key in saved_over:
+            if _same(new, saved_over[key]):
+                continue
+        elif resolved and key not in resolved:
+            close = difflib.get_close_matches(key, list(resolved), n=3, cutoff=0.6)
+            raise ValueError(f"--resume: the run's agent config has no field {key!r}"
+                             + (f"; did you mean {' or '.join(map(repr, close))}?" if close
+                                else "") + "; drop the flag to continue the run")
+        elif key in resolved and _same(new, resolved[key]):
+            continue                                 # the value the run resolved to: no change
+        was = (_show(saved_over[key]) if key in saved_over else
+               f"{_show(resolved[key])} (the preset's)" if key in resolved else
+               "(preset default)")
+        raise ValueError(f"--resume: the agent setting {key}={_show(new)} conflicts with the "
+                         f"run's saved {key}={was}. A resumed run keeps its config: drop the "
+                         f"flag to continue it, or {new_run}")
     return changes
 
 
