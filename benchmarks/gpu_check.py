@@ -494,17 +494,10 @@ def main(argv=None) -> int:
             bench = read_json(offline_run / "benchmark.json", "--resume")
             for src in bench.get("sources") or []:      # a copied home needs its sources
                 source_run(offline_run.parent.parent / src)
-        except (SystemExit, ValueError) as e:
+        except (SystemExit, ValueError) as e:       # the check's own one-line refusals
             why = str(e).removeprefix(f"--resume {offline_run}: ").removeprefix("--resume: ")
-            if "no benchmark.json" in why:
-                why += f"; make one with {check} --prepare-only"
-            elif "--report-only" in why:
-                why = why.replace("--report-only writes its result",
-                                  f"{check} --resume RUN --report-only writes its result")
-            elif "resume it with" in why or "online" in why:
-                why += f" (the stage trains DreamerV3 offline check runs, made by {check} " \
-                       "--prepare-only)"
-            p.error(f"--dreamerv3-offline-run {offline_run}: {why}")
+            p.error(f"--dreamerv3-offline-run {offline_run}: {why} (the stage trains "
+                    f"DreamerV3 offline check runs, made by {check} --prepare-only)")
     plan = scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run),
                   args.total_s)
     names = [s.name for s in plan]

@@ -21,13 +21,22 @@ reacher tasks also as the finger-to-target distance, real and decoded.
     python benchmarks/learning/model_bias.py --run H/runs/<run> [--run H/runs/<run2>] \\
         --episodes 16 --horizon 15 --out benchmarks/results/dreamerv3_model_bias.json
 
+With ``--held-short M,...`` (reacher tasks) two controlled readings are added: scripted
+episodes aimed M short of the target read by the same model (does an arm held off the
+target fool it?), and the policy's own episodes filtered again with its actions, zero
+actions and the scripted controller's actions as the RSSM's action input (do the
+observations or the actions mislead it?).
+
 Writes the JSON and a plot beside it (``.png``: predicted and real H-step reward over
-the episode, per run). Refuses a multi-task run (its task inputs are not wired here) and
-a TD-MPC2 run. Nothing here runs in the test suite but the bias arithmetic.
+the episode per run; with a distance, the decoded distance against the real one; with
+``--held-short``, the reward head by action input). Refuses a multi-task run (its task
+inputs are not wired here) and a TD-MPC2 run. The test suite runs the arithmetic, the
+controller and the plot, not the rollouts (they need a trained run).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -305,34 +314,44 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     return out
 
 
-def read_rows(params, c, obs: np.ndarray, act: np.ndarray, first: np.ndarray,
-              reward: np.ndarray, task: str) -> dict:
-    """The reward head and the decoder on the posteriors of obs-aligned episodes (rows k:
-    obs_k f32[E, K, O], the action chosen there f32[E, K, A], is_first bool[E, K], the
-    reward of entering obs_k f32[E, K]), filtered from the zero state as the offline
-    windows start: `reward_head_fields` and ``decoder`` (`decoder_fields`) of rows 1..,
-    and the episodes' mean return."""
+def _filter_heads(params, c, obs, act, first):
+    """(reward head f32[E, K], decoder's raw-space reconstruction f32[E, K, O]) on the
+    posteriors of obs-aligned rows filtered from the zero state (this diagnostic's latent
+    noise). ``c`` (the resolved config) is static: `read_rows` compiles once per shape."""
     import jax
 
     from wmx.agents.dreamerv3 import outputs
     from wmx.agents.dreamerv3.heads import decode, encode, feat, reward_logits
     from wmx.agents.dreamerv3.rssm import draw_latent_noise, initial_carry, observe
     from wmx.nn.symlog import symexp
-    spec = outputs.twohot(c)
+    carry = initial_carry(c, (obs.shape[0],))
+    _, post = observe(params["rssm"], c, carry, encode(params["enc"], c, obs), act, first,
+                      draw_latent_noise(jax.random.PRNGKey(ROLLOUT_TAG), c, obs.shape[:2]))
+    return (outputs.twohot_mean(reward_logits(params["rew"], c, feat(post.deter, post.stoch)),
+                                outputs.twohot(c)),
+            symexp(decode(params["dec"], c, post.deter, post.stoch)))
+
+
+@functools.cache
+def _filter_heads_jit():
+    """`_filter_heads` jitted with its config static, made once (on first use: importing
+    this module needs no jax)."""
+    import jax
+    return jax.jit(_filter_heads, static_argnums=1)
+
+
+def read_rows(params, c, obs: np.ndarray, act: np.ndarray, first: np.ndarray,
+              reward: np.ndarray, task: str) -> dict:
+    """The reward head and the decoder on the posteriors of obs-aligned episodes (rows k:
+    obs_k f32[E, K, O], the action chosen there f32[E, K, A], is_first bool[E, K], the
+    reward of entering obs_k f32[E, K]), filtered from the zero state as the offline
+    windows start (`_filter_heads`): `reward_head_fields` and ``decoder``
+    (`decoder_fields`) of rows 1.., and the episodes' mean return."""
+    import jax
     first = np.array(first, bool)
     first[:, 0] = True
-
-    @jax.jit
-    def head(params, obs, act, first):
-        carry = initial_carry(c, (obs.shape[0],))
-        _, post = observe(params["rssm"], c, carry, encode(params["enc"], c, obs), act, first,
-                          draw_latent_noise(jax.random.PRNGKey(ROLLOUT_TAG), c, obs.shape[:2]))
-        return (outputs.twohot_mean(reward_logits(params["rew"], c,
-                                                  feat(post.deter, post.stoch)), spec),
-                symexp(decode(params["dec"], c, post.deter, post.stoch)))
-
-    pred, decoded = (np.asarray(x, np.float64) for x in jax.device_get(
-        head(params, np.asarray(obs, np.float32), np.asarray(act, np.float32), first)))
+    pred, decoded = (np.asarray(x, np.float64) for x in jax.device_get(_filter_heads_jit()(
+        params, c, np.asarray(obs, np.float32), np.asarray(act, np.float32), first)))
     paid = np.asarray(reward, np.float64)[:, 1:]
     return {**reward_head_fields(pred[:, 1:], paid),
             "decoder": decoder_fields(np.asarray(obs, np.float64)[:, 1:], decoded[:, 1:],

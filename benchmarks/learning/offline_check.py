@@ -306,9 +306,11 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
     checkpoints/ (a run directory brought back without them: training would start again
     from update 0 and drop its metrics)."""
     cfg_file = run_dir / "config.json"
+    script = f"benchmarks/learning/{agent}_offline.py"
     if not (run_dir / "benchmark.json").is_file():
-        raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json)"
-                         if run_dir.is_dir() else f"--resume {run_dir}: no such run directory")
+        raise SystemExit(f"--resume {run_dir}: not an offline check run (no benchmark.json; "
+                         f"make one with {script} --prepare-only)" if run_dir.is_dir() else
+                         f"--resume {run_dir}: no such run directory")
     if not cfg_file.is_file():
         raise SystemExit(f"--resume {run_dir}: no config.json; the run directory is damaged")
     cfg = read_json(cfg_file, "--resume")
@@ -333,7 +335,7 @@ def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
     if not checkpoints(run_dir) and eval_rows(metrics_rows(run_dir)):   # complete ones only
         raise SystemExit(f"--resume {run_dir}: evaluations recorded but no checkpoints/ "
                          "(brought back without them?); training would restart from "
-                         "update 0: --report-only writes its result")
+                         f"update 0: {script} --resume RUN --report-only writes its result")
     return cfg
 
 

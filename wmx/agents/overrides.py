@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import math
 import typing
-from typing import Any
+from typing import Any, Iterable
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a finite number",
           str: "a string"}
@@ -67,6 +67,16 @@ def refuse_task_fields(overrides: dict[str, Any], fields: tuple[str, ...]) -> No
                          "task or TaskSet; drop the override")
 
 
+def close_names(key: str, names: Iterable[str]) -> list[str]:
+    """Up to three of ``names`` close to ``key`` (difflib, cutoff 0.6), closest first."""
+    return difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
+
+
+def did_you_mean(names: list[str]) -> str:
+    """``did you mean 'a' or 'b'?`` for close names (`close_names`), '' for none."""
+    return f"did you mean {' or '.join(map(repr, names))}?" if names else ""
+
+
 def check_field_names(cls: type, overrides: dict[str, Any], agent: str) -> None:
     """Raise ValueError, one line, for override keys that are not fields of the config
     dataclass ``cls``: each with its close field names ("did you mean"), or, when none is
@@ -75,9 +85,8 @@ def check_field_names(cls: type, overrides: dict[str, Any], agent: str) -> None:
     bad = sorted(set(overrides) - set(names))
     if not bad:
         return
-    hints = {b: difflib.get_close_matches(b, names, n=3, cutoff=0.6) for b in bad}
-    said = "; ".join(f"{b!r}: did you mean {' or '.join(map(repr, h))}?"
-                     for b, h in hints.items() if h)
+    hints = {b: close_names(b, names) for b in bad}
+    said = "; ".join(f"{b!r}: {did_you_mean(h)}" for b, h in hints.items() if h)
     msg = f"unknown {agent} config field(s) {bad}" + (f" ({said})" if said else "")
     if not all(hints.values()):
         msg += f"; the fields: {', '.join(sorted(names))}"

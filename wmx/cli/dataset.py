@@ -125,7 +125,6 @@ def cmd_sources(args) -> int:
     return 0
 
 
-
 def cmd_info(args) -> int:
     from wmx.datasets.readers import open_dataset
     ds = open_dataset(args.ref, home=args.home)

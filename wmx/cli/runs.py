@@ -23,7 +23,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-
 def cmd_ls(args) -> int:
     from wmx.paths import wmx_home
     from wmx.runs.listing import eval_text, list_runs, progress_text, target_text

@@ -128,7 +128,8 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
 
     sources None: every set of each task of the TaskSet. Otherwise each entry
     names one set: its set id, `<task>/<set-id>` (the id or a prefix of 8+ hex digits, as
-    `wmx dataset sources` lists it), a content-hash prefix of 8+ hex digits, its path, or a task name that has exactly one set. Raises BuildInputError naming: an unknown or
+    `wmx dataset sources` lists it), a content-hash prefix of 8+ hex digits, its path, or
+    a task name that has exactly one set. Raises BuildInputError naming: an unknown or
     ambiguous source, a source whose task is not in the TaskSet, a task with no
     episode set, a set whose dims / T / action repeat differ from the TaskSet's,
     the same set named twice."""

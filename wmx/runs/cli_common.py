@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import logging
 import os
@@ -297,10 +296,11 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
             if _same(new, saved_over[key]):
                 continue
         elif resolved and key not in resolved:
-            close = difflib.get_close_matches(key, list(resolved), n=3, cutoff=0.6)
+            from wmx.agents.overrides import close_names, did_you_mean
+            hint = did_you_mean(close_names(key, resolved))
             raise ValueError(f"--resume: the run's agent config has no field {key!r}"
-                             + (f"; did you mean {' or '.join(map(repr, close))}?" if close
-                                else "") + "; drop the flag to continue the run")
+                             + (f"; {hint}" if hint else "") + "; drop the flag to continue "
+                             "the run")
         elif key in resolved and _same(new, resolved[key]):
             continue                                 # the value the run resolved to: no change
         was = (_show(saved_over[key]) if key in saved_over else

@@ -248,7 +248,8 @@ def resume_text(r: RunInfo) -> str | None:
     ``--resume`` also writes its result; run from the repository root) with the run
     appended, and for an offline check's run ``--report-only`` after it when the run has
     evaluations but no checkpoint (brought back without them: the offline checks refuse
-    to train it again from update 0 and write its result instead). The run's path is shell-quoted."""
+    to train it again from update 0 and write its result instead). The run's path is
+    shell-quoted."""
     if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
         return None
     path = shlex.quote(str(r.path))
