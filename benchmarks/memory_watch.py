@@ -16,7 +16,7 @@ checkpoints do not count) to the peak after it, in MiB and relative; ``flat``
 when it is under ``--tolerance`` (default 10 %).
 
     python benchmarks/memory_watch.py --pid 1234 --run-dir RUN_DIR \\
-        --out benchmarks/results/dreamerv3_memory_reacher-easy.json
+        --out benchmarks/results/dreamerv3_memory_cartpole-balance.json
 """
 from __future__ import annotations
 
