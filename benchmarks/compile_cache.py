@@ -4,7 +4,7 @@ The second invocation finds its programs in JAX's persistent compilation cache
 (``<home>/cache/jax``, on by default) and should skip compiling. Both run in
 one fresh data root, one after the other, as separate processes:
 
-    python benchmarks/compile_cache.py --task cartpole-balance --out benchmarks/results/compile_cache.json
+    python benchmarks/compile_cache.py --out benchmarks/results/compile_cache_probe.json
 
 Per invocation (run in a child process that calls ``train_online``'s
 ``main``) it records: the time from the child's start (after Python and JAX
@@ -75,12 +75,14 @@ def _invoke(home: Path, name: str, args: argparse.Namespace, extra: list[str]) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--task", default="probe-action")
-    ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--episode-length", type=int, default=20)
-    ap.add_argument("--env-steps", type=int, default=80)
-    ap.add_argument("--seed-steps", type=int, default=20)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--task", default="probe-action", help="train_online's task (default "
+                    "probe-action: no MJX compile, so the agent's programs dominate)")
+    ap.add_argument("--preset", default="tiny", help="TD-MPC2 preset (default tiny)")
+    ap.add_argument("--episode-length", type=int, default=20, help="T in agent steps")
+    ap.add_argument("--env-steps", type=int, default=80, help="env steps of each run")
+    ap.add_argument("--seed-steps", type=int, default=20,
+                    help="random-action agent steps before the first update")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (it is always printed)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="wmx-cc-") as tmp:
         home = Path(tmp)

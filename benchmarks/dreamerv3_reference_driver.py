@@ -7,7 +7,7 @@ config)`` for the benchmark's sizes and times, on request (`_worker.serve`):
 
 - ``train``: one training step, ``jax.jit(nj.pure(agent.train))(state, batch,
   carry, seed)``, the call shape of the wmx parity fixtures'
-  recording (/work/shared/fixtures/dreamerv3/README.md: the function the
+  recording (../shared/fixtures/dreamerv3/README.md: the function the
   JAXAgent wrapper jits, without sharding, donation or the wrapper's one-call
   delay of outputs); the new state is fed to the next call, as in training;
 - ``policy``: one policy step for ``n_envs`` envs, the wrapper's own jitted
@@ -26,16 +26,16 @@ are jitted here), as in the fixtures' recording.
 
 Getting the checkout (the commit the wmx fixtures were recorded from):
 
-    git clone https://github.com/danijar/dreamerv3 /tmp/dreamerv3-ref
-    git -C /tmp/dreamerv3-ref checkout 29eb964
-    # or, from a bare mirror: git --git-dir=MIRROR archive 29eb964 | tar -x -C /tmp/dreamerv3-ref
-    python3.11 -m venv /work/refenv/dreamerv3
-    /work/refenv/dreamerv3/bin/pip install jax==0.4.28 jaxlib==0.4.28 numpy==1.26.4 \\
+    git clone https://github.com/danijar/dreamerv3 ~/ref/dreamerv3
+    git -C ~/ref/dreamerv3 checkout 29eb964
+    # or, from a bare mirror: git --git-dir=MIRROR archive 29eb964 | tar -x -C ~/ref/dreamerv3
+    python3.11 -m venv ~/refenv/dreamerv3
+    ~/refenv/dreamerv3/bin/pip install jax==0.4.28 jaxlib==0.4.28 numpy==1.26.4 \\
         scipy==1.13.1 ml_dtypes==0.4.0 optax==0.2.2 chex==0.1.86 einops==0.8.0 \\
         tensorflow-probability==0.24.0 cloudpickle msgpack psutil ruamel.yaml pyzmq
 
-    /work/refenv/dreamerv3/bin/python benchmarks/dreamerv3_reference_driver.py \\
-        --reference-dir /tmp/dreamerv3-ref      # then JSON lines on stdin (see _worker.py)
+    ~/refenv/dreamerv3/bin/python benchmarks/dreamerv3_reference_driver.py \\
+        --reference-dir ~/ref/dreamerv3      # then JSON lines on stdin (see _worker.py)
 
 Source: danijar/dreamerv3 29eb964 (dreamerv3/agent.py Agent.train / policy,
 jaxagent.py JAXAgent); fixtures/dreamerv3/README.md "How the reference was run".

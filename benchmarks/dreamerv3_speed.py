@@ -53,8 +53,8 @@ Official code: pass a checkout of danijar/dreamerv3 at 29eb964 with
 ``--reference-python`` (how to prepare both: `dreamerv3_reference_driver.py`
 and docs/performance.md). Without ``--reference-dir`` only wmx is timed.
 
-    python benchmarks/dreamerv3_speed.py --reference-dir /tmp/dreamerv3-ref \\
-        [--reference-python /work/refenv/dreamerv3/bin/python] [--rounds 5] [--quick]
+    python benchmarks/dreamerv3_speed.py --reference-dir ~/ref/dreamerv3 \\
+        [--reference-python ~/refenv/dreamerv3/bin/python] [--rounds 5] [--quick]
 
 Source: issue 13 (DreamerV3 speed benchmark); docs/performance.md.
 """
@@ -80,7 +80,7 @@ ANCHOR_MS = {"1m": 780.0, "12m": 5300.0}
 """Official DreamerV3 (JAX) float32 training step on an idle 2-core CPU of this
 kind, per issue 13 (ms); the in-run measurement supersedes it."""
 TARGET_RATIO = 2.0
-DEFAULT_REFERENCE_PYTHON = "/work/refenv/dreamerv3/bin/python"
+DEFAULT_REFERENCE_PYTHON = os.path.expanduser("~/refenv/dreamerv3/bin/python")
 QUICK_CACHE = str(Path(os.environ.get("TMPDIR", "/tmp")) / "wmx_dreamerv3_speed_cache")
 """--quick's default compile cache (compilation is never timed; the official
 training step alone compiles for ~6-7 CPU minutes per size with jax 0.4.28)."""

@@ -15,8 +15,8 @@ content hash. Two commits that "change no result" give equal fingerprints
 on the same machine (XLA's float results may differ between CPU models, so
 compare fingerprints made on one machine, in one session).
 
-    python benchmarks/equivalence_tiny_runs.py --out /tmp/fp_new.json
-    python benchmarks/equivalence_tiny_runs.py --compare /tmp/fp_old.json /tmp/fp_new.json
+    python benchmarks/equivalence_tiny_runs.py --out fp_new.json
+    python benchmarks/equivalence_tiny_runs.py --compare fp_old.json fp_new.json
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Writes ``--out`` (JSON, replaced atomically after every sample) with the per-par
 samples and the growth per part of each (least-squares slope from the first part with
 training updates on), and a plot beside it.
 
-    python benchmarks/memory_in_use.py --parts 40 --out benchmarks/results/dreamerv3_memory_in_use.json \\
+    python benchmarks/memory_in_use.py --parts 40 --out benchmarks/results/dreamerv3_memory_in_use_cpu.json \\
         -- --agent dreamerv3 --task reacher-easy --preset cpu --env-steps 16000 --chunk-ticks 4 \\
            --seeds 0 --eval-every 100000 --no-export --no-progress
 """

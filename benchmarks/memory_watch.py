@@ -16,7 +16,7 @@ checkpoints do not count) to the peak after it, in MiB and relative; ``flat``
 when it is under ``--tolerance`` (default 10 %).
 
     python benchmarks/memory_watch.py --pid 1234 --run-dir RUN_DIR \\
-        --out benchmarks/results/dreamerv3_memory_reacher-easy.json
+        --out benchmarks/results/dreamerv3_memory_cartpole-balance.json
 """
 from __future__ import annotations
 
@@ -162,7 +162,10 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0, samples = time.monotonic(), []
     deadline = None if args.minutes is None else t0 + 60 * args.minutes
-    res = {"pid": args.pid, "run_dir": None if args.run_dir is None else str(args.run_dir),
+    # the run as its data root names it (runs/<name>), not a path of this machine
+    run_name = (None if args.run_dir is None else
+                f"{args.run_dir.resolve().parent.name}/{args.run_dir.resolve().name}")
+    res = {"pid": args.pid, "run_dir": run_name,
            "every_s": args.every, "tolerance": args.tolerance, "samples": samples}
     while alive(args.pid) and (deadline is None or time.monotonic() < deadline):
         samples.append({"t_s": round(time.monotonic() - t0, 1),

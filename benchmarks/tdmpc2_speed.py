@@ -41,12 +41,12 @@ the top level of each line; `_worker.Worker` nests them).
 Getting and preparing the official checkout (commit e9f5932, the spec's HEAD)
 and its environment (never wmx's):
 
-    git clone https://github.com/nicklashansen/tdmpc2 /tmp/tdmpc2-ref
-    git -C /tmp/tdmpc2-ref checkout e9f5932
+    git clone https://github.com/nicklashansen/tdmpc2 ~/ref/tdmpc2
+    git -C ~/ref/tdmpc2 checkout e9f5932
     # or from a bare mirror:
-    #   mkdir -p /tmp/tdmpc2-ref && git --git-dir=MIRROR archive e9f5932 | tar -x -C /tmp/tdmpc2-ref
-    python3.11 -m venv /work/refenv/tdmpc2
-    /work/refenv/tdmpc2/bin/pip install torch==2.13.0 tensordict==0.8.3 omegaconf hydra-core
+    #   mkdir -p ~/ref/tdmpc2 && git --git-dir=MIRROR archive e9f5932 | tar -x -C ~/ref/tdmpc2
+    python3.11 -m venv ~/refenv/tdmpc2
+    ~/refenv/tdmpc2/bin/pip install torch==2.13.0 tensordict==0.8.3 omegaconf hydra-core
 
 The checkout is not edited: the driver copies its ``tdmpc2/`` folder to a
 temporary directory and applies the CPU patch there (``'cuda:0'`` ->
@@ -58,8 +58,8 @@ math). torch.compile is off (``--reference-compile``): the config's
 ``compile: true`` fails on the CPU with torch 2.13 (inductor:
 BackendCompilerFailed in the update), and eager is what runs.
 
-    python benchmarks/tdmpc2_speed.py --reference-dir /tmp/tdmpc2-ref \\
-        [--reference-python /work/refenv/tdmpc2/bin/python] [--rounds 5] [--calls 5]
+    python benchmarks/tdmpc2_speed.py --reference-dir ~/ref/tdmpc2 \\
+        [--reference-python ~/refenv/tdmpc2/bin/python] [--rounds 5] [--calls 5]
     python benchmarks/tdmpc2_speed.py --quick ...   # 3 rounds of 3 calls, no repeats, online 1 seed
 
 Writes benchmarks/results/tdmpc2_speed.json (``--out``; a run without the
@@ -92,7 +92,7 @@ from _machine import (LoadProbe, allocator_info, cpu_info, median_ms,  # noqa: E
 
 # official time / wmx time asked for (issue 16), per quantity and model size
 TARGET_RATIO = {"update": {1: 1.5, 5: 2.0}, "plan": {1: 2.0, 5: 2.0}}
-DEFAULT_REF_PYTHON = "/work/refenv/tdmpc2/bin/python"
+DEFAULT_REF_PYTHON = os.path.expanduser("~/refenv/tdmpc2/bin/python")
 
 
 # ---- in-run matmul ceiling ------------------------------------------------------------

@@ -1,16 +1,15 @@
 """Which matmul path XLA's CPU backend compiles the training and evaluation programs with.
 
-jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK
-fusions by default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""``
-keeps them as XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot backend"
-and TD-MPC2's "XLA's dots and one mask loop per Q pass"): the DreamerV3 training step is
-4-20% faster with XLA's dots on an AVX-512 CPU and ~10% faster on an AVX2 one; TD-MPC2's
-size-1 planning decision (which the online chunk runs) is ~25% faster on AVX2 and its
-update as fast or ~3% faster (equal on AVX-512; planning not measured there). The
-trainers' chunks and the evaluation rollout take the choice (the policy computed as in
-training); the 16-env DreamerV3 policy step looked faster with YNNPACK at 1m on AVX-512
-(one run) and is 27% faster with XLA's dots at 12m on AVX2. Results change only by float
-summation order.
+jax 0.10's XLA hands dots (with neighbouring element-wise work) to YNNPACK fusions by
+default; the compile option ``xla_cpu_experimental_ynn_fusion_type=""`` keeps them as
+XLA's own (Eigen) dots. Measured (docs/performance.md, "Dot backend"): the DreamerV3
+training step is 4-20% faster with XLA's dots on an AVX-512 CPU and ~10% faster on an
+AVX2 one; TD-MPC2's size-1 planning decision (which the online chunk runs) is ~25%
+faster on AVX2 and its update as fast or ~3% faster (equal on AVX-512; planning not
+measured there). The trainers' chunks and the evaluation rollout take the choice (the
+policy computed as in training); the 16-env DreamerV3 policy step looked faster with
+YNNPACK at 1m on AVX-512 (one run) and is 27% faster with XLA's dots at 12m on AVX2.
+Results change only by float summation order.
 
 The environment variable ``WMX_CPU_DOTS`` overrides the choice: ``auto``
 (default: the agent's preference), ``ynnpack`` or ``xla``.

@@ -3,7 +3,8 @@
 A check's run is a trainer's run directory (train_online's or train_offline's) that the
 check also describes in its ``benchmark.json``; this module keeps the parts both kinds
 share: the resume command the run records for `wmx runs info`, reading a run's JSON files
-with a one-line error for a damaged one, and training under the run's lock.
+with a one-line error for a damaged one, training under the run's lock, and the paths a
+result file records (relative to the data root, so a result names no machine's folders).
 """
 from __future__ import annotations
 
@@ -24,6 +25,29 @@ def parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namesp
     args = p.parse_args(argv)
     args.given = given_flags(p, argv)
     return args
+
+
+def portable(obj: Any, run_dir: Path | str) -> Any:
+    """``obj`` (a result: nested dicts, lists, strings, numbers) with every path under the
+    run's data root (``run_dir``'s grandparent, ``<home>/runs/<name>``) written relative to
+    it (``runs/<name>``, ``datasets/...``) and every path under the working directory
+    relative to that (a results folder in the repository); ``.`` for either root itself.
+    Strings are rewritten where a root occurs in them, so a recorded command line is too."""
+    roots = [str(Path(run_dir).expanduser().resolve().parent.parent), str(Path.cwd())]
+
+    def rewrite(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: rewrite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [rewrite(x) for x in v]
+        if isinstance(v, str):
+            for root in roots:
+                if v == root:
+                    return "."
+                if root != "/":
+                    v = v.replace(root + "/", "")
+        return v
+    return rewrite(obj)
 
 
 def resume_command(agent: str, kind: str) -> str:

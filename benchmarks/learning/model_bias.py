@@ -639,8 +639,12 @@ def main(argv=None) -> int:
                   f"{a['decoded']['median']:.3f} (medians); reward head {h['pred_mean']:.3f} "
                   f"for the env's {h['real_mean']:.3f} per step, "
                   f"{_fmt(h['pred_mean_where_env_paid_0'])} where it paid 0", flush=True)
-    out.write_text(json.dumps({"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                               "command": " ".join(sys.argv)}, indent=1))
+    from check_run import portable
+    doc = {"runs": results, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "command": " ".join(sys.argv)}
+    for run_dir in runs.values():                 # paths relative to each run's data root
+        doc = portable(doc, run_dir)
+    out.write_text(json.dumps(doc, indent=1))
     plot(results, out.with_suffix(".png"))
     print(f"results in {out}")
     return 0

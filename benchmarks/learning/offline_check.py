@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from check_run import read_json, resume_command, training
+from check_run import portable, read_json, resume_command, training
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -889,7 +889,8 @@ def write_results(res: dict, out: Path, name: str, *, label: str, no_verdict: st
         res: the entry point's ``judge`` result updated with `run_fields` (its
             ``"passed"``, ``"updates_reached"``, ``"updates_planned"`` and per-task
             entries under ``"tasks"`` are read).
-        out: the results folder (exists).
+        out: the results folder (exists). Paths in the file are relative to the run's
+            data root or the working directory (`check_run.portable`).
         name: the result file stem.
         label, no_verdict, title: `plot`'s curve label, verdict text for a pass of None,
             and figure title.
@@ -900,7 +901,8 @@ def write_results(res: dict, out: Path, name: str, *, label: str, no_verdict: st
         ``out/<name>.json``; ``out/<name>.png`` is written beside it.
     """
     path = out / f"{name}.json"
-    path.write_text(json.dumps(res, indent=1))
+    path.write_text(json.dumps(portable(res, res["run_dir"]) if "run_dir" in res else res,
+                               indent=1))
     plot(res, out / f"{name}.png", label, no_verdict, title)
     print(json.dumps({k: {c: v[f] for c, f in columns.items()}
                       for k, v in res["tasks"].items()}, indent=1))

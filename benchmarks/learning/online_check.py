@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from check_run import parse, read_json, record_resume_command, training
+from check_run import parse, portable, read_json, record_resume_command, training
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
@@ -217,7 +217,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
            "run_dir": str(run_dir)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{agent}_online_{task}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{agent}_online_{task}.json").write_text(
+        json.dumps(portable(res, run_dir), indent=1))   # paths relative to the data root
     plot(task, curve, out / f"{agent}_online_{task}.png", args.threshold, agent,
          train=train)
     print(json.dumps({k: res[k] for k in ("agent", "task", "env_steps_reached",

@@ -58,6 +58,7 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert res["run_wall_s"] == 320.0                   # the last logged wall_s
     saved = json.loads((out / "dreamerv3_online_reacher-easy.json").read_text())
     assert saved["passed"] is True and (out / "dreamerv3_online_reacher-easy.png").stat().st_size
+    assert saved["run_dir"] == f"runs/{run_dir.name}"  # relative to the data root, not a path
 
     # the same rows judged on the eval returns: best 260 < 300
     res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv[:-2] + ["--resume",
@@ -172,3 +173,18 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
         online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
     r = gpu_check_plan()
     assert r.returncode == 2 and "config.json is unreadable" in r.stderr, r.stderr
+
+
+def test_portable_writes_paths_relative_to_the_data_root(tmp_path, monkeypatch):
+    from check_run import portable
+    monkeypatch.chdir(tmp_path.parent)
+    home = tmp_path / "home"
+    run = home / "runs" / "r1"
+    res = {"run_dir": str(run), "sources": [str(home / "runs" / "s0")],
+           "dataset_path": str(home / "datasets" / "mt19" / "abc"), "home": str(home),
+           "command": f"model_bias.py --run 1m={run} --out {tmp_path.parent}/x/r.json",
+           "n": 3, "elsewhere": "/opt/elsewhere"}
+    assert portable(res, run) == {
+        "run_dir": "runs/r1", "sources": ["runs/s0"], "dataset_path": "datasets/mt19/abc",
+        "home": ".", "command": "model_bias.py --run 1m=runs/r1 --out x/r.json", "n": 3,
+        "elsewhere": "/opt/elsewhere"}

@@ -4,8 +4,8 @@ chunks (``malloc_trim``), and huge pages for what malloc maps (a restart at star
 XLA's CPU runtime allocates and frees its buffers from many threads; glibc gives
 each thread an arena and keeps what is freed there for reuse instead of
 returning it, so a long run's resident memory climbs by tens of MiB per chunk
-while the memory in use stays flat (docs/validation.md, "DreamerV3 online",
-host memory: 3.0 GB held by the allocator, 1.3 GB in use, after 1,100 ticks).
+while the memory in use stays flat (docs/performance.md, "Host memory of a long
+run": 3.0 GB held by the allocator, 1.3 GB in use, after 1,100 ticks).
 ``malloc_trim(0)`` hands the free pages of every arena back (``madvise``), so
 resident memory follows the memory in use. Both trainers' loops call
 `release_free_heap` before every chunk (so after the previous one); it changes no

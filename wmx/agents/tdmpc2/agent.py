@@ -154,8 +154,7 @@ def compiler_options(cfg: TDMPC2Config) -> dict[str, str]:
     """XLA's own dots instead of YNNPACK fusions on the CPU unless ``WMX_CPU_DOTS`` says
     otherwise, and native row reductions (`wmx.xla_cpu`): the online chunk runs planning
     decisions, and the size-1 decision is ~25% faster with XLA's dots on AVX2, the update
-    as fast or ~3% faster (docs/performance.md, "XLA's dots and one mask loop per Q
-    pass"); without the tree-reduction rewrite, and with the parameter gradients' column
+    as fast or ~3% faster (docs/performance.md, "Dot backend"); without the tree-reduction rewrite, and with the parameter gradients' column
     sums as dots (`wmx.nn.affine`), the decision is another 6-11% faster and the update
     as fast or 9% faster ("Native row sums")."""
     del cfg
