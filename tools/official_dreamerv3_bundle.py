@@ -23,9 +23,13 @@ runs where PyPI is reachable and writes, into an ignored folder (default
 
 Why 29eb964 with an adapter and a newer tfp. Every commit of the official
 repository, 29eb964 to the newest, calls ``jax.jit(fun, in_shardings,
-out_shardings)`` positionally, which JAX 0.10.2 refuses (it takes them by keyword
-only), and every later commit also pins JAX 0.4.33 and numpy < 2 and rewrote the
-agent; so no commit runs unchanged on 0.10.2 and the nearest is 29eb964 itself.
+out_shardings, ...)`` positionally, which JAX 0.10.2 refuses (it takes them by
+keyword only): run on the CPU with JAX 0.10.2, 29eb964 and the newest commit
+(e3f0224, 2026-05) both stop building their agent with ``TypeError: jit() takes
+from 0 to 1 positional arguments``; the commits between share one of those two
+call sites (251910d differs from 29eb964 in selectors.py only; f8817c4 onwards
+is the rewrite that pins JAX 0.4.33 and numpy < 2). So no commit runs unchanged
+on 0.10.2, and the nearest is 29eb964 itself.
 ``benchmarks/_official_compat.py`` passes those shardings by keyword at run time
 (the source stays as published). tensorflow-probability 0.25.0, its newest
 release, fails at import on JAX 0.10.2 (``jax.interpreters.xla.pytype_aval_mappings``
