@@ -16,7 +16,9 @@ config)`` for the benchmark's sizes and times, on request (`_worker.serve`):
 Config: the commit's ``defaults`` plus the size preset (``12m``: the
 commit's ``size12m``; ``1m``: the widths of the reference's later
 ``size1m``, deter 512 / hidden 64 / classes 4 / units 64, which 29eb964 does
-not have), ``jax.platform=cpu``, ``jax.compute_dtype=float32``,
+not have; ``debug``: the commit's tiny debug block, for smoke tests),
+``jax.platform=cpu`` and ``jax.compute_dtype=float32`` (``setup``'s defaults;
+`official_dreamerv3.py --time-train` passes the chip and bfloat16),
 ``jax.prealloc=False``, ``jax.transfer_guard=False``, ``batch_size`` 16,
 ``batch_length`` 65 (= 64 trained steps + ``replay_context`` 1, as the
 reference counts it). Observations: one vector key of the task's obs dim;
@@ -105,8 +107,13 @@ class Reference:
         self.jaxagent.JAXAgent._lower_report = lower_report
 
     def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
-              batch_length: int, n_envs: int, seed: int = 0) -> dict:
+              batch_length: int, n_envs: int, seed: int = 0, platform: str = "cpu",
+              compute_dtype: str = "float32") -> dict:
         """Build the agent and compile both programs (the first calls).
+
+        ``platform`` and ``compute_dtype`` are the official ``jax.platform`` and
+        ``jax.compute_dtype`` (the speed benchmark's: cpu, float32;
+        `official_dreamerv3.py --time-train` passes the chip's and bfloat16).
 
         Returns {"compile_s": {train, policy}, "gflop": {train, policy} (matmul
         FLOPs, `_machine.program_flops`), "memory": {train, policy}
@@ -122,12 +129,14 @@ class Reference:
             config = config.update(Agent.configs["size12m"])
         elif size == "1m":
             config = config.update(SIZE_1M)
+        elif size == "debug":   # the commit's tiny debug block (smoke tests of the timing)
+            config = config.update(Agent.configs["debug"])
         else:
-            raise ValueError(f"size {size!r}: the driver knows 1m and 12m")
+            raise ValueError(f"size {size!r}: the driver knows 1m, 12m and debug")
         self.logdir = tempfile.mkdtemp(prefix="dv3ref_")
         config = config.update({
             "seed": seed, "logdir": self.logdir,
-            "jax.platform": "cpu", "jax.compute_dtype": "float32", "jax.prealloc": False,
+            "jax.platform": platform, "jax.compute_dtype": compute_dtype, "jax.prealloc": False,
             "jax.transfer_guard": False,
             "batch_size": batch_size, "batch_length": batch_length + 1,
             "batch_length_eval": batch_length + 1, "replay_context": 1,

@@ -1,0 +1,915 @@
+"""Run the official DreamerV3 (danijar/dreamerv3) online on a DMC task, beside wmx.
+
+The official code is not part of wmx: it comes from the bundle that
+``tools/official_dreamerv3_bundle.py`` prepares (``.official-dv3/``, ignored by
+git: the source at 29eb964 in ``src/``, the wheels of its dependencies and a
+``setup.sh`` that installs them into the lent TPU machine's temporary folder).
+The source is run as published; on JAX 0.10.2 it needs one adapter
+(`_official_compat`: ``jax.jit`` took shardings positionally in JAX 0.4.28)
+and tensorflow-probability's nightly build (its 0.25.0 release no longer
+imports on this JAX); the bundle tool's docstring says why no later commit
+serves better.
+
+Training (the default mode) runs the official agent's own online loop,
+``embodied.run.train`` of the ``train`` script, with the official
+``make_agent``, ``make_replay`` and ``make_env`` of ``dreamerv3/main.py``, at
+the paper protocol for DMC proprio: the ``dmc_proprio`` config (the
+``size12m`` model, train ratio 512, action repeat 2, 16 envs, bfloat16
+compute), the ``--size`` preset on top, then the flags given. Around that
+loop the driver only adds what short, killable calls need:
+
+- the loop stops when ``--budget-s`` has passed since the driver started,
+  when the env-step target is reached, or on SIGTERM/SIGINT (``timeout -k``'s
+  first signal; the env processes ignore it), and then saves a checkpoint
+  (also every ``--save-every`` seconds, synchronously, so the resume point's
+  counters are exact); the next call with the same ``--logdir`` continues
+  from it (the official ``Checkpoint.load_or_save``: agent, replay, step);
+- the logger is the official one without its TensorBoard output (that needs
+  tensorflow) and with one more output, ``wmx_progress.jsonl`` (env steps,
+  training steps and this run's wall time at every log write and save);
+- without ``--render`` the ``log_image`` observation (never seen by the agent
+  nor stored in its replay: only its video logs use it) is black: the TPU
+  machine has no OpenGL, and rendering it costs time on the CPU;
+- ``run.usage.nvsmi`` is off (no GPU) and ``replay.save_wait`` on (a saved
+  checkpoint's replay chunks are on disk when the save returns);
+- XLA's persistent compilation cache in ``<logdir>/jax_cache`` (a second call
+  on a warm machine loads the programs instead of compiling them);
+- ``--out DIR`` gets metrics.csv, the summary and ``official_logs.tar.gz`` (the
+  official jsonl logs, config.yaml and the driver's records): three files, as
+  the device brings back eight at most.
+
+Units. The official step counter counts policy steps of all envs (its reset
+steps included, one per episode and env); its logs multiply it by the action
+repeat. ``--env-steps`` and every ``env_steps`` written here are that logged
+number (simulator steps, as wmx counts env steps; the official count is
+1/500 higher on 1000-step DMC episodes because of the reset steps).
+
+After the loop (and with ``--convert-only LOGDIR`` alone) the official
+``scores.jsonl`` becomes ``<logdir>/metrics.csv`` in the columns of wmx's
+online runs (`wmx.train_online.loop.BASE_COLUMNS`): one ``train`` row per
+group of training episodes that ended together (the envs' episodes end at
+the same policy step on DMC), ``return`` their mean, ``env_steps`` the
+counter at the last of them, ``updates`` and ``wall_s`` interpolated from
+``wmx_progress.jsonl``; score lines that a killed call wrote past the
+checkpoint its successor resumed from are dropped. ``official_summary.json``
+holds the commit, the config, the env steps reached, the rates of this call
+and of the whole run, and the wall time.
+
+``--time-train N`` instead times the official training step alone (and the
+policy step), in this process, with `dreamerv3_reference_driver.Reference`
+(``jax.jit(nj.pure(agent.train))`` on a synthetic batch of 16 × 65 rows, the
+wmx speed benchmark's program) at the chosen size and compute dtype, the
+task's observation and action sizes; one JSON object on stdout and in
+``--out``.
+
+On the TPU machine (one process may open the chip: run the modes one after
+another, never together; LOGDIR in the machine's temporary folder, which lasts
+while the machine stays warm, so the next call continues the run only then):
+
+    source .official-dv3/setup.sh; timeout -k 20 540 python benchmarks/official_dreamerv3.py \\
+        --task reacher-easy --seed 0 --logdir LOGDIR --budget-s 500 --out $OUT
+    python benchmarks/official_dreamerv3.py --time-train 20 --out $OUT
+
+Source: danijar/dreamerv3 29eb964 (dreamerv3/main.py, embodied/run/train.py,
+embodied/core/checkpoint.py, embodied/core/logger.py, configs.yaml).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_BUNDLE = ROOT / ".official-dv3"
+OFFICIAL_COMMIT = "29eb964e2918a3f4db04086f7f51b60388e97f3d"
+
+BASE_COLUMNS = ("seed", "kind", "agent_steps", "env_steps", "episodes", "return",
+                "return_std", "updates", "wall_s")
+"""wmx's online metrics.csv columns (`wmx.train_online.loop.BASE_COLUMNS`; a test keeps
+them equal: this script runs where wmx's own dependencies are not installed)."""
+
+RUN_RECORD = "wmx_run.json"
+PROGRESS = "wmx_progress.jsonl"
+CALLS = "wmx_calls.jsonl"
+LOGS_TAR = "official_logs.tar.gz"
+LOG_FILES = ("scores.jsonl", "metrics.jsonl", PROGRESS, CALLS, RUN_RECORD, "config.yaml")
+SUMMARY = "official_summary.json"
+METRICS_CSV = "metrics.csv"
+SIZES = ("12m", "1m", "25m", "50m", "100m", "200m", "400m", "debug")
+RUN_FIELDS = ("task", "seed", "size", "compute_dtype", "envs", "train_ratio", "sets")
+"""Settings of a run that a resumed call must not change (``--env-steps``, ``--budget-s``,
+``--platform`` and the save/log periods may change)."""
+
+
+def fail(message: str) -> None:
+    """Print ``message`` (one line naming the problem and the fix) and exit with status 2."""
+    print(f"official_dreamerv3.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def official_task(task: str) -> str:
+    """The official task name of a wmx DMC task name.
+
+    Args:
+      task: ``reacher-easy`` (wmx), ``reacher_easy`` or ``dmc_reacher_easy`` (official).
+    Returns:
+      ``dmc_<domain>_<task>``; ball-in-cup becomes the official ``cup`` domain.
+    """
+    if task.startswith("dmc_"):
+        return task
+    name = task.replace("-", "_")
+    if name.startswith("ball_in_cup_"):
+        name = "cup_" + name[len("ball_in_cup_"):]
+    return "dmc_" + name
+
+
+# ==== log conversion (no official code needed) ========================================
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(byte offset, object) of every complete JSON line of ``path`` ([] when missing);
+    a last line without its newline (a killed writer) and unreadable lines are skipped."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    out, at = [], 0
+    for line in data.split(b"\n")[:-1]:
+        try:
+            out.append((at, json.loads(line)))
+        except ValueError:
+            pass
+        at += len(line) + 1
+    return out
+
+
+def _trim_to_resumes(lines: list[tuple[int, dict]], resumes: list[tuple[int, int]]
+                     ) -> list[dict]:
+    """The objects of ``lines`` that the run kept: a line written before a resume (byte
+    offset below the resume's) at a step past the checkpoint it resumed from belongs to
+    training the run lost (the call was killed after its last save), and is dropped.
+
+    Args:
+      lines: (byte offset, object with "step") pairs in file order.
+      resumes: (byte offset of the file when the call resumed, step it resumed from).
+    Returns:
+      The kept objects, in file order.
+    """
+    keep = []
+    for at, obj in lines:
+        step = obj.get("step")
+        if step is None:
+            continue
+        if any(at < off and step > rstep for off, rstep in resumes):
+            continue
+        keep.append(obj)
+    return keep
+
+
+def read_progress(logdir: Path) -> tuple[list[dict], list[dict]]:
+    """The driver's progress records of a run: (kept records, resume records).
+
+    Returns ([{"event", "step", "train_steps", "wall_s", ...}] without the ones a later
+    resume made void (as `_trim_to_resumes`), [{"event": "resume", "step",
+    "scores_offset", "progress_offset", ...}]).
+    """
+    lines = _read_jsonl(Path(logdir) / PROGRESS)
+    resumes = [obj for _, obj in lines if obj.get("event") == "resume"]
+    cuts = [(r["progress_offset"], r["step"]) for r in resumes]
+    kept = _trim_to_resumes([(at, o) for at, o in lines if o.get("event") != "resume"], cuts)
+    return kept, resumes
+
+
+def _interp(x: float, xs: list[float], ys: list[float]) -> float | None:
+    """Piecewise-linear y at x through the sorted points (xs, ys), held flat past the ends;
+    None when there are no points."""
+    if not xs:
+        return None
+    if x <= xs[0]:
+        return ys[0]
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+            return y1 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
+
+
+def group_episodes(scores: list[tuple[int, float]], n_envs: int, repeat: int
+                   ) -> list[list[tuple[int, float]]]:
+    """Training episodes grouped as wmx logs them: the episodes that ended together.
+
+    Args:
+      scores: (logged step, score) of every episode, in the order they ended.
+      n_envs: the run's envs; a group holds at most this many episodes.
+      repeat: the action repeat (the logged step grows by it per env transition).
+    Returns:
+      Groups of (step, score), each the episodes that ended within one policy step of
+      all envs (steps at most ``n_envs * repeat`` after the group's first).
+    """
+    groups: list[list[tuple[int, float]]] = []
+    for step, score in sorted(scores, key=lambda s: s[0]):
+        if groups and len(groups[-1]) < n_envs and step - groups[-1][0][0] <= n_envs * repeat:
+            groups[-1].append((step, score))
+        else:
+            groups.append([(step, score)])
+    return groups
+
+
+def convert(logdir: Path, seed: int, n_envs: int, repeat: int) -> list[dict]:
+    """Rows of wmx's metrics.csv (`BASE_COLUMNS`, kind "train") from an official logdir.
+
+    Args:
+      logdir: holds the official ``scores.jsonl`` and, from this driver, ``wmx_progress.jsonl``.
+      seed: the run's seed (its ``seed`` column).
+      n_envs: the run's envs (`group_episodes`).
+      repeat: the action repeat (``agent_steps`` = ``env_steps`` / repeat).
+    Returns:
+      One dict per group of episodes; ``updates`` and ``wall_s`` are "" without progress
+      records.
+    """
+    logdir = Path(logdir)
+    progress, resumes = read_progress(logdir)
+    cuts = [(r["scores_offset"], r["step"]) for r in resumes]
+    lines = _read_jsonl(logdir / "scores.jsonl")
+    kept = _trim_to_resumes(lines, cuts)
+    scores = [(int(o["step"]), float(o["episode/score"])) for o in kept if "episode/score" in o]
+    pts = sorted(((p["step"], p) for p in progress), key=lambda sp: sp[0])
+    xs = [float(s) for s, _ in pts]
+    rows, episodes = [], 0
+    for group in group_episodes(scores, n_envs, repeat):
+        rets = [s for _, s in group]
+        step = group[-1][0]
+        episodes += len(group)
+        upd = _interp(step, xs, [float(p["train_steps"]) for _, p in pts])
+        wall = _interp(step, xs, [float(p["wall_s"]) for _, p in pts])
+        rows.append({"seed": seed, "kind": "train", "agent_steps": step // repeat,
+                     "env_steps": step, "episodes": episodes,
+                     "return": statistics.fmean(rets), "return_std": statistics.pstdev(rets),
+                     "updates": "" if upd is None else int(round(upd)),
+                     "wall_s": "" if wall is None else round(wall, 2)})
+    return rows
+
+
+def write_metrics_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` to ``path`` as wmx's metrics.csv (`BASE_COLUMNS`), replacing it whole.
+
+    Args:
+      path: the file to write (through a temporary and a rename).
+      rows: dicts keyed by `BASE_COLUMNS` (missing keys are written empty).
+    """
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, BASE_COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in BASE_COLUMNS})
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(buf.getvalue())
+    tmp.replace(path)
+
+
+def run_record(logdir: Path) -> dict | None:
+    """The driver's settings of the run in ``logdir``.
+
+    Args:
+      logdir: an official logdir.
+    Returns:
+      Its wmx_run.json as a dict, None when absent (exits (2) when it is not JSON).
+    """
+    path = Path(logdir) / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        fail(f"{path} is not JSON; remove it (the run's settings then come from the flags)")
+
+
+def summarize(logdir: Path, record: dict, call: dict | None = None) -> dict:
+    """The run's summary (written as official_summary.json).
+
+    Args:
+      logdir: the run's logdir (progress records, scores).
+      record: its wmx_run.json settings.
+      call: this call's figures (wall time, steps, rates), when one trained.
+    Returns:
+      {"official_commit", "config", "env_steps", "train_steps", "wall_s",
+      "env_steps_per_s", "train_steps_per_s" (over the run's wall time), "episodes",
+      "last_return", "calls" (one entry per training call), "this_call"}.
+    """
+    progress, _ = read_progress(logdir)
+    last = max(progress, key=lambda p: (p["wall_s"], p["step"])) if progress else {}
+    calls_path = Path(logdir) / CALLS
+    calls = [o for _, o in _read_jsonl(calls_path)]
+    rows = convert(logdir, record.get("seed", 0), record.get("envs") or 16,
+                   record.get("action_repeat", 2))
+    wall = last.get("wall_s")
+    out = {"official_commit": record.get("official_commit"),
+           "config": {k: record.get(k) for k in (
+               "task", "official_task", "seed", "size", "compute_dtype", "envs",
+               "train_ratio", "action_repeat", "batch_size", "batch_length", "platform",
+               "sets")},
+           "env_steps": last.get("step"), "train_steps": last.get("train_steps"),
+           "wall_s": wall,
+           "env_steps_per_s": (last["step"] / wall) if wall else None,
+           "train_steps_per_s": (last["train_steps"] / wall) if wall else None,
+           "episodes": rows[-1]["episodes"] if rows else 0,
+           "last_return": rows[-1]["return"] if rows else None,
+           "calls": calls}
+    if call is not None:
+        out["this_call"] = call
+    return out
+
+
+# ==== the official run ==================================================================
+class _Stop:
+    """Why the loop should stop (None while it should go on): budget, target, signal."""
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.reason: str | None = None
+
+    def check(self) -> bool:
+        """True once the loop must stop (sets ``reason`` to "budget" at the deadline)."""
+        if self.reason is None and self.deadline is not None \
+                and time.monotonic() >= self.deadline:
+            self.reason = "budget"
+        return self.reason is not None
+
+
+class _Steps:
+    """The loop's ``args.steps``: ``step < steps`` holds while the counter is under the
+    target and nothing asked the loop to stop (``Counter.__lt__`` compares ``int(step) <
+    steps``, which Python answers with this object's ``__gt__``)."""
+
+    def __init__(self, target: int, stop: _Stop):
+        self.target, self.stop = int(target), stop
+
+    def __gt__(self, value) -> bool:
+        if int(value) >= self.target:
+            self.stop.reason = self.stop.reason or "target"
+            return False
+        return not self.stop.check()
+
+    def __int__(self) -> int:
+        return self.target
+
+
+class _Args:
+    """The official ``args`` with ``steps`` replaced by a `_Steps`."""
+
+    def __init__(self, args, steps: _Steps):
+        self._args, self.steps = args, steps
+
+    def __getattr__(self, name):
+        return getattr(self._args, name)
+
+
+def _ignore_signals() -> None:
+    """In the official env processes: ignore SIGTERM and SIGINT (``timeout`` signals the
+    whole process group; the main process stops the loop and then the envs)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _no_render() -> None:
+    """Make dm_control's ``Physics.render`` return black frames (no OpenGL needed)."""
+    import numpy as np
+    from dm_control.mujoco import engine
+
+    def render(self, height=240, width=320, *args, **kwargs):
+        return np.zeros((height, width, 3), np.uint8)
+
+    engine.Physics.render = render
+
+
+def _make_env_fn(official_make_env, render: bool):
+    """``official_make_env`` (config, index) with the black-frame patch applied first in
+    the process that builds the env (`_no_render`) unless ``render``."""
+    def make_env(config, index, **kw):
+        if not render:
+            os.environ.setdefault("MUJOCO_GL", "off")
+            _no_render()
+        return official_make_env(config, index, **kw)
+    return make_env
+
+
+def check_official(src: Path) -> Path:
+    """The official source folder; exits (2) with one line when it is not one.
+
+    Args:
+      src: a danijar/dreamerv3 tree (the bundle's ``src/``, or a checkout).
+    Returns:
+      The resolved path.
+    """
+    src = Path(src).expanduser().resolve()
+    for need in ("dreamerv3/main.py", "dreamerv3/agent.py", "dreamerv3/configs.yaml",
+                 "embodied/run/train.py"):
+        if not (src / need).is_file():
+            fail(f"--official {src}: no {need} there; prepare the bundle with "
+                 "`python tools/official_dreamerv3_bundle.py` (or pass a danijar/dreamerv3 "
+                 "checkout at 29eb964)")
+    return src
+
+
+def _import_official(src: Path):
+    """Import the official packages from ``src`` after installing the JAX adapters
+    (`_official_compat`); exits (2) naming a missing dependency.
+
+    Args:
+      src: the official source tree (`check_official`).
+    Returns:
+      (``embodied``, ``dreamerv3.agent``, ``dreamerv3.main``) modules.
+    """
+    sys.path.insert(0, str(src))
+    sys.path.insert(0, str(HERE))
+    import _official_compat
+    _official_compat.apply()
+    try:
+        import embodied
+        from dreamerv3 import agent as agt
+        from dreamerv3 import main as official_main
+    except ImportError as e:
+        fail(f"the official code could not import {e.name!r} ({e}); on the TPU machine "
+             "`source .official-dv3/setup.sh` first, elsewhere install the bundle's wheels "
+             "(.official-dv3/wheels) under a folder on PYTHONPATH")
+    return embodied, agt, official_main
+
+
+FLAG_NAMES = {"task": "--task", "seed": "--seed", "size": "--size",
+              "compute_dtype": "--compute-dtype", "envs": "--envs",
+              "train_ratio": "--train-ratio", "sets": "--set"}
+
+
+def resolve_settings(args, logdir: Path) -> tuple[dict, dict | None]:
+    """The run's settings: a resumed run's saved ones, else the flags' (None: the
+    config's value, resolved later by `build_config`); exits (2) when a flag given to a
+    resumed run conflicts with its saved value.
+
+    Args:
+      args: the parsed flags.
+      logdir: the run's logdir (wmx_run.json when this driver started it).
+    Returns:
+      ({"task", "seed", "size", "compute_dtype", "envs", "train_ratio", "sets"}, the
+      saved record or None for a new run).
+    """
+    given = {"task": official_task(args.task) if args.task else None, "seed": args.seed,
+             "size": args.size, "compute_dtype": args.compute_dtype, "envs": args.envs,
+             "train_ratio": args.train_ratio, "sets": list(args.set) if args.set else None}
+    saved = run_record(logdir)
+    if saved is None:
+        out = dict(given)
+        out["task"] = out["task"] or official_task("reacher-easy")
+        out["seed"] = 0 if out["seed"] is None else out["seed"]
+        out["size"] = out["size"] or "12m"
+        out["sets"] = out["sets"] or []
+        return out, None
+    out = {}
+    for k in RUN_FIELDS:
+        new, old = given[k], saved.get(k)
+        if new is not None and (float(new) != float(old) if k == "train_ratio" else new != old):
+            fail(f"{FLAG_NAMES[k]} {new}: the run in {logdir} has {old!r}; drop the flag to "
+                 "continue it, or start a new run in another --logdir")
+        out[k] = old
+    return out, saved
+
+
+def build_config(embodied, agt, settings: dict, logdir: Path, platform: str,
+                 env_steps: int | None, save_every: float, log_every: float):
+    """The official config of the run: defaults, dmc_proprio, the size preset, then the
+    run's settings and the driver's own keys.
+
+    Args:
+      embodied, agt: the official ``embodied`` and ``dreamerv3.agent`` modules.
+      settings: `resolve_settings`'s dict.
+      logdir: the run's logdir.
+      platform: JAX platform for the official ``jax.platform`` ("cpu", "tpu", "gpu").
+      env_steps: the env-step target (None: the config's ``run.steps``).
+      save_every, log_every: checkpoint and log periods (s).
+    Returns:
+      (config, target of the official step counter).
+    """
+    configs = agt.Agent.configs
+    config = embodied.Config(configs["defaults"]).update(configs["dmc_proprio"])
+    size = settings["size"]
+    if size == "1m":
+        from dreamerv3_reference_driver import SIZE_1M
+        config = config.update(SIZE_1M)
+    elif size == "debug":
+        config = config.update(configs["debug"])
+    else:
+        config = config.update(configs[f"size{size}"])
+    upd = {"task": settings["task"], "seed": settings["seed"], "logdir": str(logdir),
+           "jax.platform": platform, "run.save_every": save_every,
+           "run.log_every": log_every, "run.usage.nvsmi": False, "replay.save_wait": True}
+    for key, flag in (("jax.compute_dtype", "compute_dtype"), ("run.num_envs", "envs"),
+                      ("run.train_ratio", "train_ratio")):
+        if settings[flag] is not None:
+            upd[key] = settings[flag]
+    config = config.update(upd)
+    if settings["sets"]:
+        argv = []
+        for item in settings["sets"]:
+            key, _, value = item.partition("=")
+            argv += [f"--{key}", value]
+        try:
+            config = embodied.Flags(config).parse(argv)
+        except (KeyError, ValueError, TypeError) as e:
+            fail(f"--set {' '.join(settings['sets'])}: {e}; name official config keys "
+                 "(dreamerv3/configs.yaml), e.g. --set run.driver_parallel=False")
+    repeat = config.env.dmc.repeat
+    target = config.run.steps if env_steps is None else math.ceil(env_steps / repeat)
+    config = config.update({"run.steps": int(target),
+                            "replay_length": config.replay_length or config.batch_length,
+                            "replay_length_eval": (config.replay_length_eval
+                                                   or config.batch_length_eval)})
+    return config, int(target)
+
+
+def _append_jsonl(path: Path, obj: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(obj) + "\n")
+
+
+def train(args) -> None:
+    """The training mode: run (or continue) the official loop in ``args.logdir``, save,
+    convert the logs and write the summary (see the module docstring).
+
+    Args:
+      args: the parsed flags (`parse`).
+    Returns:
+      Nothing: the process ends with status 0 once everything is written (re-raises the
+      loop's error otherwise).
+    """
+    t0 = time.monotonic()
+    stop = _Stop(None if args.budget_s is None else t0 + args.budget_s)
+    signals = {"n": 0}
+
+    def on_signal(signum, frame):
+        signals["n"] += 1
+        stop.reason = stop.reason or f"signal {signal.Signals(signum).name}"
+        print(f"[official_dreamerv3] {signal.Signals(signum).name}: stopping after the "
+              "loop's current iteration, then saving", flush=True)
+        if signals["n"] > 1:
+            signal.signal(signum, signal.SIG_DFL)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    logdir = Path(args.logdir).expanduser().resolve()
+    settings, saved = resolve_settings(args, logdir)
+    src = check_official(args.official)
+    sys.path.insert(0, str(HERE))
+    embodied, agt, official_main = _import_official(src)
+    import jax
+    if args.compile_cache != "off":
+        cache = Path(args.compile_cache) if args.compile_cache else logdir / "jax_cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(cache))
+    platform = args.platform or jax.default_backend()
+    config, target = build_config(embodied, agt, settings, logdir, platform,
+                                  args.env_steps, args.save_every, args.log_every)
+    repeat = int(config.env.dmc.repeat)
+    # the settings as resolved by the config (a resumed run's are these already)
+    settings.update(envs=int(config.run.num_envs), train_ratio=float(config.run.train_ratio),
+                    compute_dtype=str(config.jax.compute_dtype))
+    record = {**settings, "official_task": settings["task"],
+              "official_commit": OFFICIAL_COMMIT, "action_repeat": repeat,
+              "batch_size": int(config.batch_size), "batch_length": int(config.batch_length),
+              "platform": platform}
+    logdir.mkdir(parents=True, exist_ok=True)
+    if saved is None:
+        (logdir / RUN_RECORD).write_text(json.dumps(record, indent=1))
+    config.save(embodied.Path(logdir) / "config.yaml")
+    progress_path = logdir / PROGRESS
+
+    state = {"wall0": 0.0, "train0": 0, "step0": 0, "trains": 0, "first_train": None,
+             "checkpoint": None, "driver": None, "last_save_step": None}
+    counter = embodied.Counter()
+
+    def now_wall() -> float:
+        return state["wall0"] + (time.monotonic() - t0)
+
+    def progress(event: str) -> None:
+        _append_jsonl(progress_path, {"event": event, "step": int(counter) * repeat,
+                                      "train_steps": state["train0"] + state["trains"],
+                                      "wall_s": round(now_wall(), 3), "time": time.time()})
+
+    class Checkpoint(embodied.Checkpoint):
+        """The official checkpoint, saving synchronously, recording each save and resume."""
+
+        def __init__(self, filename=None, parallel=True):
+            super().__init__(filename, parallel)   # its load() needs the parallel mode
+            state["checkpoint"] = self
+
+        def save(self, filename=None, keys=None):
+            super().save(filename, keys)
+            if self._parallel:
+                self._promise.result()             # written (or raised) before going on
+            state["last_save_step"] = int(counter)
+            progress("save")
+
+        def load(self, filename=None, keys=None):
+            super().load(filename, keys)
+            prior, _ = read_progress(logdir)
+            step = int(counter) * repeat
+            saves = [p for p in prior if p["event"] == "save" and p["step"] == step]
+            if saves:   # the run's wall time counts every call from its start
+                state["wall0"], state["train0"] = saves[-1]["wall_s"], saves[-1]["train_steps"]
+            state["step0"] = int(counter)
+            state["last_save_step"] = int(counter)
+            scores = logdir / "scores.jsonl"
+            _append_jsonl(progress_path, {
+                "event": "resume", "step": step, "train_steps": state["train0"],
+                "scores_offset": scores.stat().st_size if scores.is_file() else 0,
+                "progress_offset": progress_path.stat().st_size, "time": time.time()})
+
+    class Driver(embodied.Driver):
+        """The official env driver, kept so that its env processes can be stopped."""
+
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            state["driver"] = self
+
+    def make_agent(config):
+        agent = official_main.make_agent(config)
+        inner = agent.train
+
+        def counted_train(*a, **kw):
+            out = inner(*a, **kw)
+            state["trains"] += 1
+            if state["first_train"] is None:
+                state["first_train"] = (time.monotonic(), int(counter), state["trains"])
+            return out
+        agent.train = counted_train
+        return agent
+
+    def make_logger(config):
+        def progress_output(summaries):
+            progress("log")
+        multiplier = config.env.get(config.task.split("_")[0], {}).get("repeat", 1)
+        return embodied.Logger(counter, [
+            embodied.logger.TerminalOutput(config.filter, "Agent"),
+            embodied.logger.JSONLOutput(logdir, "metrics.jsonl"),
+            embodied.logger.JSONLOutput(logdir, "scores.jsonl", "episode/score"),
+            progress_output], multiplier)
+
+    embodied.Checkpoint = Checkpoint
+    embodied.Driver = Driver
+    embodied.distr.Process.initializers.append(_ignore_signals)
+    timer_on = bool(config.run.timer)
+    embodied.distr.Process.initializers.append(
+        lambda: setattr(embodied.timer.global_timer, "enabled", timer_on))
+    embodied.timer.global_timer.enabled = timer_on
+    run_args = embodied.Config(
+        **config.run, logdir=config.logdir, batch_size=config.batch_size,
+        batch_length=config.batch_length, batch_length_eval=config.batch_length_eval,
+        replay_length=config.replay_length, replay_length_eval=config.replay_length_eval,
+        replay_context=config.replay_context)
+    from functools import partial as bind
+    make_env = _make_env_fn(official_main.make_env, args.render)
+    official_main.make_env = make_env     # make_agent builds one env for the spaces
+    print(f"[official_dreamerv3] {settings['task']} seed {settings['seed']} size "
+          f"{settings['size']} {config.jax.compute_dtype} on {platform}: {config.run.num_envs} "
+          f"envs, train ratio {config.run.train_ratio}, until env step {target * repeat} "
+          f"or {args.budget_s} s; logdir {logdir}", flush=True)
+    error = None
+    try:
+        embodied.run.train(
+            bind(make_agent, config), bind(official_main.make_replay, config, "replay"),
+            bind(make_env, config), bind(make_logger, config),
+            _Args(run_args, _Steps(target, stop)))
+    except BaseException as e:   # noqa: BLE001 - saved below, re-raised after the envs stop
+        error = e
+    try:
+        ckpt = state["checkpoint"]
+        if error is None and ckpt is not None and state["last_save_step"] != int(counter):
+            ckpt.save()
+    finally:
+        if state["driver"] is not None:
+            state["driver"].close()
+    t_end = time.monotonic()
+    if error is not None and not isinstance(error, KeyboardInterrupt):
+        raise error
+    call = {"stop": stop.reason or ("error" if error else "target"),
+            "wall_s": round(t_end - t0, 2),
+            "env_steps_start": state["step0"] * repeat, "env_steps_end": int(counter) * repeat,
+            "train_steps_this_call": state["trains"], "platform": platform,
+            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()][:4]}
+    call["env_steps_per_s"] = (call["env_steps_end"] - call["env_steps_start"]) / call["wall_s"]
+    call["train_steps_per_s"] = state["trains"] / call["wall_s"]
+    if state["first_train"] is not None:
+        t1, s1, n1 = state["first_train"]
+        dt = t_end - t1
+        if dt > 0:
+            call["after_first_train"] = {
+                "s": round(dt, 2), "env_steps_per_s": (int(counter) - s1) * repeat / dt,
+                "train_steps_per_s": (state["trains"] - n1) / dt}
+        call["until_first_train_s"] = round(t1 - t0, 2)
+    _append_jsonl(logdir / CALLS, call)
+    finish(logdir, record, call, args.out)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the official loop leaves non-daemon threads (replay workers, prefetch) and the logger's
+    # executors behind; everything is written, so leave without waiting for them
+    os._exit(0)
+
+
+def finish(logdir: Path, record: dict, call: dict | None, out: str | None) -> dict:
+    """Write metrics.csv and official_summary.json into ``logdir`` (and copy them, with the
+    official logs, to ``out`` when given); return the summary.
+
+    Args:
+      logdir: the run's logdir.
+      record: its settings (wmx_run.json, or the flags' for a plain official logdir).
+      call: this call's figures (None for --convert-only).
+      out: a folder to copy metrics.csv and the summary to, with the official logs and
+        the driver's records in one `LOGS_TAR` (three files: the device brings back 8 at
+        most), or None.
+    Returns:
+      The summary dict.
+    """
+    rows = convert(logdir, record.get("seed", 0), record.get("envs") or 16,
+                   record.get("action_repeat", 2))
+    write_metrics_csv(logdir / METRICS_CSV, rows)
+    summary = summarize(logdir, record, call)
+    (logdir / SUMMARY).write_text(json.dumps(summary, indent=1))
+    if out:
+        dest = Path(out)
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in (METRICS_CSV, SUMMARY):
+            (dest / name).write_bytes((logdir / name).read_bytes())
+        with tarfile.open(dest / LOGS_TAR, "w:gz") as tar:
+            for name in LOG_FILES:
+                if (logdir / name).is_file():
+                    tar.add(logdir / name, arcname=name)
+    last = summary["last_return"]
+    print(f"[official_dreamerv3] {logdir}: env steps {summary['env_steps']}, train steps "
+          f"{summary['train_steps']}, wall {summary['wall_s']} s, episodes "
+          f"{summary['episodes']}, last return "
+          f"{'-' if last is None else f'{last:.1f}'}; wrote {METRICS_CSV} and {SUMMARY}",
+          flush=True)
+    return summary
+
+
+def convert_only(args) -> None:
+    """The --convert-only mode: metrics.csv and the summary of a finished (or stopped) run.
+
+    Args:
+      args: the parsed flags; ``--seed`` and ``--envs`` replace the run's recorded values
+        (needed for a logdir that this driver did not write: default seed 0, 16 envs).
+    """
+    logdir = Path(args.convert_only).expanduser()
+    if not (logdir / "scores.jsonl").is_file() and not (logdir / PROGRESS).is_file():
+        fail(f"--convert-only {logdir}: no scores.jsonl there; pass the logdir of an "
+             "official DreamerV3 run")
+    record = run_record(logdir) or {}
+    record = {"seed": 0, "envs": 16, "action_repeat": 2, **record}
+    if args.seed is not None:
+        record["seed"] = args.seed
+    if args.envs is not None:
+        record["envs"] = args.envs
+    finish(logdir, record, None, args.out)
+
+
+def time_train(args) -> None:
+    """The --time-train mode: the official training and policy steps, timed in this process
+    (`dreamerv3_reference_driver.Reference`), as one JSON object (stdout, and --out).
+
+    Args:
+      args: the parsed flags: ``--time-train`` calls per item, ``--size``, ``--compute-dtype``,
+        ``--platform``, ``--task`` (for its observation and action sizes), ``--envs``
+        (the policy step's batch, default 16).
+    """
+    import numpy as np
+    src = check_official(args.official)
+    sys.path.insert(0, str(HERE))
+    embodied, agt, official_main = _import_official(src)
+    import jax
+    from dreamerv3_reference_driver import Reference
+    platform = args.platform or jax.default_backend()
+    size = args.size or "12m"
+    if size not in ("12m", "1m", "debug"):
+        fail(f"--size {size}: --time-train knows 12m, 1m and debug")
+    dtype = args.compute_dtype or "bfloat16"
+    task = official_task(args.task or "reacher-easy")
+    config = embodied.Config(agt.Agent.configs["defaults"]).update(
+        agt.Agent.configs["dmc_proprio"]).update({"task": task})
+    os.environ.setdefault("MUJOCO_GL", "off")
+    _no_render()
+    env = official_main.make_env(config, 0)
+    skip = ("reward", "is_first", "is_last", "is_terminal")
+    obs_dim = sum(int(np.prod(s.shape)) for k, s in env.obs_space.items()
+                  if k not in skip and not k.startswith("log_"))
+    action_dim = int(np.prod(env.act_space["action"].shape))
+    env.close()
+    n_envs = args.envs or 16
+    ref = Reference(src)
+    info = ref.setup(size, obs_dim, action_dim, 16, 64, n_envs, seed=args.seed or 0,
+                     platform=platform, compute_dtype=dtype)
+    result = {"official_commit": OFFICIAL_COMMIT, "task": task, "size": size,
+              "compute_dtype": dtype, "platform": platform, "obs_dim": obs_dim,
+              "action_dim": action_dim, "batch": [16, 65], "n_envs": n_envs,
+              "devices": [str(d) for d in jax.devices()][:4], **info,
+              "train": ref.time("train", args.time_train),
+              "policy": ref.time("policy", max(args.time_train, 10))}
+    for item in ("train", "policy"):
+        result[f"{item}_ms_median"] = statistics.median(result[item]["wall_ms"])
+    text = json.dumps(result, indent=1, default=str)
+    print(text, flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"official_train_step_{size}_{platform}.json").write_text(text)
+
+
+def parse(argv=None):
+    """The command line (see --help).
+
+    Args:
+      argv: the arguments (default sys.argv[1:]).
+    Returns:
+      The argparse namespace; exits (2) with one line on a contradiction.
+    """
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Without --official the bundle's source (.official-dv3/src, from "
+               "tools/official_dreamerv3_bundle.py) is used. Run --help anywhere: the "
+               "official code is imported only to train or time.")
+    p.add_argument("--official", default=str(DEFAULT_BUNDLE / "src"),
+                   help="the official source tree (default: the bundle's src/)")
+    p.add_argument("--task", help="DMC task, wmx's name (reacher-easy) or the official one "
+                   "(dmc_reacher_easy); default reacher-easy")
+    p.add_argument("--seed", type=int, help="the official config's seed (default 0)")
+    p.add_argument("--logdir", help="the run's folder; a second call continues the run there")
+    p.add_argument("--env-steps", type=int, help="stop at this many env steps (the official "
+                   "counter × action repeat; default the dmc_proprio run.steps × repeat)")
+    p.add_argument("--budget-s", type=float, help="stop the loop once this many seconds have "
+                   "passed since the driver started (then it saves: allow ~10-30 s more "
+                   "before an external limit)")
+    p.add_argument("--size", choices=SIZES, help="the model size preset (default 12m, the "
+                   "paper's for DMC; 1m: the reference's later size1m widths; debug: the "
+                   "official debug block, tiny)")
+    p.add_argument("--compute-dtype", choices=("bfloat16", "float32", "float16"),
+                   help="jax.compute_dtype (default the config's, bfloat16)")
+    p.add_argument("--envs", type=int, help="run.num_envs (default the config's: 16)")
+    p.add_argument("--train-ratio", type=float, help="run.train_ratio (default the "
+                   "config's: 512)")
+    p.add_argument("--platform", choices=("cpu", "tpu", "gpu"),
+                   help="jax.platform (default JAX's default backend)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="another official config override, e.g. run.driver_parallel=False "
+                   "(repeatable; part of the run's settings)")
+    p.add_argument("--save-every", type=float, default=120.0,
+                   help="checkpoint period in seconds (run.save_every; default 120)")
+    p.add_argument("--log-every", type=float, default=120.0,
+                   help="log period in seconds (run.log_every; default 120, the official)")
+    p.add_argument("--render", action="store_true", help="render the log_image observation "
+                   "(needs OpenGL; default: black frames)")
+    p.add_argument("--compile-cache", help="XLA compilation cache folder (default "
+                   "<logdir>/jax_cache; 'off' for none)")
+    p.add_argument("--out", help="also write metrics.csv, the summary and official_logs.tar.gz "
+                   "(the official logs and the driver's records) here (e.g. $OUT on the device)")
+    p.add_argument("--convert-only", metavar="LOGDIR", help="only convert LOGDIR's official "
+                   "logs to metrics.csv and official_summary.json (no official code needed)")
+    p.add_argument("--time-train", type=int, metavar="N", help="only time N official "
+                   "training steps (and policy steps) at --size (12m, 1m, or debug) and "
+                   "--compute-dtype (default bfloat16), in this process")
+    args = p.parse_args(argv)
+    modes = [m for m in ("convert_only", "time_train") if getattr(args, m) is not None]
+    if len(modes) > 1:
+        fail("--convert-only and --time-train are separate modes; give one")
+    if not modes and not args.logdir:
+        fail("--logdir is required to train (or give --convert-only LOGDIR / --time-train N)")
+    if args.budget_s is not None and args.budget_s <= 0:
+        fail(f"--budget-s {args.budget_s}: give a positive number of seconds")
+    if args.time_train is not None and args.time_train < 1:
+        fail(f"--time-train {args.time_train}: give at least one call")
+    for item in args.set or ():
+        if "=" not in item:
+            fail(f"--set {item}: write KEY=VALUE, e.g. --set run.driver_parallel=False")
+    return args
+
+
+def main(argv=None) -> None:
+    """Entry point: parse the flags and run the chosen mode.
+
+    Args:
+      argv: the arguments (default sys.argv[1:]).
+    """
+    args = parse(argv)
+    if args.convert_only is not None:
+        convert_only(args)
+    elif args.time_train is not None:
+        time_train(args)
+    else:
+        train(args)
+
+
+if __name__ == "__main__":
+    main()

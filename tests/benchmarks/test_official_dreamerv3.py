@@ -1,0 +1,198 @@
+"""benchmarks/official_dreamerv3.py without the official code: its --help, the conversion of
+official logs into wmx's metrics.csv (made-up logs of a run that was killed once and
+resumed), the stop of the official loop, the resume checks; the JAX adapter of
+_official_compat.py; the wheel slimming of tools/official_dreamerv3_bundle.py."""
+import ast
+import base64
+import csv
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "benchmarks" / "official_dreamerv3.py"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+off = _load("official_dreamerv3", DRIVER)
+bundle = _load("official_dreamerv3_bundle", ROOT / "tools" / "official_dreamerv3_bundle.py")
+
+
+def _jsonl(path, objs):
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+
+
+def _made_up_run(logdir: Path) -> None:
+    """A 4-env run (action repeat 2): one round of episodes at env steps ~2004, a save at
+    2400, a round at ~4004 written by a call that was killed before saving again, and the
+    resumed call's round at ~4404 (its envs restarted their episodes at 2400)."""
+    logdir.mkdir()
+    (logdir / off.RUN_RECORD).write_text(json.dumps({
+        "task": "dmc_reacher_easy", "seed": 3, "size": "12m", "compute_dtype": "bfloat16",
+        "envs": 4, "train_ratio": 512.0, "sets": [], "action_repeat": 2}))
+    round1 = [{"step": 1998 + 2 * i, "episode/score": s} for i, s in enumerate((10, 20, 30, 40))]
+    lost = [{"step": 3998 + 2 * i, "episode/score": 900.0} for i in range(4)]
+    _jsonl(logdir / "scores.jsonl", round1 + lost)
+    offset = (logdir / "scores.jsonl").stat().st_size
+    with (logdir / "scores.jsonl").open("a") as f:
+        for i, s in enumerate((100, 200, 300, 400)):
+            f.write(json.dumps({"step": 4398 + 2 * i, "episode/score": s}) + "\n")
+        f.write('{"step": 5000, "episode/sco')         # a killed writer's last line
+    progress = [
+        {"event": "save", "step": 0, "train_steps": 0, "wall_s": 60.0},
+        {"event": "log", "step": 2000, "train_steps": 1000, "wall_s": 100.0},
+        {"event": "save", "step": 2400, "train_steps": 1200, "wall_s": 110.0},
+        {"event": "log", "step": 4000, "train_steps": 2000, "wall_s": 150.0},   # lost
+    ]
+    _jsonl(logdir / off.PROGRESS, progress)
+    p_off = (logdir / off.PROGRESS).stat().st_size
+    with (logdir / off.PROGRESS).open("a") as f:
+        for o in ({"event": "resume", "step": 2400, "train_steps": 1200,
+                   "scores_offset": offset, "progress_offset": p_off},
+                  {"event": "log", "step": 4800, "train_steps": 2400, "wall_s": 250.0},
+                  {"event": "save", "step": 4800, "train_steps": 2400, "wall_s": 251.0}):
+            f.write(json.dumps(o) + "\n")
+
+
+def test_help_runs_without_the_official_code(tmp_path):
+    r = subprocess.run([sys.executable, str(DRIVER), "--help"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "--convert-only" in r.stdout and "--time-train" in r.stdout
+    r = subprocess.run([sys.executable, str(DRIVER), "--logdir", str(tmp_path / "run"),
+                        "--official", str(tmp_path / "nowhere")], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "official_dreamerv3_bundle.py" in r.stderr
+
+
+def test_columns_are_wmx_online_columns():
+    tree = ast.parse((ROOT / "wmx" / "train_online" / "loop.py").read_text())
+    cols = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "BASE_COLUMNS" for t in n.targets))
+    assert off.BASE_COLUMNS == cols
+
+
+def test_convert_drops_lost_training_and_groups_rounds(tmp_path):
+    logdir = tmp_path / "run"
+    _made_up_run(logdir)
+    rows = off.convert(logdir, seed=3, n_envs=4, repeat=2)
+    assert [r["env_steps"] for r in rows] == [2004, 4404]
+    assert [r["return"] for r in rows] == [25.0, 250.0]        # the 900s were lost training
+    assert [r["episodes"] for r in rows] == [4, 8]
+    assert rows[0]["agent_steps"] == 1002 and rows[0]["seed"] == 3
+    assert rows[0]["return_std"] == pytest.approx(11.1803, abs=1e-3)
+    # interpolated between the kept records (2000, 1000 / 100 s) and (2400, 1200 / 110 s),
+    # then (2400, 110 s) and (4800, 250 s): the lost log at 4000 is not used
+    assert rows[0]["updates"] == 1002 and rows[0]["wall_s"] == pytest.approx(100.1)
+    assert rows[1]["updates"] == 2202 and rows[1]["wall_s"] == pytest.approx(226.9)
+
+
+def test_convert_only_writes_what_wmx_reads(tmp_path):
+    logdir = tmp_path / "run"
+    _made_up_run(logdir)
+    r = subprocess.run([sys.executable, str(DRIVER), "--convert-only", str(logdir), "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with (logdir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == off.BASE_COLUMNS
+    # what benchmarks/learning/online_check.py's eval_curve(rows, "train") reads
+    train = {int(r["env_steps"]): float(r["return"]) for r in rows if r["kind"] == "train"}
+    assert train == {2004: 25.0, 4404: 250.0}
+    summary = json.loads((tmp_path / "out" / off.SUMMARY).read_text())
+    assert summary["env_steps"] == 4800 and summary["train_steps"] == 2400
+    assert summary["wall_s"] == 251.0 and summary["episodes"] == 8
+    assert summary["config"]["seed"] == 3 and summary["last_return"] == 250.0
+    assert (tmp_path / "out" / "metrics.csv").read_text() == (logdir / "metrics.csv").read_text()
+    with tarfile.open(tmp_path / "out" / off.LOGS_TAR) as tar:
+        assert {"scores.jsonl", off.PROGRESS, off.RUN_RECORD} <= set(tar.getnames())
+    assert len(list((tmp_path / "out").iterdir())) == 3
+
+
+def test_group_episodes_splits_at_n_envs_and_at_gaps():
+    scores = [(100, 1.0), (102, 2.0), (104, 3.0), (300, 4.0), (302, 5.0), (304, 6.0)]
+    groups = off.group_episodes(scores, n_envs=2, repeat=2)
+    assert [[s for s, _ in g] for g in groups] == [[100, 102], [104], [300, 302], [304]]
+    groups = off.group_episodes(scores, n_envs=16, repeat=2)
+    assert [len(g) for g in groups] == [3, 3]
+
+
+def test_loop_condition_stops_at_target_budget_and_signal():
+    def lt(counter_value, steps):     # the official Counter.__lt__: int(self) < other
+        return int(counter_value) < steps
+
+    stop = off._Stop(deadline=None)
+    steps = off._Steps(100, stop)
+    assert lt(99, steps) and not lt(100, steps) and stop.reason == "target"
+    stop = off._Stop(deadline=0.0)                  # long past
+    assert not lt(1, off._Steps(100, stop)) and stop.reason == "budget"
+    stop = off._Stop(deadline=None)
+    steps = off._Steps(100, stop)
+    stop.reason = "signal SIGTERM"
+    assert not lt(1, steps)
+
+
+def test_resume_refuses_a_changed_setting(tmp_path, capsys):
+    logdir = tmp_path / "run"
+    _made_up_run(logdir)
+    args = off.parse(["--logdir", str(logdir), "--seed", "4"])
+    with pytest.raises(SystemExit) as e:
+        off.resolve_settings(args, logdir)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--seed 4" in err and "3" in err and len(err.splitlines()) == 1
+    args = off.parse(["--logdir", str(logdir), "--train-ratio", "512", "--env-steps", "9000"])
+    settings, saved = off.resolve_settings(args, logdir)
+    assert settings["seed"] == 3 and settings["envs"] == 4 and saved is not None
+
+
+def test_task_names():
+    assert off.official_task("reacher-easy") == "dmc_reacher_easy"
+    assert off.official_task("ball-in-cup-catch") == "dmc_cup_catch"
+    assert off.official_task("dmc_walker_walk") == "dmc_walker_walk"
+
+
+def test_jit_adapter_passes_positional_shardings(tmp_path):
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import jax, _official_compat; "
+            "names = _official_compat.apply(); "
+            "s = jax.sharding.SingleDeviceSharding(jax.devices()[0]); "
+            "f = jax.jit(lambda x, y: x * y, (s, s), s, donate_argnums=[1]); "
+            "print(names, int(f(3, 4)))")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("12")
+
+
+def test_slim_wheel_drops_paths_and_rewrites_record(tmp_path):
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    files = {"pkg/__init__.py": b"x = 1\n", "pkg/big/data.bin": b"0" * 1000,
+             "pkg/mod_test.py": b"assert True\n", "pkg/keep.xml": b"<a/>"}
+    with zipfile.ZipFile(whl, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr("pkg-1.0.dist-info/RECORD", "stale\n")
+    bundle.slim_wheel(whl, ("pkg/big/",))
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        record = list(csv.reader(z.read("pkg-1.0.dist-info/RECORD").decode().splitlines()))
+    assert names == {"pkg/__init__.py", "pkg/keep.xml", "pkg-1.0.dist-info/RECORD"}
+    digest = base64.urlsafe_b64encode(hashlib.sha256(b"<a/>").digest()).rstrip(b"=").decode()
+    assert ["pkg/keep.xml", f"sha256={digest}", "4"] in record
+    assert ["pkg-1.0.dist-info/RECORD", "", ""] in record
