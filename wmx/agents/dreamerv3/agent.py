@@ -80,6 +80,10 @@ METRICS_SINCE_LOG = True
 reference logs embodied.Agg means over its log period; reference_design §6.5)."""
 EVAL_PROTOCOL = ("actions sampled from the actor as in training (the reference has no "
                  "deterministic eval action; dreamerv3_spec 7.3)")
+PINNED_FIELDS = {"compute_dtype": "float32"}
+"""compute_dtype "auto" (the presets but "paper") resolves by the machine's backend
+(`config.auto_compute_dtype`); runs saved before the field existed computed in float32
+(deviation D4). A run keeps the value it resolved (`wmx.runs.pins`)."""
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
 
