@@ -16,10 +16,12 @@ config)`` for the benchmark's sizes and times, on request (`_worker.serve`):
 Config: the commit's ``defaults`` plus the size preset (``12m``: the
 commit's ``size12m``; ``1m``: the widths of the reference's later
 ``size1m``, deter 512 / hidden 64 / classes 4 / units 64, which 29eb964 does
-not have), ``jax.platform=cpu``, ``jax.compute_dtype=float32``,
-``jax.prealloc=False``, ``jax.transfer_guard=False``, ``batch_size`` 16,
-``batch_length`` 65 (= 64 trained steps + ``replay_context`` 1, as the
-reference counts it). Observations: one vector key of the task's obs dim;
+not have), ``jax.platform=cpu``, ``jax.compute_dtype`` = the ``compute_dtype``
+setup argument (float32 unless the orchestrator says otherwise: the fixtures'
+setting; ``bfloat16`` is the reference's default), ``jax.prealloc=False``,
+``jax.transfer_guard=False``, ``batch_size`` 16, ``batch_length`` 65 (= 64
+trained steps + ``replay_context`` 1, as the reference counts it).
+Observations: one vector key of the task's obs dim;
 actions: a continuous vector in [−1, 1]. The wrapper's own lowering of
 train and report at construction is skipped (not needed: the timed programs
 are jitted here), as in the fixtures' recording.
@@ -105,13 +107,15 @@ class Reference:
         self.jaxagent.JAXAgent._lower_report = lower_report
 
     def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
-              batch_length: int, n_envs: int, seed: int = 0) -> dict:
-        """Build the agent and compile both programs (the first calls).
+              batch_length: int, n_envs: int, seed: int = 0,
+              compute_dtype: str = "float32") -> dict:
+        """Build the agent and compile both programs (the first calls); the config's
+        ``jax.compute_dtype`` is ``compute_dtype`` ("float32" or "bfloat16").
 
         Returns {"compile_s": {train, policy}, "gflop": {train, policy} (matmul
         FLOPs, `_machine.program_flops`), "memory": {train, policy}
         (`_machine.compiled_memory`), "params": trained parameter count,
-        "widths", "versions"}.
+        "widths", "compute_dtype", "versions"}.
         """
         import numpy as np
         from _machine import compiled_memory, program_flops
@@ -127,7 +131,7 @@ class Reference:
         self.logdir = tempfile.mkdtemp(prefix="dv3ref_")
         config = config.update({
             "seed": seed, "logdir": self.logdir,
-            "jax.platform": "cpu", "jax.compute_dtype": "float32", "jax.prealloc": False,
+            "jax.platform": "cpu", "jax.compute_dtype": compute_dtype, "jax.prealloc": False,
             "jax.transfer_guard": False,
             "batch_size": batch_size, "batch_length": batch_length + 1,
             "batch_length_eval": batch_length + 1, "replay_context": 1,
@@ -193,7 +197,7 @@ class Reference:
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
                 "params": trained,
                 "widths": {"deter": rssm.deter, "hidden": rssm.hidden, "classes": rssm.classes,
-                           "units": config.actor.units},
+                           "units": config.actor.units}, "compute_dtype": compute_dtype,
                 "versions": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                              "numpy": np.__version__, "python": sys.version.split()[0]}}
 
