@@ -118,7 +118,7 @@ class Reference:
         Returns {"compile_s": {train, policy}, "gflop": {train, policy} (matmul
         FLOPs, `_machine.program_flops`), "memory": {train, policy}
         (`_machine.compiled_memory`), "params": trained parameter count,
-        "widths", "versions"}.
+        "widths", "compute_dtype", "versions"}.
         """
         import numpy as np
         from _machine import compiled_memory, program_flops
@@ -202,7 +202,7 @@ class Reference:
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
                 "params": trained,
                 "widths": {"deter": rssm.deter, "hidden": rssm.hidden, "classes": rssm.classes,
-                           "units": config.actor.units},
+                           "units": config.actor.units}, "compute_dtype": compute_dtype,
                 "versions": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                              "numpy": np.__version__, "python": sys.version.split()[0]}}
 

@@ -31,6 +31,13 @@ Writes JSON (default benchmarks/results/dreamerv3_speed.json):
   rate on a 2048³ float32 product (``blas_ceiling``) and XLA's on a 1024³
   one before and after the timed blocks (``matmul_baseline*``).
 
+Precision: ``--compute-dtype`` (``protocol.compute_dtype``) is what both sides
+compute in: wmx's ``compute_dtype`` (every timed program, the online ones too)
+and the official config's ``jax.compute_dtype``, so the comparison is like for
+like. Default: float32 when JAX's default backend is the CPU (where the
+official timings of issue 13 were made), bfloat16 on an accelerator (the
+reference's own setting, dreamerv3_spec 1.12).
+
 Method. Every implementation and size runs in its own worker process
 (`_worker.py`; the official code needs its own, older JAX), compiled once
 and kept alive. The orchestrator alternates timed blocks between the two
@@ -95,11 +102,13 @@ class WmxWorker:
         self.items = {}
 
     def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
-              batch_length: int, n_envs: int, seed: int = 0) -> dict:
-        """Build state and inputs, compile update and policy (one compile each).
+              batch_length: int, n_envs: int, seed: int = 0,
+              compute_dtype: str = "float32") -> dict:
+        """Build state and inputs, compile update and policy (one compile each), the
+        paper config at ``size`` computing in ``compute_dtype``.
 
-        Returns {"compile_s", "gflop", "memory", "params", "widths", "versions"},
-        the reference driver's keys.
+        Returns {"compile_s", "gflop", "memory", "params", "widths", "versions",
+        "compute_dtype"}, the reference driver's keys.
         """
         import jax
         import numpy as np
@@ -107,7 +116,8 @@ class WmxWorker:
         from wmx.agents.dreamerv3 import agent as dv3
         from wmx.agents.dreamerv3.config import make_config
         cfg = make_config("paper", model_size=size, obs_dim=obs_dim, action_dim=action_dim,
-                          batch_size=batch_size, batch_length=batch_length, n_envs=n_envs)
+                          batch_size=batch_size, batch_length=batch_length, n_envs=n_envs,
+                          compute_dtype=compute_dtype)
         data = synthetic_windows(batch_size, batch_length + 1, obs_dim, action_dim, cfg.deter,
                                  cfg.stoch, cfg.classes, seed=seed)
         batch = {"obs": data["vector"], "action": data["action"], "reward": data["reward"],
@@ -167,7 +177,7 @@ class WmxWorker:
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
                 "params": int(counts["total"]), "compiler_options": self.compiler_options,
                 "widths": {"deter": cfg.deter, "hidden": cfg.hidden, "classes": cfg.classes,
-                           "units": cfg.units},
+                           "units": cfg.units}, "compute_dtype": cfg.compute_dtype,
                 "versions": {"jax": jax.__version__, "numpy": np.__version__,
                              "python": sys.version.split()[0]}}
 
@@ -176,11 +186,12 @@ class WmxWorker:
         from _machine import time_calls
         return time_calls(self.items[item], repeats)
 
-    def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0
-                     ) -> dict:
+    def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0,
+                     compute_dtype: str = "float32") -> dict:
         """Build the online program of a real run and run it past its first update.
 
-        The run: ``OnlineRunConfig(task, agent="dreamerv3", preset, n_envs)`` at the
+        The run: ``OnlineRunConfig(task, agent="dreamerv3", preset, n_envs)`` with the
+        agent override ``compute_dtype``, at the
         task's own episode length; chunks of ``ticks`` ticks (the trainer's chunk
         is one round of T + 1 ticks; the tick program is the same). Runs chunks
         (the first compiles) until one has run updates, then one more (warm-up).
@@ -193,11 +204,12 @@ class WmxWorker:
         from wmx.envs.playground import cached_env
         from wmx.runs.online_config import OnlineRunConfig
         from wmx.train_online import program
+        over = {"compute_dtype": compute_dtype}
         probe = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
-                                preset=preset)
+                                preset=preset, agent_overrides=over)
         T, repeat = probe.task_spec.T, probe.task_spec.action_repeat
         rc = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
-                             preset=preset, env_steps=T * n_envs * repeat)
+                             preset=preset, env_steps=T * n_envs * repeat, agent_overrides=over)
         cfg = rc.agent_config
         env = cached_env(rc.task, rc.episode_length)
         sched = sched_lib.make_schedule(n_envs, batch_size=cfg.batch_size,
@@ -229,7 +241,8 @@ class WmxWorker:
         return {"compile_s": compile_s, "warmup_chunks": warm, "updates_per_chunk": updates,
                 "env_steps_per_chunk": ticks * n_envs * repeat, "episode_length": T,
                 "action_repeat": repeat, "first_update_tick": first,
-                "model_size": cfg.model_size, "train_ratio": cfg.train_ratio}
+                "model_size": cfg.model_size, "train_ratio": cfg.train_ratio,
+                "compute_dtype": cfg.compute_dtype}
 
     def stats(self) -> dict:
         """{"peak_rss_mib", "device_memory": the device's memory_stats() or None}."""
@@ -345,6 +358,9 @@ def main() -> None:
     p.add_argument("--reference-python", default=DEFAULT_REFERENCE_PYTHON,
                    help="python of the reference's venv (jax 0.4.28 and the fixtures' pins)")
     p.add_argument("--sizes", nargs="+", default=["1m", "12m"], choices=["1m", "12m"])
+    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default=None,
+                   help="what wmx (compute_dtype) and the official code (jax.compute_dtype) "
+                        "compute in (default: float32 on the CPU, bfloat16 on an accelerator)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 3)")
     p.add_argument("--train-calls", type=int, default=3, help="timed training steps per block")
     p.add_argument("--policy-calls", type=int, default=30, help="timed policy steps per block")
@@ -393,6 +409,8 @@ def main() -> None:
     import jax
     from _machine import (allocator_info, bench_blas_ceiling, bench_matmul, cpu_info,
                           machine_busy)
+    from wmx.agents.dreamerv3.config import auto_compute_dtype
+    dtype = args.compute_dtype or auto_compute_dtype()
     t_start = time.time()
     env: dict = {}
     if args.compile_cache:
@@ -417,6 +435,7 @@ def main() -> None:
                     **allocator_info(), "jax": jax.__version__, "backend": jax.default_backend()},
         "protocol": {"obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "batch_size": BATCH_SIZE,
                      "batch_length": BATCH_LENGTH, "replay_context": 1, "n_envs": N_ENVS,
+                     "compute_dtype": dtype,
                      "rounds": args.rounds, "train_calls": args.train_calls,
                      "policy_calls": args.policy_calls, "load_threshold": args.load_threshold,
                      "load_retries": args.load_retries, "quick": args.quick,
@@ -432,7 +451,7 @@ def main() -> None:
 
         # ---- workers: one per implementation and size, compiled concurrently ----
         setup_args = dict(obs_dim=OBS_DIM, action_dim=ACTION_DIM, batch_size=BATCH_SIZE,
-                          batch_length=BATCH_LENGTH, n_envs=N_ENVS)
+                          batch_length=BATCH_LENGTH, n_envs=N_ENVS, compute_dtype=dtype)
         pairs = {}
         for size in args.sizes:
             w = start(f"wmx_{size}", [sys.executable, str(Path(__file__).resolve()), "--worker"],
@@ -488,7 +507,7 @@ def main() -> None:
             res["items"][f"{item}_{size}"] = s
         res["models"] = {size: {side: {k: v for k, v in (info or {}).items()
                                        if k in ("params", "widths", "versions",
-                                                "compiler_options")}
+                                                "compiler_options", "compute_dtype")}
                                 for side, info in setups[size].items()}
                          for size in args.sizes}
         for w in list(workers):
@@ -502,7 +521,7 @@ def main() -> None:
             w = start(f"wmx_online_{preset}", [sys.executable, str(Path(__file__).resolve()),
                                                "--worker"], "wmx")
             w.send("setup_online", task=args.task, preset=preset, n_envs=N_ENVS,
-                   ticks=args.online_ticks)
+                   ticks=args.online_ticks, compute_dtype=dtype)
             online[preset] = w
         res["online"] = []
         setups_online = {p: w.recv() for p, w in online.items()}

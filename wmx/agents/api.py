@@ -98,6 +98,10 @@ class Agent(Protocol):
         after each logged chunk), or, when False, the last update's values.
       EVAL_PROTOCOL: how the policy acts with ``eval_mode`` True, in a few words and
         with its spec item (evaluation reports print it).
+      PINNED_FIELDS: config fields whose value `make_config` resolves from the machine
+        (e.g. DreamerV3's compute_dtype "auto"), each mapped to the value runs saved
+        before the field existed used; a run keeps the value it was created with on
+        any machine (`wmx.runs.pins`). {} for none.
     """
 
     NAME: str
@@ -107,6 +111,7 @@ class Agent(Protocol):
     MULTITASK: bool
     METRICS_SINCE_LOG: bool
     EVAL_PROTOCOL: str
+    PINNED_FIELDS: Mapping[str, Any]
 
     # ---- configuration (host) ---------------------------------------------------
     def make_config(self, preset: str, overrides: Mapping[str, Any], *, task: Any = None,

@@ -259,8 +259,9 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
     agent-config overrides of the typed agent flags (`agent_overrides`) and of the
     dests in ``as_overrides`` (e.g. train_online's --batch-size), compared key by
     key with the saved ``agent_overrides`` or, for a key the run did not override, with
-    the value it resolved to (``resolved_agent_config``; a key that config lacks is
-    refused as unknown, with close names); new_run: how the command starts a new run
+    the value it resolved to (``resolved_agent_config``, where a machine-dependent field
+    the run was saved without has its pinned value, `wmx.runs.pins`; a key that config
+    lacks is refused as unknown, with close names); new_run: how the command starts a new run
     instead (the errors' advice). A flag equal to the saved
     value is accepted. Returns {config key: new value} of the extended and changed fields.
     Raises ValueError naming the flag, its value and the saved value for any
@@ -290,7 +291,11 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
                          f"flag to continue it, or {new_run}")
     saved_over = saved.get("agent_overrides") or {}
     resolved = saved.get("resolved_agent_config")
-    resolved = resolved if isinstance(resolved, dict) else {}
+    resolved = dict(resolved) if isinstance(resolved, dict) else {}
+    if resolved:      # a field added since the run was saved: the value the run used
+        from wmx.agents.registry import get_agent
+        from wmx.runs.pins import saved_values
+        resolved.update(saved_values(get_agent(saved.get("agent", "tdmpc2")), saved))
     for key, new in (overrides or {}).items():
         if key in saved_over:
             if _same(new, saved_over[key]):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wmx.agents.registry import get_agent
+from wmx.runs import pins
 from wmx.runs.seeds import check_seeds
 from wmx.schemas.taskset import TaskSet
 
@@ -173,19 +174,27 @@ class OfflineRunConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OfflineRunConfig":
+        """The run config of a saved config.json ``d``. Its agent config has the values
+        the run resolved its machine-dependent fields to (`wmx.runs.pins`: e.g.
+        DreamerV3's compute_dtype), on any machine."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["seeds"] = tuple(kw["seeds"])
         for k in ("tasks", "train_tasks"):
             if kw.get(k) is not None:
                 kw[k] = tuple(kw[k])
-        return cls(**kw)
+        rc = cls(**kw)
+        over = pins.restore_overrides(
+            rc.agent_module, d, rc.agent_overrides,
+            lambda o: dataclasses.replace(rc, agent_overrides=o).agent_config)
+        return rc if over == rc.agent_overrides else dataclasses.replace(rc, agent_overrides=over)
 
     def training_hash(self) -> str:
         """sha256 (hex, 16) of what determines the trained state: dataset, TaskSet,
         agent config, seeds, feed. A checkpoint is accepted only by a run with the
-        same training hash (evaluation settings and the device count may differ)."""
-        d = self.to_json()
+        same training hash (evaluation settings and the device count may differ). The
+        machine-dependent agent fields enter as `wmx.runs.pins.hash_view`."""
+        d = pins.hash_view(self.agent_module, self.to_json())
         keep = {k: d[k] for k in ("dataset", "taskset", "agent", "seeds", "stream",
                                   "stream_chunk", "resolved_agent_config")}
         if self.train_tasks is not None:       # runs on every task keep their old hash

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wmx.agents.registry import get_agent
+from wmx.runs import pins
 from wmx.runs.seeds import check_seeds
 from wmx.envs.registry import TaskSpec, get_task
 
@@ -129,14 +130,22 @@ class OnlineRunConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "OnlineRunConfig":
+        """The run config of a saved config.json ``d``. Its agent config has the values
+        the run resolved its machine-dependent fields to (`wmx.runs.pins`: e.g.
+        DreamerV3's compute_dtype), on any machine."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["seeds"] = tuple(kw["seeds"])
-        return cls(**kw)
+        rc = cls(**kw)
+        over = pins.restore_overrides(
+            rc.agent_module, d, rc.agent_overrides,
+            lambda o: dataclasses.replace(rc, agent_overrides=o).agent_config)
+        return rc if over == rc.agent_overrides else dataclasses.replace(rc, agent_overrides=over)
 
     def config_hash(self) -> str:
-        """sha256 (hex, 16 digits) of the agent config and the run protocol."""
-        d = self.to_json()
+        """sha256 (hex, 16 digits) of the agent config and the run protocol (the
+        machine-dependent agent fields as `wmx.runs.pins.hash_view`)."""
+        d = pins.hash_view(self.agent_module, self.to_json())
         d.pop("chunk_ticks", None)      # how the device splits a round changes no result
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

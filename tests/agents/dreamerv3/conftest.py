@@ -51,7 +51,9 @@ def train_fx() -> Mapping[str, np.ndarray]:
 
 def config_from_reference(config_json: str, obs_dim: int, action_dim: int) -> DreamerV3Config:
     """A DreamerV3Config with the sizes and hyperparameters of a reference run
-    (the flat 29eb964 config of train.npz['meta/config_json'])."""
+    (the flat 29eb964 config of train.npz['meta/config_json']), in float32: the
+    recordings were made with `jax.compute_dtype: float32` (spec 1.12, D4), whatever
+    backend the tests run on."""
     c = json.loads(config_json)
     return DreamerV3Config(
         obs_dim=obs_dim, action_dim=action_dim,
@@ -66,6 +68,7 @@ def config_from_reference(config_json: str, obs_dim: int, action_dim: int) -> Dr
         minstd=c["actor.minstd"], maxstd=c["actor.maxstd"],
         batch_size=c["batch_size"], batch_length=c["batch_length"] - c["replay_context"],
         replay_context=c["replay_context"], imag_horizon=c["imag_length"],
+        compute_dtype="float32",
     ).resolved()
 
 

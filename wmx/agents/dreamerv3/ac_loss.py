@@ -24,7 +24,11 @@ action dims, imagination masks the padded action dims, and γ_i replaces the
 fixed γ (replay return; the imagination's explicit disc without contdisc).
 ``task=None`` is the reference's computation.
 
-Source: dreamerv3_spec 3.1-3.20, Algorithms F-H; deviations D4, D22, W-D8.
+Precision (spec 1.12): imagined states and actions are in the compute dtype
+cfg.dtype (2411f7d casts each sampled action to it); every head output,
+distribution, return, weight, normaliser statistic and loss is float32.
+
+Source: dreamerv3_spec 3.1-3.20, Algorithms F-H, 1.12; deviations D4, D22, W-D8.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from wmx.agents.dreamerv3 import outputs, policy_dist
+from wmx.agents.dreamerv3 import nets, outputs, policy_dist
 from wmx.agents.dreamerv3.actor_critic import actor_dist, actor_sample, critic_logits
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import continue_logit, feat, reward_logits
@@ -47,10 +51,11 @@ Params = dict
 
 
 class Imagination(NamedTuple):
-    """Imagined trajectories from N start states, all stop-gradiented.
+    """Imagined trajectories from N start states, all stop-gradiented, in the
+    compute dtype (cfg.dtype; spec 1.12).
 
-    feat: f32[N, H+1, D + S·C] features (index 0 the posterior start);
-    action: f32[N, H+1, A] (one-hots f32[N, H+1, K] for discrete actions)
+    feat: [N, H+1, D + S·C] features (index 0 the posterior start);
+    action: [N, H+1, A] (one-hots [N, H+1, K] for discrete actions)
     sampled at each state, the last one never used (3.2).
     """
 
@@ -134,8 +139,9 @@ def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.n
       policy_noise: f32[N, H, A] (continuous) or [N, H] (discrete) (``imag_eps``).
       task: multi-task inputs of the N starts (leaves [N, ...]) or None.
     Returns:
-      Imagination (stop-gradiented features and actions, [N, H+1, ...]).
-    Source: dreamerv3_spec 3.1-3.4, Algorithm C (2411f7d: start latent and action sg'd).
+      Imagination (stop-gradiented features and actions, [N, H+1, ...], in cfg.dtype).
+    Source: dreamerv3_spec 3.1-3.4, Algorithm C, 1.12 (2411f7d: start latent and
+    action sg'd, the action cast to the compute dtype).
     """
     c = cfg.resolved()
     params = sg({"rssm": params["rssm"], "actor": params["actor"]})   # no gradient (3.4)
@@ -144,7 +150,8 @@ def imagine(params: Params, cfg: DreamerV3Config, post: Feat, start_noise: jnp.n
     stoch = sg(post.stoch.reshape(n, *post.stoch.shape[2:]))
     task = sg(task)
     x0 = feat(deter, stoch)
-    a0 = sg(actor_sample(params["actor"], c, ac_input(x0, task), start_noise))
+    a0 = sg(nets.cast(actor_sample(params["actor"], c, ac_input(x0, task), start_noise),
+                      c.dtype))
     policy = lambda d, s, e: actor_sample(params["actor"], c,  # noqa: E731
                                           ac_input(feat(d, s), task), e)
     traj, acts = imagine_with_policy(params["rssm"], c, deter, stoch, a0, policy,
@@ -191,7 +198,7 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
     adv = sg((ret - value[:, :-1]) / scale)
     dist = actor_dist(params["actor"], c, xa)
     mask = None if task is None else broadcast_to_steps(task.action_mask, imag.action)
-    logp = policy_log_prob(c, dist, sg(imag.action), mask)[:, :-1]
+    logp = policy_log_prob(c, dist, sg(nets.f32(imag.action)), mask)[:, :-1]
     ent = policy_entropy(c, dist, mask)[:, :-1]
     actor = weight[:, :-1] * -(logp * adv + c.actent * ent)
     target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)

@@ -14,6 +14,13 @@ width cfg.units.
 
 Multi-task (W-D8): both read concat(feat, sg(e)) (`multitask.ac_input`), their
 first layer widened by task_dim.
+
+Precision (spec 1.12, 3.13): the hidden blocks and output Linears compute in
+cfg.dtype (the slow critic too: 2411f7d's slowcritic `dtype='float32'` names
+its parameters' dtype, which is float32 for every module, and its MLP casts
+its input to the compute dtype); the outputs are cast to float32 before
+tanh / sigmoid / unimix (2411f7d Dist), so the distributions, samples and
+values are float32.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import jax.numpy as jnp
 
 from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3.config import DreamerV3Config
+from wmx.agents.dreamerv3.heads import head_mlp, head_out
 from wmx.agents.dreamerv3.outputs import twohot, twohot_logits, twohot_mean
 from wmx.agents.dreamerv3.categorical import draw_uniform
 from wmx.agents.dreamerv3.policy_dist import (NormalPolicy, bounded_normal, draw_normal_eps,
@@ -47,18 +55,18 @@ def init_actor(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
 
 def actor_dist(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> NormalPolicy | jnp.ndarray:
-    """The policy at feat x f32[..., D + S*C].
+    """The policy at feat x [..., D + S*C] (any float dtype; cast to cfg.dtype).
 
     Returns NormalPolicy(mean, std) f32[..., A] for continuous actions
     (std in (minstd, maxstd)), or mixed logits f32[..., K] for discrete ones.
-    Source: dreamerv3_spec 3.13, 3.14 (2411f7d).
+    Source: dreamerv3_spec 3.13, 3.14, 1.12 (2411f7d: tanh, sigmoid and unimix
+    after the float32 cast).
     """
     c = cfg.resolved()
-    h = nets.mlp(p, x, c.rms_eps)
+    h = head_mlp(p, c, x)
     if c.discrete_actions:
-        return onehot_policy_logits(nets.linear(p["logits"], h), c.actor_unimix)
-    return bounded_normal(nets.linear(p["mean"], h), nets.linear(p["std"], h),
-                          c.minstd, c.maxstd)
+        return onehot_policy_logits(head_out(p["logits"], h), c.actor_unimix)
+    return bounded_normal(head_out(p["mean"], h), head_out(p["std"], h), c.minstd, c.maxstd)
 
 
 def actor_sample(p: Params, cfg: DreamerV3Config, x: jnp.ndarray,
@@ -98,11 +106,11 @@ def init_critic(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
 
 def critic_logits(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:
-    """Two-hot value logits f32[..., bins] at feat x f32[..., D + S*C].
+    """Two-hot value logits f32[..., bins] at feat x [..., D + S*C] (computed in
+    cfg.dtype, the output cast to float32).
 
-    Source: dreamerv3_spec 3.16."""
-    h = nets.mlp(p, x, cfg.rms_eps)
-    return twohot_logits(nets.linear(p["out"], h), cfg.bins)
+    Source: dreamerv3_spec 3.16, 1.12."""
+    return twohot_logits(head_out(p["out"], head_mlp(p, cfg, x)), cfg.bins)
 
 
 def critic_value(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:

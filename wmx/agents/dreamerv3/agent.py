@@ -47,6 +47,7 @@ import jax.numpy as jnp
 from wmx import xla_cpu
 from wmx.agents.api import BatchSpec, BoundSchedule
 from wmx.agents.dreamerv3 import config as config_lib
+from wmx.agents.dreamerv3 import nets
 from wmx.agents.dreamerv3 import params as params_lib
 from wmx.agents.dreamerv3 import replay as replay_lib
 from wmx.agents.dreamerv3 import schedule as sched_lib
@@ -79,6 +80,10 @@ METRICS_SINCE_LOG = True
 reference logs embodied.Agg means over its log period; reference_design §6.5)."""
 EVAL_PROTOCOL = ("actions sampled from the actor as in training (the reference has no "
                  "deterministic eval action; dreamerv3_spec 7.3)")
+PINNED_FIELDS = {"compute_dtype": "float32"}
+"""compute_dtype "auto" (the presets but "paper") resolves by the machine's backend
+(`config.auto_compute_dtype`); runs saved before the field existed computed in float32
+(deviation D4). A run keeps the value it resolved (`wmx.runs.pins`)."""
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
 
@@ -176,8 +181,10 @@ def policy(params: dict, cfg: DreamerV3Config, carry: Carry, obs: jax.Array,
       (Carry(deter, stoch, prevact = the raw sample), action f32[n, A]: the
       sample clipped to [−1, 1] (one-hot f32[n, K] for discrete actions),
       entries {"deter" f32[n, D], "stoch" f32[n, S, C] one-hot, "action"
-      f32[n, A] the raw sample} for `replay_add`).
-    Source: dreamerv3_spec 7.1-7.4; W-D8.
+      f32[n, A] the raw sample} for `replay_add`). The step computes in
+      cfg.dtype; the carry and entries are float32 (deter and stoch upcast, exact),
+      the action is the float32 sample (spec 1.12).
+    Source: dreamerv3_spec 7.1-7.4, 1.12; W-D8.
     """
     del eval_mode
     c = cfg.resolved()
@@ -197,8 +204,9 @@ def policy(params: dict, cfg: DreamerV3Config, carry: Carry, obs: jax.Array,
     action = raw if c.discrete_actions else jnp.clip(raw, -1.0, 1.0)
     if task is not None:
         action = action * task.action_mask
-    entries = {"deter": out.deter, "stoch": jax.lax.stop_gradient(out.stoch), "action": raw}
-    return Carry(out.deter, entries["stoch"], raw), action, entries
+    entries = {"deter": nets.f32(out.deter),
+               "stoch": nets.f32(jax.lax.stop_gradient(out.stoch)), "action": raw}
+    return Carry(entries["deter"], entries["stoch"], raw), action, entries
 
 
 # ---- training -----------------------------------------------------------------------

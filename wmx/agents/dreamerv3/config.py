@@ -21,6 +21,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from wmx.agents.overrides import check_field_names
 
 # model_size -> (d, deter, hidden, classes); spec 2.1 (d = units = hidden).
@@ -35,6 +38,26 @@ MODEL_SIZES: dict[str, tuple[int, int, int, int]] = {
 }
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
+
+COMPUTE_DTYPES = ("float32", "bfloat16", "auto")
+"""Values of `DreamerV3Config.compute_dtype` ("auto": by the backend, `auto_compute_dtype`)."""
+
+
+def auto_compute_dtype(backend: str | None = None) -> str:
+    """What compute_dtype "auto" resolves to: "bfloat16" on an accelerator (the
+    reference's `jax.compute_dtype`), "float32" on the CPU (the parity fixtures'
+    setting; XLA's bfloat16 matmuls were no faster than float32 ones on the CPUs
+    measured, docs/performance.md; deviation D4).
+
+    Args:
+        backend: a jax backend name ("cpu", "gpu", "cuda", "rocm", "tpu"); None reads
+            `jax.default_backend()`.
+    Returns:
+        "float32" or "bfloat16".
+    Source: dreamerv3_spec 1.12; deviation D4.
+    """
+    backend = jax.default_backend() if backend is None else backend
+    return "float32" if backend == "cpu" else "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -79,7 +102,14 @@ class DreamerV3Config:
     reference's fixed gamma). 0 tasks (the default) is the reference's
     single-task agent, unchanged.
 
-    Numerics: float32 everywhere (deviation D4).
+    Numerics (`compute_dtype`, spec 1.12): "bfloat16" computes as 2411f7d's
+    `jax.compute_dtype: bfloat16` (matmuls, activations and the RSSM state in
+    bfloat16; parameters, gradients, optimizer and normaliser state,
+    distributions, losses and returns in float32; `dtype`); "float32" computes
+    everything in float32 (the parity tests, whose recordings are float32);
+    "auto" (the default) is resolved by `resolved()` to "bfloat16" on an
+    accelerator and "float32" on the CPU (`auto_compute_dtype`; deviation D4).
+    The "paper" preset sets "bfloat16". Parameters are float32 either way.
 
     Raises ValueError naming the offending field on construction.
     """
@@ -163,6 +193,8 @@ class DreamerV3Config:
     num_tasks: int = 0
     task_dim: int = 96
     task_discount: str = "taskset"
+    # numerics (spec 1.12, D4)
+    compute_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         def need(cond: bool, field: str, msg: str) -> None:
@@ -226,23 +258,35 @@ class DreamerV3Config:
         need(self.task_dim >= 1, "task_dim", "must be >= 1")
         need(self.task_discount in ("horizon", "taskset"), "task_discount",
              "must be 'horizon' (1 - 1/return_horizon for every task) or 'taskset'")
+        need(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype",
+             f"must be one of {', '.join(COMPUTE_DTYPES)} (e.g. --set compute_dtype=float32)")
         if self.num_tasks:
             need(not self.discrete_actions, "discrete_actions",
                  "multi-task DreamerV3 needs continuous actions (padded dims are masked)")
 
     # ---- derived values -------------------------------------------------
     def resolved(self) -> "DreamerV3Config":
-        """This config with every `None` width filled from `model_size` (idempotent)."""
+        """This config with every `None` width filled from `model_size` and
+        compute_dtype "auto" replaced by `auto_compute_dtype()` (idempotent)."""
         if self.is_resolved:
             return self
         table = dict(zip(_WIDTHS, MODEL_SIZES[self.model_size]))
         fill = {f: table[f] for f in _WIDTHS if getattr(self, f) is None}
+        if self.compute_dtype == "auto":
+            fill["compute_dtype"] = auto_compute_dtype()
         return dataclasses.replace(self, **fill)
 
     @property
     def is_resolved(self) -> bool:
-        """True when no width is `None`."""
-        return all(getattr(self, f) is not None for f in _WIDTHS)
+        """True when no width is `None` and compute_dtype is not "auto"."""
+        return (all(getattr(self, f) is not None for f in _WIDTHS)
+                and self.compute_dtype != "auto")
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The compute dtype of the resolved config: jnp.float32 or jnp.bfloat16
+        (spec 1.12; what matmul inputs, activations and the RSSM state use)."""
+        return jnp.dtype(self.resolved().compute_dtype)
 
     @property
     def gamma(self) -> float:
@@ -295,7 +339,8 @@ class DreamerV3Config:
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The paper's DMC-proprio protocol (Table 2, 2411f7d dmc_proprio).
-    "paper": {"model_size": "12m", "n_envs": 16, "train_ratio": 512.0, "action_repeat": 2},
+    "paper": {"model_size": "12m", "n_envs": 16, "train_ratio": 512.0, "action_repeat": 2,
+              "compute_dtype": "bfloat16"},
     # CPU preset: 1m widths (d 64, deter 512, classes 4), the paper's algorithm.
     "cpu": {"model_size": "1m", "n_envs": 16, "train_ratio": 512.0, "action_repeat": 2},
     # Tests only: the sizes of the reference fixtures (fixtures/dreamerv3/README.md).
@@ -305,7 +350,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named override sets for `make_config`.
 
 - "paper": the paper's DMC-proprio protocol, 12m / 16 envs / train ratio 512 /
-  action repeat 2 (spec 7.5; 2411f7d dmc_proprio).
+  action repeat 2 (spec 7.5; 2411f7d dmc_proprio), bfloat16 compute (2411f7d's
+  `jax.compute_dtype`, spec 1.12) on any backend.
 - "cpu": the same algorithm and every non-width hyperparameter of the paper
   (batch 16 x 64, H = 15, train ratio 512, LaProp), at the code-only 1m widths
   (d 64, deter 512, classes 4). A training step is dominated by the 1024
@@ -313,8 +359,10 @@ PRESETS: dict[str, dict[str, Any]] = {
   cost scales with d^2: the 1m model is ~16x cheaper per update than 12m, which
   makes an update affordable on a few CPU cores. Not the paper's size: learning
   curves from it are not comparable with Table 11 (deviation W-D1).
+  compute_dtype "auto": bfloat16 on an accelerator, float32 on the CPU (D4).
 - "tiny": the reference fixtures' sizes (units 10, hidden 14, deter 24,
-  stoch 4, classes 3, B 9, T 6, H 7); tests only.
+  stoch 4, classes 3, B 9, T 6, H 7), compute_dtype "auto"; tests only (the
+  parity tests set float32).
 """
 
 

@@ -10,6 +10,11 @@ spec 2.17). The decoder has one head for the flat observation vector
 (deviation D5). Initialisers take a `nets.Draw` (see `params.init_params`).
 A multi-task config (W-D8) widens the encoder's input by the task embedding
 and masks the padded observation dims (`multitask`); the heads are unchanged.
+
+Precision (spec 1.12, cfg.dtype): the encoder symlogs in float32 and then
+computes in the compute dtype, so the embedding is in it; the heads cast
+their input feat to it and their output Linear's values to float32 (2411f7d
+`Dist`: `.astype(f32)` before any distribution maths).
 """
 from __future__ import annotations
 
@@ -25,10 +30,24 @@ Params = dict
 
 
 def feat(deter: jnp.ndarray, stoch: jnp.ndarray) -> jnp.ndarray:
-    """concat(deter f32[..., D], stoch f32[..., S, C] flattened), f32[..., D + S*C].
+    """concat(deter [..., D], stoch [..., S, C] flattened), [..., D + S*C], both in
+    one dtype (the compute dtype).
 
     Source: dreamerv3_spec 2.1 (feat2tensor; 2411f7d Input(('deter', 'stoch')))."""
     return jnp.concatenate([deter, stoch.reshape(*stoch.shape[:-2], -1)], -1)
+
+
+def head_mlp(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:
+    """The hidden blocks of a head on x [..., F] cast to the compute dtype:
+    [..., units] in cfg.dtype (2411f7d MLP: Input(..., COMPUTE_DTYPE)).
+    Source: dreamerv3_spec 1.4, 1.12."""
+    return nets.mlp(p, nets.cast(x, cfg.dtype), cfg.rms_eps)
+
+
+def head_out(p: nets.Layer, h: jnp.ndarray) -> jnp.ndarray:
+    """A head's output Linear on h [..., units] (compute dtype), cast to float32:
+    f32[..., U] (2411f7d Dist: `.astype(f32)`). Source: dreamerv3_spec 1.12."""
+    return nets.f32(nets.linear(p, h))
 
 
 def _mlp_head(draw: nets.Draw, in_dim: int, units: int, layers: int, out_dim: int,
@@ -50,14 +69,15 @@ def init_encoder(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
 def encode(p: Params, cfg: DreamerV3Config, obs: jnp.ndarray,
            task: TaskInputs | None = None) -> jnp.ndarray:
-    """Embedding f32[..., units] of observations f32[..., obs_dim]: symlog, then the
-    hidden blocks. Multi-task (``task`` with leaves [...]): the input is
+    """Embedding [..., units] in the compute dtype (cfg.dtype) of observations
+    f32[..., obs_dim]: symlog in float32, cast, then the hidden blocks.
+    Multi-task (``task`` with leaves [...]): the input is
     concat(symlog(obs) * obs_mask, e), so padded obs dims do not enter.
-    Source: dreamerv3_spec 2.9 (symlog of continuous inputs); W-D8."""
+    Source: dreamerv3_spec 2.9 (symlog of continuous inputs), 1.6, 1.12; W-D8."""
     x = symlog(obs.astype(jnp.float32))
     if task is not None:
         x = jnp.concatenate([x * task.obs_mask, task.emb], -1)
-    return nets.mlp(p, x, cfg.rms_eps)
+    return head_mlp(p, cfg, x)
 
 
 # ---- decoder -----------------------------------------------------------------
@@ -73,9 +93,9 @@ def decode(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
            stoch: jnp.ndarray) -> jnp.ndarray:
     """Symlog-space reconstruction f32[..., obs_dim] (loss: `outputs.symlog_mse_loss`).
 
-    Args: deter f32[..., D], stoch f32[..., S, C]. Source: dreamerv3_spec 2.11."""
-    x = nets.mlp(p, feat(deter, stoch), cfg.rms_eps)
-    return nets.linear(p["out"], x)
+    Args: deter [..., D], stoch [..., S, C] (compute dtype).
+    Source: dreamerv3_spec 2.11, 1.12."""
+    return head_out(p["out"], head_mlp(p, cfg, feat(deter, stoch)))
 
 
 # ---- reward ------------------------------------------------------------------
@@ -88,11 +108,10 @@ def init_reward(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
 
 def reward_logits(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:
-    """Two-hot logits f32[..., bins] of the reward from feat x f32[..., D + S*C]
+    """Two-hot logits f32[..., bins] of the reward from feat x [..., D + S*C]
     (prediction: `outputs.twohot_mean`, loss: `outputs.twohot_loss`).
-    Source: dreamerv3_spec 2.12."""
-    h = nets.mlp(p, x, cfg.rms_eps)
-    return twohot_logits(nets.linear(p["out"], h), cfg.bins)
+    Source: dreamerv3_spec 2.12, 1.12."""
+    return twohot_logits(head_out(p["out"], head_mlp(p, cfg, x)), cfg.bins)
 
 
 # ---- continue ----------------------------------------------------------------
@@ -103,8 +122,7 @@ def init_continue(draw: nets.Draw, cfg: DreamerV3Config) -> Params:
 
 
 def continue_logit(p: Params, cfg: DreamerV3Config, x: jnp.ndarray) -> jnp.ndarray:
-    """Bernoulli logit f32[...] of continuing, from feat x f32[..., D + S*C]
+    """Bernoulli logit f32[...] of continuing, from feat x [..., D + S*C]
     (target cfg.cont_target_scale * (1 - is_terminal); loss `outputs.binary_loss`).
-    Source: dreamerv3_spec 2.13."""
-    h = nets.mlp(p, x, cfg.rms_eps)
-    return nets.linear(p["out"], h)[..., 0]
+    Source: dreamerv3_spec 2.13, 1.12."""
+    return head_out(p["out"], head_mlp(p, cfg, x))[..., 0]

@@ -150,12 +150,13 @@ def flatten(task: TaskInputs | None, lead: int = 2) -> TaskInputs | None:
 
 
 def ac_input(x: jnp.ndarray, task: TaskInputs | None) -> jnp.ndarray:
-    """The actor / critic input: feat x f32[..., F], or concat(x, sg(e)) f32[..., F + E]
+    """The actor / critic input: feat x [..., F], or concat(x, sg(e)) [..., F + E]
     with the task's embedding broadcast over x's extra leading axes (imagined
-    steps)."""
+    steps), in x's dtype (the compute dtype)."""
     if task is None:
         return x
     e = sg(task.emb)
+    e = e if e.dtype == x.dtype else e.astype(x.dtype)
     e = e.reshape(*e.shape[:-1], *(1,) * (x.ndim - e.ndim), e.shape[-1])
     return jnp.concatenate([x, jnp.broadcast_to(e, (*x.shape[:-1], e.shape[-1]))], -1)
 

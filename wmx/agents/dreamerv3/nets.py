@@ -13,7 +13,15 @@ Kernels: outscale * sqrt(1/fan_in) * TruncatedNormal(-2, 2) / 0.87962566
 (flax's variance_scaling constant, deviation D23; the reference writes
 1.1368); fan_in follows compute_fans, so a BlockLinear gets fan_in = I, the
 total input width (spec 1.2). outscale 0 gives a zero kernel. Biases are never
-scaled. Everything is float32 (deviation D4: the reference computes in bfloat16).
+scaled.
+
+Precision (spec 1.12, 2411f7d Linear / BlockLinear / Norm 'rms'): parameters
+are float32; a layer computes in the dtype of its input x (the compute dtype,
+float32 or bfloat16: `cast` it there first), casting its kernel, bias and
+norm scale to it, so its output, the RMSNorm statistics (2411f7d: in the input
+dtype, upcast only for float16; spec 1.3) and the SiLU are in that dtype too.
+Gradients reach the float32 parameters through the casts. With float32 input
+the casts are absent and the layers are exactly the float32 ones.
 
 Initialisation draws: layer initialisers take a `Draw`, a function shape ->
 unit-variance truncated normals; `sample_kernels(key, build)` runs a builder
@@ -61,6 +69,18 @@ def sample_kernels(key: jax.Array, build: Callable[[Draw], T]) -> T:
         return out
 
     return build(take)
+
+
+def cast(x: jnp.ndarray, dtype) -> jnp.ndarray:
+    """x in ``dtype``: x itself when it already has it (no op in the program, so
+    the float32 path is unchanged), else ``x.astype(dtype)`` (2411f7d
+    cast_to_compute)."""
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def f32(x: jnp.ndarray) -> jnp.ndarray:
+    """`cast(x, float32)`: where a head's output leaves the compute dtype (spec 1.12)."""
+    return cast(x, jnp.float32)
 
 
 def _kernel(draw: Draw, shape: tuple[int, ...], fan_in: int, outscale: float) -> jnp.ndarray:
@@ -115,13 +135,15 @@ def init_mlp(draw: Draw, in_dim: int, units: int, layers: int) -> dict[str, Laye
 def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4,
              axis: int | tuple[int, ...] = -1) -> jnp.ndarray:
     """RMSNorm over ``axis`` (default the last): x * (rsqrt(mean(x^2) + eps) * scale),
-    f32[..., F]; scale broadcasts against x (the block-major layout passes
-    axis=(0, 2) and scale f32[g, 1, o]).
+    x [..., F] float32 or bfloat16; scale f32 broadcasts against x (the block-major
+    layout passes axis=(0, 2) and scale f32[g, 1, o]).
 
-    Statistics in float32 (the input is float32, D4); learned scale, no shift.
-    Source: dreamerv3_spec 1.3 (2411f7d Norm 'rms').
+    Statistics in x's dtype, the scale cast to it (2411f7d: bfloat16 statistics
+    under bfloat16 compute; HEAD upcasts to float32, spec 1.3); learned scale,
+    no shift. Returns x's dtype.
+    Source: dreamerv3_spec 1.3, 1.12 (2411f7d Norm 'rms').
     """
-    mult = jax.lax.rsqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps) * scale
+    mult = jax.lax.rsqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps) * cast(scale, x.dtype)
     return x * mult
 
 
@@ -132,29 +154,30 @@ def _post(p: Layer, y: jnp.ndarray, eps: float,
     Args:
         p: the layer's "bias" f32[F] (and "norm_scale" f32[F] if normed), F the
             size of the normalised axes together.
-        y: the layer's product without bias: f32[..., F] with axis -1, or the
-            block-major f32[g, R, o] with axis (0, 2) (F = g*o, the parameters read
-            as f32[g, 1, o]).
+        y: the layer's product without bias, in the compute dtype: [..., F] with
+            axis -1, or the block-major [g, R, o] with axis (0, 2) (F = g*o, the
+            parameters read as [g, 1, o]).
         eps: RMSNorm's epsilon.
         axis: the axes of one row's features.
 
     Returns:
-        f32 of y's shape.
+        y's shape and dtype (the bias cast to it).
     """
     axes = {a % y.ndim for a in ((axis,) if isinstance(axis, int) else axis)}
     shape = tuple(n if a in axes else 1 for a, n in enumerate(y.shape))
-    y = y + p["bias"].reshape(shape)
+    y = y + cast(p["bias"], y.dtype).reshape(shape)
     if "norm_scale" in p:
         return jax.nn.silu(rms_norm(y, p["norm_scale"].reshape(shape), eps, axis))
     return y
 
 
 def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """x f32[..., I] -> f32[..., U]: x @ W + b, then RMSNorm -> SiLU if the layer is normed.
+    """x [..., I] -> [..., U] in x's dtype (float32 or bfloat16): x @ W + b with W
+    and b cast to it, then RMSNorm -> SiLU if the layer is normed.
 
-    Source: dreamerv3_spec 1.1, 1.3.
+    Source: dreamerv3_spec 1.1, 1.3, 1.12.
     """
-    return _post(p, x @ p["kernel"], eps)
+    return _post(p, x @ cast(p["kernel"], x.dtype), eps)
 
 
 def to_groups(x: jnp.ndarray, g: int) -> jnp.ndarray:
@@ -170,29 +193,37 @@ def from_groups(x: jnp.ndarray, lead: tuple[int, ...]) -> jnp.ndarray:
 
 
 def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """BlockLinear in the block-major layout: x f32[g, R, i] -> f32[g, R, o],
-    block k: x[k] @ W[k] + b[k*o:(k+1)*o] (W = kernel f32[g, i, o]), then RMSNorm
-    over the full g*o vector of each row -> SiLU if normed (block_norm False).
+    """BlockLinear in the block-major layout: x [g, R, i] -> [g, R, o] in x's dtype,
+    block k: x[k] @ W[k] + b[k*o:(k+1)*o] (W = kernel f32[g, i, o] cast to x's
+    dtype), then RMSNorm over the full g*o vector of each row -> SiLU if normed
+    (block_norm False).
 
     = einsum('...ki,kio->...ko') of the flat layout (`to_groups` / `from_groups`)
     up to float summation order; one dot_general with the blocks as leading batch
     dims, which XLA's CPU backend runs ~2x faster than that einsum (kernel first).
     Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
     """
-    y = jax.lax.dot_general(x, p["kernel"], (((2,), (1,)), ((0,), (0,))))
+    y = jax.lax.dot_general(x, cast(p["kernel"], x.dtype), (((2,), (1,)), ((0,), (0,))))
     return _post(p, y, eps, axis=(0, 2))   # RMSNorm over each row's g*o
 
 
 def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
                         eps: float = 1e-4) -> jnp.ndarray:
     """`block_linear` of block k's input concat(x[k], shared) without building it:
-    x f32[g, R, i], shared f32[R, s], kernel f32[g, i + s, o] -> f32[g, R, o].
+    x [g, R, i], shared [R, s] (both in the compute dtype), kernel f32[g, i + s, o]
+    -> [g, R, o] in x's dtype.
 
     = x[k] @ W[k, :i] + shared @ W[k, i:] (the shared part one dot for all blocks,
-    the same FLOPs as repeating `shared` to every block).
+    the same FLOPs as repeating `shared` to every block). Below float32 the
+    concatenated input is built and one dot taken (`block_linear`): the
+    reference's single dot rounds its output once, the sum of two bfloat16
+    products would round three times.
     """
+    if x.dtype != jnp.float32:
+        rep = jnp.broadcast_to(shared, (x.shape[0], *shared.shape))
+        return block_linear(p, jnp.concatenate([x, rep], -1), eps)
     i = x.shape[-1]
-    w = p["kernel"]
+    w = cast(p["kernel"], x.dtype)
     y = jax.lax.dot_general(x, w[:, :i], (((2,), (1,)), ((0,), (0,))))
     ys = jax.lax.dot_general(shared, w[:, i:], (((1,), (1,)), ((), ())))   # [R, g, o]
     return _post(p, y + jnp.swapaxes(ys, 0, 1), eps, axis=(0, 2))
@@ -200,7 +231,7 @@ def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
 
 def mlp(layers: dict[str, Layer], x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     """Apply the hidden blocks "h0", "h1", ... of `layers` in order (other keys,
-    e.g. a head's "out", are ignored): f32[..., I] -> f32[..., units].
+    e.g. a head's "out", are ignored): [..., I] -> [..., units] in x's dtype.
 
     Source: dreamerv3_spec 1.4.
     """

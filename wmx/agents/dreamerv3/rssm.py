@@ -10,12 +10,22 @@ brackets, see `reference_params`):
   prior0.. [img0..], prior_logit [imglogit]   the prior p(z | h) from deter
   post0.. [obs0..], post_logit [obslogit]     the posterior q(z | h, e) from (deter, embed)
 
-Latent state: deter h f32[..., D], stoch z f32[..., S, C] (a straight-through
+Latent state: deter h [..., D], stoch z [..., S, C] (a straight-through
 one-hot). Logits are stored after the 1% unimix (`categorical`, 2411f7d).
+
 Actions enter as f32[..., A] vectors (continuous values; one-hots for discrete
 actions). Randomness enters as explicit arrays post_noise / prior_noise: class
 indices int32[..., S] (the fixtures inject the reference's this way) or uniforms
 f32[..., S] from `draw_latent_noise` (inverse-CDF sampling, `categorical`).
+
+Precision (spec 1.12; 2411f7d rssm asserts COMPUTE_DTYPE): every step casts
+its carry, action and embedding to the compute dtype cfg.dtype (written
+"cdt" below: float32 or bfloat16), so deter, stoch, the gate maths, the
+logits and their unimix (2411f7d `_logit`: before the float32 cast) are in
+it; the distributions (sampling, KL, entropy) cast the logits to float32,
+and the straight-through sample is cast back to cdt. Carries given in
+float32 are cast on entry; callers that keep a latent across calls
+(acting, the replay) upcast it to float32, which is exact.
 
 Multi-task (deviation W-D8, `multitask`): the steps take an optional
 ``task`` (`multitask.TaskInputs` of each row); the core's action input is then
@@ -40,9 +50,10 @@ Params = dict
 
 
 class Carry(NamedTuple):
-    """Filter carry: deter f32[..., D], stoch f32[..., S, C] (one-hot), and prevact
-    f32[..., A], the action taken after the latest observation (29eb964: from the
-    replay context when training, the previous sampled action when acting)."""
+    """Filter carry: deter [..., D], stoch [..., S, C] (one-hot), and prevact
+    [..., A], the action taken after the latest observation (29eb964: from the
+    replay context when training, the previous sampled action when acting).
+    float32 or cdt (the steps cast it); `observe` returns deter and stoch in cdt."""
 
     deter: jnp.ndarray
     stoch: jnp.ndarray
@@ -50,9 +61,9 @@ class Carry(NamedTuple):
 
 
 class Feat(NamedTuple):
-    """RSSM outputs of a step: deter f32[..., D], stoch f32[..., S, C] (straight-through
-    one-hot sample), logit f32[..., S, C] (the sampled distribution's mixed logits:
-    posterior in observe, prior in imagine)."""
+    """RSSM outputs of a step, all in cdt: deter [..., D], stoch [..., S, C]
+    (straight-through one-hot sample), logit [..., S, C] (the sampled
+    distribution's mixed logits: posterior in observe, prior in imagine)."""
 
     deter: jnp.ndarray
     stoch: jnp.ndarray
@@ -125,25 +136,28 @@ def context_carry(cfg: DreamerV3Config, deter: jnp.ndarray, stoch_idx: jnp.ndarr
 # ---- components --------------------------------------------------------------
 def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
          action: jnp.ndarray, task: TaskInputs | None = None) -> jnp.ndarray:
-    """One block-GRU step h' = f(h, z, a), f32[..., D].
+    """One block-GRU step h' = f(h, z, a), cdt[..., D].
 
-    Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] (divided by
-    sg(max(1, |a|)) here); task: multi-task inputs with leaves [...] (the action
-    is masked to the task's dims and the embedding appended, W-D8) or None.
+    Args: deter [..., D], stoch [..., S, C], action [..., A], each cast to cdt
+    (the action then divided by sg(max(1, |a|))); task: multi-task inputs with
+    leaves [...] (the action is masked to the task's dims and the embedding
+    appended, W-D8) or None.
     The input embeddings of deter, stoch and action are
     fed to every block next to the block's own deter slice (hid0 as
-    `nets.block_linear_shared`, no repeated copy; the block layers work in the
+    `nets.block_linear_shared`, no repeated copy in float32; the block layers work in the
     block-major layout [g, R, .] of `nets.to_groups`); the reset gate
     scales the whole candidate pre-activation; u = sigmoid(u_pre - 1);
     h' = u cand + (1 - u) h.
-    Source: dreamerv3_spec Algorithm A, 2.3, 2.4.
+    Source: dreamerv3_spec Algorithm A, 2.3, 2.4, 1.12.
     """
     c = cfg.resolved()
-    g, eps = c.blocks, c.rms_eps
+    g, eps, dt = c.blocks, c.rms_eps, c.dtype
     lead = deter.shape[:-1]
+    deter, stoch, action = (nets.cast(x, dt) for x in (deter, stoch, action))
     action = action / sg(jnp.maximum(1.0, jnp.abs(action)))
     if task is not None:
-        action = jnp.concatenate([action * task.action_mask, task.emb], -1)
+        action = jnp.concatenate([action * nets.cast(task.action_mask, dt),
+                                  nets.cast(task.emb, dt)], -1)
     x = jnp.concatenate([nets.linear(p["in_deter"], deter, eps),
                          nets.linear(p["in_stoch"], stoch.reshape(*lead, -1), eps),
                          nets.linear(p["in_action"], action, eps)], -1)
@@ -162,16 +176,22 @@ def core(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray
 def _logits(p: nets.Layer, x: jnp.ndarray, cfg: DreamerV3Config) -> jnp.ndarray:
     c = cfg.resolved()
     out = nets.linear(p, x, c.rms_eps).reshape(*x.shape[:-1], c.stoch, c.classes)
-    return unimix_logits(out, c.unimix)
+    return unimix_logits(out, c.unimix)     # in cdt, as 2411f7d's _logit
+
+
+def _sample(logit: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Straight-through one-hot sample of cdt logits, drawn from their float32 cast and
+    cast back to cdt (2411f7d: `cast(OneHotDist(logit.astype(f32)).sample())`)."""
+    return nets.cast(onehot_sample(nets.f32(logit), noise), logit.dtype)
 
 
 def prior_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray) -> jnp.ndarray:
-    """Prior p(z | h): mixed logits f32[..., S, C] from deter f32[..., D].
+    """Prior p(z | h): mixed logits cdt[..., S, C] from deter [..., D] (cast to cdt).
 
-    Source: dreamerv3_spec 2.5 (img layers, then the logit Linear, then 1% unimix).
+    Source: dreamerv3_spec 2.5 (img layers, then the logit Linear, then 1% unimix), 1.12.
     """
     c = cfg.resolved()
-    x = deter
+    x = nets.cast(deter, c.dtype)
     for i in range(c.img_layers):
         x = nets.linear(p[f"prior{i}"], x, c.rms_eps)
     return _logits(p["prior_logit"], x, c)
@@ -179,13 +199,13 @@ def prior_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray) -> jnp.nda
 
 def post_logits(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
                 embed: jnp.ndarray) -> jnp.ndarray:
-    """Posterior q(z | h, e): mixed logits f32[..., S, C] from deter f32[..., D] and
-    the encoder's embedding f32[..., units] (absolute = False).
+    """Posterior q(z | h, e): mixed logits cdt[..., S, C] from deter [..., D] and
+    the encoder's embedding [..., units] (both cast to cdt; absolute = False).
 
-    Source: dreamerv3_spec 2.6.
+    Source: dreamerv3_spec 2.6, 1.12.
     """
     c = cfg.resolved()
-    x = jnp.concatenate([deter, embed], -1)
+    x = jnp.concatenate([nets.cast(deter, c.dtype), nets.cast(embed, c.dtype)], -1)
     for i in range(c.obs_layers):
         x = nets.linear(p[f"post{i}"], x, c.rms_eps)
     return _logits(p["post_logit"], x, c)
@@ -197,22 +217,24 @@ def obs_step(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
              task: TaskInputs | None = None) -> Feat:
     """One filter step (Algorithm B): reset, core, posterior, sample.
 
-    Args: carry (deter f32[..., D], stoch f32[..., S, C], prevact f32[..., A] =
-    the action taken before this observation); embed f32[..., units];
+    Args: carry (deter [..., D], stoch [..., S, C], prevact [..., A] = the action
+    taken before this observation; each cast to cdt); embed [..., units];
     is_first bool[...] (zeroes deter, stoch and prevact first: x * (1 - is_first));
     post_noise int32[..., S] class indices or f32[..., S] uniforms (the posterior
     sample; `categorical.sample_indices`); task: multi-task inputs [...] or None
     (`core`).
-    Returns Feat(deter h_t, stoch z_t (straight-through), logit (posterior, mixed)).
-    Source: dreamerv3_spec 2.2, 2.7, Algorithm B.
+    Returns Feat(deter h_t, stoch z_t (straight-through), logit (posterior, mixed)),
+    in cdt.
+    Source: dreamerv3_spec 2.2, 2.7, Algorithm B, 1.12.
     """
-    keep = 1.0 - is_first.astype(jnp.float32)
-    deter = carry.deter * keep[..., None]
-    stoch = carry.stoch * keep[..., None, None]
-    prevact = carry.prevact * keep[..., None]
+    dt = cfg.dtype
+    keep = 1.0 - is_first.astype(dt)
+    deter = nets.cast(carry.deter, dt) * keep[..., None]
+    stoch = nets.cast(carry.stoch, dt) * keep[..., None, None]
+    prevact = nets.cast(carry.prevact, dt) * keep[..., None]
     deter = core(p, cfg, deter, stoch, prevact, task)
     logit = post_logits(p, cfg, deter, embed)
-    return Feat(deter, onehot_sample(logit, post_noise), logit)
+    return Feat(deter, _sample(logit, post_noise), logit)
 
 
 def img_step(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndarray,
@@ -220,16 +242,16 @@ def img_step(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.nda
              task: TaskInputs | None = None) -> Feat:
     """One imagination step (Algorithm C, prior only; never resets).
 
-    Args: deter f32[..., D], stoch f32[..., S, C], action f32[..., A] taken at
-    (deter, stoch); prior_noise int32[..., S] indices or f32[..., S] uniforms;
-    task: multi-task inputs [...] or None (`core`).
+    Args: deter [..., D], stoch [..., S, C], action [..., A] taken at
+    (deter, stoch) (cast to cdt by `core`); prior_noise int32[..., S] indices or
+    f32[..., S] uniforms; task: multi-task inputs [...] or None (`core`).
     Returns Feat(deter', stoch' (prior sample, straight-through), logit (prior,
-    mixed)).
-    Source: dreamerv3_spec 2.8, Algorithm C.
+    mixed)), in cdt.
+    Source: dreamerv3_spec 2.8, Algorithm C, 1.12.
     """
     deter = core(p, cfg, deter, stoch, action, task)
     logit = prior_logits(p, cfg, deter)
-    return Feat(deter, onehot_sample(logit, prior_noise), logit)
+    return Feat(deter, _sample(logit, prior_noise), logit)
 
 
 # ---- sequences -----------------------------------------------------------------
@@ -243,18 +265,20 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
     """Filter a batch of sequences with `lax.scan` over time (BPTT through it).
 
     Args:
-      carry: Carry with leaves [B, ...]; carry.prevact is the action before embed[:, 0].
-      embed: f32[B, T, units] encoder outputs.
+      carry: Carry with leaves [B, ...] (float32 or cdt); carry.prevact is the
+        action before embed[:, 0].
+      embed: [B, T, units] encoder outputs (cdt).
       action: f32[B, T, A], action[:, t] taken AFTER observation t (the replay's
         obs-aligned rows); step t's previous action is carry.prevact for t = 0
         and action[:, t - 1] after.
       is_first: bool[B, T]; post_noise: int32[B, T, S] indices or f32[B, T, S] uniforms.
       task: multi-task inputs with leaves [B, T, ...] (each row's task) or None.
     Returns:
-      (carry after the last step: (deter, stoch) of step T-1, prevact = action[:, -1];
-       Feat with leaves [B, T, ...]).
+      (carry after the last step: (deter, stoch) of step T-1 in cdt, prevact =
+       action[:, -1]; Feat with leaves [B, T, ...] in cdt).
     Source: dreamerv3_spec 2.7, 2.15 (prevacts = concat(carry.prevact, action[:, :-1])).
     """
+    dt = cfg.dtype
     prevacts = jnp.concatenate([carry.prevact[:, None], action[:, :-1]], 1)
 
     def step(state, xs):
@@ -265,7 +289,8 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
 
     xs = tuple(map(_time_major, (embed, prevacts, is_first, post_noise)))
     xs = (*xs, None if task is None else jax.tree.map(_time_major, task))
-    (deter, stoch), feats = jax.lax.scan(step, (carry.deter, carry.stoch), xs)
+    init = (nets.cast(carry.deter, dt), nets.cast(carry.stoch, dt))
+    (deter, stoch), feats = jax.lax.scan(step, init, xs)
     return Carry(deter, stoch, action[:, -1]), Feat(*map(_time_major, feats))
 
 
@@ -273,9 +298,10 @@ def imagine(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndar
             actions: jnp.ndarray, prior_noise: jnp.ndarray) -> Feat:
     """Open-loop imagination of a given action sequence (scan over img_step).
 
-    Args: start deter f32[N, D], stoch f32[N, S, C]; actions f32[N, H, A]
+    Args: start deter [N, D], stoch [N, S, C] (cast to cdt); actions f32[N, H, A]
     (actions[:, h] taken at state h); prior_noise int32[N, H, S] or f32[N, H, S].
-    Returns Feat with leaves [N, H, ...]: states 1..H (the start is not repeated).
+    Returns Feat with leaves [N, H, ...] in cdt: states 1..H (the start is not
+    repeated).
     Source: dreamerv3_spec 2.8.
     """
     def step(state, xs):
@@ -283,7 +309,8 @@ def imagine(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray, stoch: jnp.ndar
         out = img_step(p, cfg, *state, a, idx)
         return (out.deter, out.stoch), out
 
-    _, feats = jax.lax.scan(step, (deter, stoch), (_time_major(actions), _time_major(prior_noise)))
+    start = (nets.cast(deter, cfg.dtype), nets.cast(stoch, cfg.dtype))
+    _, feats = jax.lax.scan(step, start, (_time_major(actions), _time_major(prior_noise)))
     return Feat(*map(_time_major, feats))
 
 
@@ -297,26 +324,29 @@ def imagine_with_policy(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
     """Actor-critic imagination: H steps from the start states with the policy.
 
     For h = 1..H: state h = img_step(state h-1, action h-1, prior_noise[:, h-1]),
-    then action h = policy(sg(deter_h), sg(stoch_h), eps[:, h-1]).
-    Args: start deter f32[N, D], stoch f32[N, S, C] and action f32[N, A] (the
-    start action, sampled by the caller with the start noise); policy(deter,
-    stoch, noise) -> f32[N, A]; prior_noise int32[N, H, S] or f32[N, H, S]; eps
+    then action h = policy(sg(deter_h), sg(stoch_h), eps[:, h-1]), cast to cdt
+    (2411f7d imgstep: `cast(sample(actor(...)))`).
+    Args: start deter [N, D], stoch [N, S, C] and action [N, A] (the start
+    action, sampled by the caller with the start noise), each cast to cdt;
+    policy(deter, stoch, noise) -> f32[N, A]; prior_noise int32[N, H, S] or f32[N, H, S]; eps
     [N, H, ...] the policy's noise per step (f32[N, H, A] normal noise for the
     bounded normal; `actor_critic.draw_policy_noise`); task: multi-task inputs
     with leaves [N, ...] (each trajectory's task, for `core`) or None.
-    Returns (Feat [N, H, ...] of states 1..H, actions f32[N, H, A] sampled at
-    them), all stop-gradiented: with ac_grads = none no gradient leaves
+    Returns (Feat [N, H, ...] of states 1..H, actions cdt[N, H, A] sampled at
+    them), all in cdt and stop-gradiented: with ac_grads = none no gradient leaves
     imagination (spec 2.8, 3.4); the losses re-evaluate heads on sg features.
     Source: dreamerv3_spec 2.8, 3.2, 3.3 (2411f7d agent.py imgstep).
     """
+    dt = cfg.dtype
+
     def step(state, xs):
         deter, stoch, act = state
         idx, e = xs
         out = img_step(p, cfg, deter, stoch, act, idx, task)
-        act = policy(sg(out.deter), sg(out.stoch), e)
+        act = nets.cast(policy(sg(out.deter), sg(out.stoch), e), dt)
         return (out.deter, out.stoch, act), (out, act)
 
-    start = sg((deter, stoch, action))
+    start = sg(tuple(nets.cast(x, dt) for x in (deter, stoch, action)))
     _, (feats, acts) = jax.lax.scan(step, start, (_time_major(prior_noise), _time_major(eps)))
     return sg(Feat(*map(_time_major, feats))), sg(_time_major(acts))
 
@@ -326,13 +356,16 @@ def rssm_loss(p: Params, cfg: DreamerV3Config, deter: jnp.ndarray,
               post_logit: jnp.ndarray) -> RSSMLoss:
     """Free-bits dyn and rep losses of an observed sequence (Algorithm E).
 
-    Args: deter f32[B, T, D] and post_logit f32[B, T, S, C] (mixed) from `observe`.
-    The prior is recomputed from the same deter (not stop-gradiented: dyn also
-    trains the core, spec 2.14). Returns RSSMLoss (dyn, rep = max(KL, free_nats)
-    f32[B, T]; the raw KLs; the prior logits; prior and posterior entropies).
-    Source: dreamerv3_spec 2.14.
+    Args: deter [B, T, D] and post_logit [B, T, S, C] (mixed) from `observe`
+    (cdt). The prior is recomputed from the same deter (not stop-gradiented: dyn
+    also trains the core, spec 2.14). KL and entropies are computed from the
+    float32 casts of the logits (2411f7d `_dist`). Returns RSSMLoss (dyn, rep =
+    max(KL, free_nats) f32[B, T]; the raw KLs; the prior logits f32; prior and
+    posterior entropies).
+    Source: dreamerv3_spec 2.14, 1.12.
     """
     c = cfg.resolved()
-    prior = prior_logits(p, c, deter)
+    prior = nets.f32(prior_logits(p, c, deter))
+    post_logit = nets.f32(post_logit)
     terms = kl_terms(post_logit, prior, c.free_nats)
     return RSSMLoss(terms.dyn, terms.rep, terms, prior, entropy(prior), entropy(post_logit))

@@ -15,7 +15,11 @@ carry after the last row.
 `TrainState` (the checkpoint item "agent"): params, slow_critic, opt_state
 (the `optim.laprop` chain: AGC, RMS (count, nu), momentum (count, mu),
 warmup (count = the reference's opt/step)), retnorm (lo, hi), updates (the
-slow updater's count). float32 everywhere (D4).
+slow updater's count). All float32 whatever cfg.compute_dtype (spec 1.12):
+the forward computes in cfg.dtype, the loss and the gradients (w.r.t. the
+float32 parameters, through the casts) are float32, and so is every
+optimizer step. The latents a step returns are upcast to float32 (exact:
+deter was cdt, stoch is a one-hot), as the reference stores them in replay.
 
 A multi-task step (W-D8) passes the `multitask.TaskContext` to the loss; the
 optimizer covers the task embedding with the other parameters.
@@ -30,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wmx.agents.dreamerv3 import optim
+from wmx.agents.dreamerv3 import nets, optim
 from wmx.agents.dreamerv3.ac_loss import retnorm
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.loss import LossAux, TrainNoise, total_loss
@@ -66,7 +70,8 @@ class StepOuts(NamedTuple):
 
     deter f32[B, T, D], stoch f32[B, T, S, C] (one-hot): the posterior latents
     of the trained rows (`replay.write_back`); carry: `rssm.Carry` after the
-    last row (deter, stoch, prevact = action[:, −1]); loss: f32[] total.
+    last row (deter, stoch, prevact = action[:, −1]); loss: f32[] total. All
+    float32 (the latents upcast from the compute dtype, spec 1.12).
     """
 
     deter: jnp.ndarray
@@ -121,8 +126,10 @@ def train_step_full(state: TrainState, seq: TrainSequence, noise: TrainNoise,
     new = TrainState(params, slow, opt_state, aux.ac.retnorm, state.updates + 1)
     metrics = train_metrics(aux, seq, c)
     metrics.update(optim.opt_metrics(loss, grads, updates, params, opt_state))
-    post = aux.wm.post
-    return new, metrics, StepOuts(post.deter, post.stoch, aux.wm.carry, loss), grads, aux
+    post, carry = aux.wm.post, aux.wm.carry
+    carry = Carry(nets.f32(carry.deter), nets.f32(carry.stoch), carry.prevact)
+    outs = StepOuts(nets.f32(post.deter), nets.f32(post.stoch), carry, loss)
+    return new, metrics, outs, grads, aux
 
 
 def train_step(state: TrainState, seq: TrainSequence, noise: TrainNoise,

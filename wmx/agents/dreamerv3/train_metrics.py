@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from wmx.agents.dreamerv3 import outputs
+from wmx.agents.dreamerv3 import nets, outputs
 from wmx.agents.dreamerv3.ac_loss import entropy_bounds
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.loss import TERMS, LossAux
@@ -87,7 +87,7 @@ def train_metrics(aux: LossAux, seq: TrainSequence, cfg: DreamerV3Config) -> dic
         x = x.astype(jnp.float32)
         m.update({f"{name}/max": jnp.max(x), f"{name}/mean": jnp.mean(x),
                   f"{name}/std": jnp.std(x)})
-    m["activation/embed"] = jnp.mean(jnp.abs(aux.wm.embed))
+    m["activation/embed"] = jnp.mean(jnp.abs(nets.f32(aux.wm.embed)))
     m["td_error"] = jnp.mean(jnp.abs(ac.ret - ac.value[:, :-1]))
     m["ret_rate"] = jnp.mean((jnp.abs(ac.ret) >= 1.0).astype(jnp.float32))
     rew = balance_stats(aux.wm.reward_mean, aux.losses["reward"], seq.reward, 0.1)

@@ -20,7 +20,7 @@ Multi-task (W-D8, `multitask`): with ``task`` the encoder and the dynamics get
 the task embedding and masks, the vector loss sums over the task's obs dims
 and the continue target is γ_i (1 − is_terminal).
 
-Source: dreamerv3_spec 2.11-2.15, Algorithm E; deviations D4 (float32), D5, W-D8.
+Source: dreamerv3_spec 2.11-2.15, Algorithm E, 1.12; deviations D4 (compute dtype), D5, W-D8.
 """
 from __future__ import annotations
 

@@ -43,6 +43,9 @@ METRICS_SINCE_LOG = False
 """metrics.csv shows the last update's values (as the reference's logger)."""
 EVAL_PROTOCOL = ("eval_mode MPPI: the planner's mean action, no exploration noise "
                  "(tdmpc2_spec 4.20-4.21)")
+PINNED_FIELDS: dict = {}
+"""None: no field depends on the machine. TD-MPC2 computes in float32 on every backend,
+as the official code at 5f6fade does (no autocast; docs/deviations.md, TD-MPC2)."""
 
 _WIDTHS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
 
