@@ -1,6 +1,7 @@
-"""docs/accelerators.md: the files and make targets its sections name exist, its
-paper-protocol commands parse into the paper configurations (no environment is built),
-and its device_check commands name stages the script has."""
+"""docs/accelerators.md: the files and make targets its "On a GPU" and "On a TPU"
+sections name exist, their paper-protocol commands parse into the paper configurations
+(no environment is built), the TPU section's versions are the TPU lock's, and the
+device_check commands name stages and options the script has."""
 from __future__ import annotations
 
 import importlib.util
@@ -59,6 +60,37 @@ def test_gpu_install_names_files_and_make_variables_that_exist():
 
 def test_gpu_paper_protocol_commands_parse_to_the_paper_configs():
     check_paper_configs(paper_commands(section("On a GPU")))
+
+
+def test_tpu_install_names_files_and_make_targets_that_exist():
+    s = section("On a TPU")
+    for name in ("requirements-lock-tpu.txt", "tools/lock_accelerator.py", "tests/test_locks.py",
+                 "benchmarks/device_check.py", "benchmarks/dreamerv3_speed.py"):
+        assert name in s and (ROOT / name).exists(), name
+    make = (ROOT / "Makefile").read_text()
+    assert "lock-tpu:" in make and "tools/lock_accelerator.py tpu" in make
+    assert "make lock-tpu" in s and "make install LOCK=requirements-lock-tpu.txt VENV=.venv-tpu" in s
+    lock = (ROOT / "requirements-lock-tpu.txt").read_text()
+    libtpu = re.search(r"^libtpu==(\S+)$", lock, re.M)[1]
+    jax = re.search(r"^jax==(\S+)$", lock, re.M)[1]
+    flat = " ".join(s.split())
+    assert f"libtpu {libtpu}" in flat and f"jax {jax}" in flat, (libtpu, jax)
+    for dev in ("T13", "W-D3"):            # the deviations it cites exist
+        assert f"| {dev} |" in (ROOT / "docs" / "deviations.md").read_text()
+
+
+def test_tpu_paper_protocol_commands_parse_to_the_paper_configs():
+    check_paper_configs(paper_commands(section("On a TPU")))
+
+
+def test_tpu_speed_table_has_a_row_per_measured_program():
+    s = section("On a TPU")
+    rows = re.findall(r"^  \| (DreamerV3 12m (?:training|policy) step.*?|TD-MPC2 size 5 .*?) \| "
+                      r"(\d) \|", s, re.M)
+    dv = {(p.split(" step")[0], int(n)) for p, n in rows if p.startswith("DreamerV3")}
+    assert dv == {(f"DreamerV3 12m {k}", n) for k in ("training", "policy") for n in (1, 2, 5)}
+    assert sum(p.startswith("TD-MPC2") for p, _ in rows) == 2
+    assert "commit a5bf3a1" in s                 # the figures name what they were measured at
 
 
 def test_device_check_commands_name_its_stages_and_options():
