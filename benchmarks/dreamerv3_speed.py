@@ -79,6 +79,7 @@ import platform
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -109,7 +110,9 @@ class WmxWorker:
     def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
               batch_length: int, n_envs: int, seed: int = 0, seeds: tuple = ()) -> dict:
         """Build state and inputs, compile update and policy (one compile each), and
-        for every count N > 1 in ``seeds`` the pair vmapped over N seeds (`_setup_vmapped`).
+        for every count N > 1 in ``seeds`` the pair vmapped over N seeds (`_setup_vmapped`,
+        compiled in threads beside this pair: their ``compile_s`` are wall times under
+        that load).
 
         Returns {"compile_s", "gflop", "memory", "params", "widths", "versions"},
         the reference driver's keys, and "device_memory" (`_machine.device_memory`
@@ -149,6 +152,11 @@ class WmxWorker:
         t = time.perf_counter()
         # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on the CPU)
         self.compiler_options = dv3.compiler_options(cfg)
+        # the vmapped pairs (--seeds) compile meanwhile in threads (XLA's compiler releases
+        # the GIL); their first calls come after this pair's, one after another
+        pool = ThreadPoolExecutor(max_workers=max(1, len(set(seeds) - {1})))
+        vmapped = [pool.submit(self._setup_vmapped, n, cfg, batch, obs_v, first, seed)
+                   for n in sorted(set(seeds) - {1})]
         update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
             self.state, batch, key()).compile()
         compile_s["train"] = time.perf_counter() - t
@@ -178,12 +186,15 @@ class WmxWorker:
         device_mem = {}
         for item in ("policy", "train"):   # warm-up call; the device's peak only grows
             device_mem[item] = _first_call_memory(self.items[item])
-        for n in sorted(set(seeds) - {1}):
-            more = self._setup_vmapped(n, cfg, batch, obs_v, first, seed)
+        for future in vmapped:
+            more = future.result()
             compile_s.update(more["compile_s"])
             gflop.update(more["gflop"])
             memory.update(more["memory"])
-            device_mem.update(more["device_memory"])
+            self.items.update(more["items"])
+            for item in more["items"]:     # policy, then train
+                device_mem[item] = _first_call_memory(self.items[item])
+        pool.shutdown()
         counts = dv3.param_counts(cfg)
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
                 "device_memory": device_mem,
@@ -198,7 +209,8 @@ class WmxWorker:
         step vmapped over ``n`` seeds, as the trainers run seeds in one program (each seed
         its own state, policy carry and key; the batch and observations repeated).
 
-        Returns {"compile_s", "gflop", "memory", "device_memory"}, each by item.
+        Returns {"compile_s", "gflop", "memory", "items"}, each by item ("items": the
+        calls, policy first; not yet called).
         """
         import jax
         import jax.numpy as jnp
@@ -221,7 +233,7 @@ class WmxWorker:
         # each seed's policy params taken inside the program (no eager vmap per call)
         policy_fn = jax.vmap(lambda st, c, o, f, k: dv3.policy(
             dv3.policy_params(st), cfg, c, o, f, k, eval_mode=False))
-        out = {"compile_s": {}, "gflop": {}, "memory": {}, "device_memory": {}}
+        out = {"compile_s": {}, "gflop": {}, "memory": {}}
         t = time.perf_counter()
         update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
             states[0], batch_n, keys()).compile()
@@ -244,8 +256,7 @@ class WmxWorker:
             pcarry[0], action, entries = policy(states[0], pcarry[0], obs_n, first_n, keys())
             jax.block_until_ready((pcarry[0], action, entries))
 
-        self.items.update({t_name: train, p_name: act})
-        out["device_memory"] = {p_name: _first_call_memory(act), t_name: _first_call_memory(train)}
+        out["items"] = {p_name: act, t_name: train}
         return out
 
     def time(self, item: str, repeats: int) -> dict:
