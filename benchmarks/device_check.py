@@ -94,6 +94,8 @@ TASK = "cartpole-balance"
 """Default task of both learning stages (--tdmpc2-task / --dreamerv3-task choose others)."""
 ACCELERATORS = ("gpu", "tpu")
 """jax device platforms this check runs on (jax names CUDA and ROCm devices "gpu")."""
+MESSAGE_LINES = 6
+"""Lines of a failing test's message kept in the record."""
 PARITY_FILES = "tests/**/test_*parity*.py"
 """The parity suite: the modules tests/conftest.py marks `parity`. They are named, not
 collected from tests/ (-m parity), so a module whose imports the device's environment
@@ -388,8 +390,9 @@ def pytest_results(xml: Path, log: Path, slowest: int = 5) -> dict:
       slowest: how many of the slowest tests to list (junit only).
 
     Returns:
-      {"source", "passed", "failed", "errors", "skipped", "failures": [{"test",
-      "message"}: the first three lines of each failure's or error's message, at most 600
+      {"source", "passed", "failed", "errors", "skipped", "failures": [{"test", "kind",
+      "message"}: the first `MESSAGE_LINES` non-empty lines of each failure's or error's
+      message (numpy's tolerance, mismatch count and largest differences), at most 800
       characters], "slowest": [[test, s], ...], "time_s"}; from the log, the counts and
       the failing tests' names (messages are in the log).
     """
@@ -413,8 +416,9 @@ def pytest_results(xml: Path, log: Path, slowest: int = 5) -> dict:
             if bad is not None:
                 out[kind] += 1
                 msg = bad.get("message") or (bad.text or "").strip()
+                head = [x for x in msg.splitlines() if x.strip()][:MESSAGE_LINES]
                 out["failures"].append({"test": name, "kind": kind,
-                                        "message": "\n".join(msg.splitlines()[:3])[:600]})
+                                        "message": "\n".join(head)[:800]})
             elif case.find("skipped") is not None:
                 out["skipped"] += 1
             else:
@@ -458,14 +462,15 @@ def tdmpc2_speed_results(path: Path) -> dict | None:
     return out
 
 
-def dreamerv3_speed_results(path: Path) -> dict | None:
+def dreamerv3_speed_results(path: Path, compute_dtype: str = "float32") -> dict | None:
     """Medians (ms), per-seed medians, compile time (s), matmul GFLOP, TFLOP/s and the
-    device's peak bytes in use per item (``train_12m``, ``policy_12m_seeds5``...)."""
+    device's peak bytes in use per item (``train_12m``, ``policy_12m_seeds5``...), and
+    the stage's ``compute_dtype`` (its --compute-dtype)."""
     res = read_json(path)
     if res is None:
         return None
     out = {"xla_matmul_gflop_per_s": res.get("matmul_baseline", {}).get("gflop_per_s"),
-           "compute_dtype": res.get("protocol", {}).get("compute_dtype")}
+           "compute_dtype": compute_dtype}
     for name, item in res.get("items", {}).items():
         w = item["wmx"]
         n = w.get("seeds", 1)
@@ -860,7 +865,9 @@ def main(argv=None) -> int:
             elif st.name == "tdmpc2_speed":
                 entry["results"] = tdmpc2_speed_results(raw / "tdmpc2_speed.json")
             elif st.name.startswith("dreamerv3_speed"):
-                entry["results"] = dreamerv3_speed_results(raw / f"{st.name}.json")
+                dtype = (argv[argv.index("--compute-dtype") + 1] if "--compute-dtype" in argv
+                         else "float32")
+                entry["results"] = dreamerv3_speed_results(raw / f"{st.name}.json", dtype)
             elif st.name == "dreamerv3_offline":
                 entry["results"] = offline_results(raw, offline_run)
             elif st.learning:
@@ -901,12 +908,16 @@ def summarise(record: dict) -> None:
             line += f" {st['wall_s']:6.0f} s"
         if st.get("reason"):
             line += f"  {st['reason']}"
+        elif st["status"] in ("failed", "timeout") and st.get("log_tail"):
+            line += f"  log: {st['log_tail'][-1][-150:]}"
         res = st.get("results") or {}
         if st["name"] in ("device_tests", "parity") and res:
             line += "  " + ", ".join(f"{res[k]} {k}" for k in
                                      ("passed", "failed", "errors", "skipped") if res.get(k))
             for f in res.get("failures", [])[:10]:
-                line += f"\n      {f['test']}: {(f['message'] or '').splitlines()[:1]}"
+                head = " / ".join(x.strip() for x in (f["message"] or "").splitlines()
+                                  if x.strip())
+                line += f"\n      {f['test']}: {head[:200]}"
         elif "speed" in st["name"]:
             line += "  " + ", ".join(
                 f"{k} {v['median_ms']:.2f} ms" + (f" ({v['per_seed_ms']:.2f}/seed)"

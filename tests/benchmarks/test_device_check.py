@@ -216,7 +216,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"
 <testcase classname="tests.agents.tdmpc2.test_update_parity" name="test_a[q5]" time="4.5" />
 <testcase classname="tests.agents.tdmpc2.test_update_parity" name="test_b" time="0.5" />
 <testcase classname="tests.agents.dreamerv3.test_train_parity" name="test_loss" time="6.0">
-<failure message="AssertionError: &#10;Not equal to tolerance rtol=1e-05, atol=1e-06&#10;Mismatched elements: 3 / 512 (0.586%)&#10;Max absolute difference: 4.2e-05&#10;more">traceback</failure></testcase>
+<failure message="AssertionError: &#10;Not equal to tolerance rtol=1e-05, atol=1e-06&#10;Mismatched elements: 3 / 512 (0.586%)&#10;Max absolute difference: 4.2e-05&#10;&#10;Max relative difference: 0.03&#10;x: 1&#10;y: 2">traceback</failure></testcase>
 <testcase classname="tests.agents.dreamerv3.test_laprop_parity" name="test_x" time="1.0">
 <error message="failed on setup with &quot;FileNotFoundError: fixtures&quot;">trace</error></testcase>
 <testcase classname="tests.agents.dreamerv3.test_laprop_parity" name="test_y" time="0.0">
@@ -236,7 +236,9 @@ def test_pytest_results_from_junit_xml(tmp_path):
     assert fail["kind"] == "failed"
     assert fail["message"].splitlines() == ["AssertionError: ",
                                             "Not equal to tolerance rtol=1e-05, atol=1e-06",
-                                            "Mismatched elements: 3 / 512 (0.586%)"]
+                                            "Mismatched elements: 3 / 512 (0.586%)",
+                                            "Max absolute difference: 4.2e-05",
+                                            "Max relative difference: 0.03", "x: 1"]
     assert err["kind"] == "errors" and "FileNotFoundError" in err["message"]
     assert res["slowest"] == [["tests/agents/dreamerv3/test_train_parity.py::test_loss", 6.0],
                               ["tests/agents/tdmpc2/test_update_parity.py::test_a[q5]", 4.5]]
@@ -258,14 +260,13 @@ def test_pytest_results_fall_back_to_the_log(tmp_path):
 
 def test_speed_results_name_seeds_and_device_memory(tmp_path):
     dv = tmp_path / "dv.json"
-    dv.write_text(json.dumps({"matmul_baseline": {"gflop_per_s": 1e5},
-                              "protocol": {"compute_dtype": "bfloat16"}, "items": {
+    dv.write_text(json.dumps({"matmul_baseline": {"gflop_per_s": 1e5}, "items": {
         "train_12m": {"wmx": {"median_ms": 20.0, "cpu_median_ms": 5.0, "seeds": 1,
                               "gflop": 40.0, "compile_s": 50.0,
                               "device_memory": {"peak_bytes_in_use": 3 << 30}}},
         "train_12m_seeds5": {"wmx": {"median_ms": 50.0, "cpu_median_ms": 5.0, "seeds": 5,
                                      "gflop": 200.0, "device_memory": None}}}}))
-    res = device_check.dreamerv3_speed_results(dv)
+    res = device_check.dreamerv3_speed_results(dv, "bfloat16")
     assert res["compute_dtype"] == "bfloat16"
     assert res["train_12m"]["device_peak_bytes_in_use"] == 3 << 30
     assert res["train_12m"]["tflop_per_s"] == 2.0
