@@ -4,11 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOME_DIR ?= $(CURDIR)/wmx_home
 # the pinned dependencies: requirements-lock.txt (CPU), or, on an NVIDIA GPU,
-# make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12 (README, "On a GPU")
+# make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12, on a TPU VM,
+# make install LOCK=requirements-lock-tpu.txt VENV=.venv-tpu (docs/accelerators.md)
 LOCK ?= requirements-lock.txt
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: install test test-slow demo clean lock-cuda12
+.PHONY: install test test-slow demo clean lock-cuda12 lock-tpu
 
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +43,14 @@ DEMO_ARGS ?=
 demo: install
 	$(VENV)/bin/wmx demo --home $(HOME_DIR) $(DEMO_ARGS)
 
-## make lock-cuda12: regenerate requirements-lock-cuda12.txt from requirements-lock.txt
-## by resolution (pip --dry-run --report; tools/lock_cuda12.py).
+## make lock-cuda12 / make lock-tpu: regenerate requirements-lock-cuda12.txt /
+## requirements-lock-tpu.txt from requirements-lock.txt by resolution
+## (pip --dry-run --report; tools/lock_accelerator.py).
 lock-cuda12: install
-	$(PY) tools/lock_cuda12.py
+	$(PY) tools/lock_accelerator.py cuda12
+
+lock-tpu: install
+	$(PY) tools/lock_accelerator.py tpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache

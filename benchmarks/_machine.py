@@ -11,7 +11,8 @@ speed benchmarks (`tdmpc2_speed.py`, `dreamerv3_speed.py` and its workers).
   `median_ms`: their medians after a warm-up;
 - `machine_busy`, `LoadProbe`: how much CPU other processes take (cores), so a
   block timed on a busy machine says so;
-- `peak_rss_mib`: the process's peak resident memory.
+- `peak_rss_mib`: the process's peak resident memory; `device_memory`: the
+  accelerator's bytes in use and peak bytes in use (None on the CPU).
 
 Needs only jax and numpy (any version from jax 0.4.28 on): the reference
 DreamerV3 driver imports it from its own virtual environment.
@@ -179,6 +180,24 @@ def compiled_memory(compiled) -> dict:
 def peak_rss_mib() -> float:
     """This process's peak resident set size (MiB, Linux ru_maxrss)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def device_memory() -> dict | None:
+    """The first device's memory now: {"bytes_in_use", "peak_bytes_in_use", "bytes_limit"}
+    (bytes; a key the backend does not report is None), or None where the backend has
+    no memory statistics (XLA's CPU backend). ``peak_bytes_in_use`` is the process's
+    peak since it opened the device (JAX has no reset).
+
+    Returns:
+      The three figures, or None.
+    """
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - not every backend reports
+        return None
+    if not stats:
+        return None
+    return {k: stats.get(k) for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")}
 
 
 def _busy_and_total_jiffies() -> tuple[int, int]:

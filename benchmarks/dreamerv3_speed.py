@@ -13,6 +13,10 @@ Writes JSON (default benchmarks/results/dreamerv3_speed.json):
     action; ms); wmx: jitted ``agent.policy`` with the agent's compile options (as
     its training chunk and evaluation rollout compile it); official: the JAXAgent's
     jitted policy program;
+  - with ``--seeds N``, wmx only: ``train_<size>_seeds<N>`` and
+    ``policy_<size>_seeds<N>``, the same steps vmapped over N seeds' states
+    (each seed its own state, policy carry and key), as the trainers run seeds
+    in one program; ``per_seed_ms`` = median / N;
   each with the median over rounds of the per-block medians (wall and
   process-CPU ms), the matmul FLOPs of the program (``gflop``, counted on
   its jaxpr) and its multiple of the matmul floor at the run's baseline
@@ -26,7 +30,10 @@ Writes JSON (default benchmarks/results/dreamerv3_speed.json):
   ``--online-ticks`` ticks in the steady state (after the first update);
 - ``memory``: peak resident memory (MiB) of every worker process (one per
   implementation and size, one per online preset), and the device's memory
-  statistics where the backend has them (the XLA CPU backend has none);
+  statistics where the backend has them (the XLA CPU backend has none); per
+  wmx item, ``device_memory``: bytes in use before its first call and the
+  process's peak after it (items are called first in the order policy, train,
+  seed counts rising, so a peak includes what earlier items hold);
 - ``machine``: CPU model and SIMD flags, core count, versions, numpy's BLAS
   rate on a 2048³ float32 product (``blas_ceiling``) and XLA's on a 1024³
   one before and after the timed blocks (``matmul_baseline*``).
@@ -55,6 +62,11 @@ given two ways: of the two medians, and the median of the per-round
 ratios (each from two adjacent blocks, steadier when the machine's speed
 drifts).
 
+The orchestrator never opens the device (the matmul baseline runs in a wmx
+worker): a TPU takes one process at a time, so on a TPU a run may start one
+worker at a time only (one size, at most one online preset, no official code;
+refused otherwise).
+
 Official code: pass a checkout of danijar/dreamerv3 at 29eb964 with
 ``--reference-dir`` and the python of its virtual environment with
 ``--reference-python`` (how to prepare both: `dreamerv3_reference_driver.py`
@@ -74,6 +86,7 @@ import platform
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -103,12 +116,16 @@ class WmxWorker:
 
     def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
               batch_length: int, n_envs: int, seed: int = 0,
-              compute_dtype: str = "float32") -> dict:
-        """Build state and inputs, compile update and policy (one compile each), the
-        paper config at ``size`` computing in ``compute_dtype``.
+              compute_dtype: str = "float32", seeds: tuple = ()) -> dict:
+        """Build state and inputs, compile update and policy (one compile each) of the
+        paper config at ``size`` computing in ``compute_dtype``, and for every count
+        N > 1 in ``seeds`` the pair vmapped over N seeds (`_setup_vmapped`, compiled in
+        threads beside this pair: their ``compile_s`` are wall times under that load).
 
         Returns {"compile_s", "gflop", "memory", "params", "widths", "versions",
-        "compute_dtype"}, the reference driver's keys.
+        "compute_dtype"}, the reference driver's keys, and "device_memory"
+        (`_machine.device_memory` before and after each item's first call, by item;
+        None on the CPU).
         """
         import jax
         import numpy as np
@@ -145,6 +162,11 @@ class WmxWorker:
         t = time.perf_counter()
         # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on the CPU)
         self.compiler_options = dv3.compiler_options(cfg)
+        # the vmapped pairs (--seeds) compile meanwhile in threads (XLA's compiler releases
+        # the GIL); their first calls come after this pair's, one after another
+        pool = ThreadPoolExecutor(max_workers=max(1, len(set(seeds) - {1})))
+        vmapped = [pool.submit(self._setup_vmapped, n, cfg, batch, obs_v, first, seed)
+                   for n in sorted(set(seeds) - {1})]
         update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
             self.state, batch, key()).compile()
         compile_s["train"] = time.perf_counter() - t
@@ -171,15 +193,81 @@ class WmxWorker:
             jax.block_until_ready((self.pcarry, action, entries))
 
         self.items = {"train": train, "policy": act}
-        for fn in self.items.values():   # warm-up call
-            fn()
+        device_mem = {}
+        for item in ("policy", "train"):   # warm-up call; the device's peak only grows
+            device_mem[item] = _first_call_memory(self.items[item])
+        for future in vmapped:
+            more = future.result()
+            compile_s.update(more["compile_s"])
+            gflop.update(more["gflop"])
+            memory.update(more["memory"])
+            self.items.update(more["items"])
+            for item in more["items"]:     # policy, then train
+                device_mem[item] = _first_call_memory(self.items[item])
+        pool.shutdown()
         counts = dv3.param_counts(cfg)
         return {"compile_s": compile_s, "gflop": gflop, "memory": memory,
+                "device_memory": device_mem,
                 "params": int(counts["total"]), "compiler_options": self.compiler_options,
                 "widths": {"deter": cfg.deter, "hidden": cfg.hidden, "classes": cfg.classes,
                            "units": cfg.units}, "compute_dtype": cfg.compute_dtype,
                 "versions": {"jax": jax.__version__, "numpy": np.__version__,
                              "python": sys.version.split()[0]}}
+
+    def _setup_vmapped(self, n: int, cfg, batch: dict, obs_v, first, seed: int) -> dict:
+        """Items ``train_seeds<n>`` and ``policy_seeds<n>``: the training step and the policy
+        step vmapped over ``n`` seeds, as the trainers run seeds in one program (each seed
+        its own state, policy carry and key; the batch and observations repeated).
+
+        Returns {"compile_s", "gflop", "memory", "items"}, each by item ("items": the
+        calls, policy first; not yet called).
+        """
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from _machine import compiled_memory, program_flops
+        from wmx.agents.dreamerv3 import agent as dv3
+        t_name, p_name = f"train_seeds{n}", f"policy_seeds{n}"
+        rep = lambda tree: jax.tree.map(lambda x: jnp.repeat(x[None], n, 0), tree)  # noqa: E731
+        states = [jax.jit(jax.vmap(lambda k: dv3.init(k, cfg)))(
+            jax.random.split(jax.random.PRNGKey(seed), n))]
+        batch_n, obs_n, first_n = rep(batch), rep(obs_v), rep(first)
+        pcarry = [rep(dv3.init_policy(cfg, obs_v.shape[0]))]
+        calls = [0]
+
+        def keys():   # fresh raw keys per call, one per seed, made on the host
+            calls[0] += 1
+            return np.array([[seed + 1000 * (i + 1), calls[0]] for i in range(n)], np.uint32)
+
+        update_fn = jax.vmap(lambda st, b, k: dv3.update(st, b, k, cfg))
+        # each seed's policy params taken inside the program (no eager vmap per call)
+        policy_fn = jax.vmap(lambda st, c, o, f, k: dv3.policy(
+            dv3.policy_params(st), cfg, c, o, f, k, eval_mode=False))
+        out = {"compile_s": {}, "gflop": {}, "memory": {}}
+        t = time.perf_counter()
+        update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
+            states[0], batch_n, keys()).compile()
+        out["compile_s"][t_name] = time.perf_counter() - t
+        t = time.perf_counter()
+        policy = jax.jit(policy_fn, compiler_options=self.compiler_options).lower(
+            states[0], pcarry[0], obs_n, first_n, keys()).compile()
+        out["compile_s"][p_name] = time.perf_counter() - t
+        out["memory"] = {t_name: compiled_memory(update), p_name: compiled_memory(policy)}
+        out["gflop"] = {
+            t_name: program_flops(update_fn, states[0], batch_n, keys()) / 1e9,
+            p_name: program_flops(policy_fn, states[0], pcarry[0], obs_n, first_n,
+                                  keys()) / 1e9}
+
+        def train():
+            states[0], metrics, outs = update(states[0], batch_n, keys())
+            jax.block_until_ready((states[0], metrics, outs))
+
+        def act():
+            pcarry[0], action, entries = policy(states[0], pcarry[0], obs_n, first_n, keys())
+            jax.block_until_ready((pcarry[0], action, entries))
+
+        out["items"] = {p_name: act, t_name: train}
+        return out
 
     def time(self, item: str, repeats: int) -> dict:
         """`_machine.time_calls` of one item ("train" or "policy")."""
@@ -255,10 +343,38 @@ class WmxWorker:
         return {"peak_rss_mib": peak_rss_mib(), "device_memory": mem}
 
 
+def _first_call_memory(fn) -> dict | None:
+    """Call ``fn`` once (its warm-up) and return the device's memory before and after
+    (`_machine.device_memory`; the peak is the process's so far, so it includes what the
+    items set up earlier hold), or None on the CPU."""
+    from _machine import device_memory
+    before = device_memory()
+    fn()
+    after = device_memory()
+    if after is None:
+        return None
+    return {"bytes_in_use_before": (before or {}).get("bytes_in_use"),
+            "peak_bytes_in_use": after.get("peak_bytes_in_use"),
+            "bytes_limit": after.get("bytes_limit")}
+
+
+def _backend() -> dict:
+    """{"backend", "device_kind"}: the platform this worker's JAX runs on."""
+    import jax
+    return {"backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind}
+
+
+def _matmul(repeats: int) -> dict:
+    """`_machine.bench_matmul` in the worker, on its device: the orchestrator never opens
+    the device (a TPU takes one process at a time)."""
+    from _machine import bench_matmul
+    return bench_matmul(repeats)
+
+
 def worker_main() -> None:
     w = WmxWorker()
     serve({"setup": w.setup, "time": w.time, "setup_online": w.setup_online,
-           "stats": w.stats})
+           "stats": w.stats, "backend": _backend, "matmul": _matmul})
 
 
 # ==== orchestrator ===================================================================
@@ -347,6 +463,25 @@ def _summary(wmx_blocks: list[dict], ref_blocks: list[dict] | None) -> dict:
     return out
 
 
+def _item_name(kind: str, size: str, seeds: int) -> str:
+    """The record's name of an item: ``train_12m``, or ``train_12m_seeds5`` vmapped."""
+    return f"{kind}_{size}" + (f"_seeds{seeds}" if seeds > 1 else "")
+
+
+def _one_process_on_a_tpu(p: argparse.ArgumentParser, backend: str, args) -> None:
+    """Refuse (exit 2) a run that would hold two workers at once on a TPU: a second process
+    that opens the chip fails ("libtpu multi-process lockfile")."""
+    if backend != "tpu":
+        return
+    many = [what for what, n in (("--sizes", len(args.sizes)),
+                                 ("--online-presets", len(args.online_presets)),
+                                 ("--reference-dir", 2 if args.reference_dir else 1)) if n > 1]
+    if many:
+        p.error(f"{', '.join(many)}: on a TPU one process at a time can hold the chip and this "
+                "run would start several workers at once; time one size, at most one online "
+                "preset and no --reference-dir per run")
+
+
 def main() -> None:
     # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
     # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
@@ -358,9 +493,15 @@ def main() -> None:
     p.add_argument("--reference-python", default=DEFAULT_REFERENCE_PYTHON,
                    help="python of the reference's venv (jax 0.4.28 and the fixtures' pins)")
     p.add_argument("--sizes", nargs="+", default=["1m", "12m"], choices=["1m", "12m"])
-    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default=None,
+    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="what wmx (compute_dtype) and the official code (jax.compute_dtype) "
-                        "compute in (default: float32 on the CPU, bfloat16 on an accelerator)")
+                        "compute in (default float32, the parity fixtures' and the CPU's; "
+                        "bfloat16 is the reference's own setting on accelerators). Given "
+                        "explicitly: this process never opens the device to pick one")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="N",
+                   help="also time wmx's steps vmapped over N seeds' states, as the trainers "
+                        "run seeds (items train_<size>_seeds<N>, policy_<size>_seeds<N>); "
+                        "1, the unbatched steps, is always timed")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 3)")
     p.add_argument("--train-calls", type=int, default=3, help="timed training steps per block")
     p.add_argument("--policy-calls", type=int, default=30, help="timed policy steps per block")
@@ -403,14 +544,15 @@ def main() -> None:
         args.online_presets = ["paper", "cpu"]
     if args.rounds < 3:
         raise SystemExit(f"--rounds {args.rounds}: the benchmark needs at least 3 rounds")
+    if min(args.seeds) < 1:
+        p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
+    seed_counts = sorted({1, *args.seeds})
     reference = (_check_reference(args.reference_dir, args.reference_python)
                  if args.reference_dir else None)
 
-    import jax
-    from _machine import (allocator_info, bench_blas_ceiling, bench_matmul, cpu_info,
-                          machine_busy)
-    from wmx.agents.dreamerv3.config import auto_compute_dtype
-    dtype = args.compute_dtype or auto_compute_dtype()
+    import jax     # its version only: this process never opens the device (the workers do)
+    from _machine import allocator_info, bench_blas_ceiling, cpu_info, machine_busy
+    dtype = args.compute_dtype
     t_start = time.time()
     env: dict = {}
     if args.compile_cache:
@@ -432,12 +574,13 @@ def main() -> None:
 
     res: dict = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
-                    **allocator_info(), "jax": jax.__version__, "backend": jax.default_backend()},
+                    **allocator_info(), "jax": jax.__version__},
         "protocol": {"obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "batch_size": BATCH_SIZE,
                      "batch_length": BATCH_LENGTH, "replay_context": 1, "n_envs": N_ENVS,
                      "compute_dtype": dtype,
                      "rounds": args.rounds, "train_calls": args.train_calls,
-                     "policy_calls": args.policy_calls, "load_threshold": args.load_threshold,
+                     "policy_calls": args.policy_calls, "seeds": seed_counts,
+                     "load_threshold": args.load_threshold,
                      "load_retries": args.load_retries, "quick": args.quick,
                      "compile_cache": args.compile_cache or None},
         "wmx_commit": _git_commit(), "reference": reference,
@@ -447,7 +590,6 @@ def main() -> None:
     try:
         res["machine"]["load_at_start"] = machine_busy(pids(), 2.0)
         res["blas_ceiling"] = bench_blas_ceiling(3)
-        res["matmul_baseline"] = bench_matmul(3)
 
         # ---- workers: one per implementation and size, compiled concurrently ----
         setup_args = dict(obs_dim=OBS_DIM, action_dim=ACTION_DIM, batch_size=BATCH_SIZE,
@@ -456,6 +598,9 @@ def main() -> None:
         for size in args.sizes:
             w = start(f"wmx_{size}", [sys.executable, str(Path(__file__).resolve()), "--worker"],
                       "wmx")
+            if not pairs:    # the first worker names the device before any other starts
+                res["machine"].update(w.call("backend"))
+                _one_process_on_a_tpu(p, res["machine"]["backend"], args)
             r = None
             if reference:
                 r = start(f"official_{size}", [reference["python"],
@@ -467,34 +612,44 @@ def main() -> None:
         for size, (w, r) in pairs.items():
             for x in (w, r):
                 if x:
-                    x.send("setup", size=size, **setup_args)
+                    x.send("setup", size=size, **setup_args,
+                           **({"seeds": seed_counts} if x is w else {}))
         for size, (w, r) in pairs.items():
             setups[size] = {"wmx": w.recv(), "official": r.recv() if r else None}
         res["setup_wall_s"] = time.perf_counter() - t
         print(f"workers ready after {res['setup_wall_s']:.0f} s (compiled concurrently)",
               flush=True)
 
+        # the XLA matmul baseline, on the device the items run on (a wmx worker's)
+        res["matmul_baseline"] = pairs[args.sizes[0]][0].call("matmul", repeats=3)
+
         # ---- interleaved rounds ----
         calls = {"train": args.train_calls, "policy": args.policy_calls}
-        raw = {(size, item): ([], []) for size in args.sizes for item in calls}
+        # (kind, seeds, the worker's item name); the official code runs one seed
+        items = [(kind, n, kind if n == 1 else f"{kind}_seeds{n}")
+                 for n in seed_counts for kind in calls]
+        raw = {(size, *it): ([], []) for size in args.sizes for it in items}
         for rnd in range(args.rounds):
             for size, (w, r) in pairs.items():
-                for item in calls:
+                for kind, n, item in items:
                     order = [(0, w), (1, r)] if rnd % 2 == 0 else [(1, r), (0, w)]
                     for side, worker in order:
-                        if worker is None:
+                        if worker is None or (side == 1 and n > 1):
                             continue
-                        b = blocks.run(worker, item, calls[item])
+                        b = blocks.run(worker, item, calls[kind])
                         b["round"] = rnd
-                        raw[(size, item)][side].append(b)
-                        print(f"round {rnd} {item}_{size} {worker.name}: {b['median_ms']:.1f} ms"
-                              f"{' (loaded)' if b['loaded'] else ''}", flush=True)
-        res["matmul_baseline_after"] = bench_matmul(3)
+                        raw[(size, kind, n, item)][side].append(b)
+                        print(f"round {rnd} {_item_name(kind, size, n)} {worker.name}: "
+                              f"{b['median_ms']:.1f} ms{' (loaded)' if b['loaded'] else ''}",
+                              flush=True)
+        res["matmul_baseline_after"] = pairs[args.sizes[0]][0].call("matmul", repeats=3)
         rate = statistics.mean([res["matmul_baseline"]["gflop_per_s"],
                                 res["matmul_baseline_after"]["gflop_per_s"]])
         res["items"], res["memory"] = {}, {}
-        for (size, item), (wb, rb) in raw.items():
+        for (size, kind, n, item), (wb, rb) in raw.items():
             s = _summary(wb, rb or None)
+            s["wmx"].update(seeds=n, per_seed_ms=s["wmx"]["median_ms"] / n,
+                            device_memory=setups[size]["wmx"]["device_memory"].get(item))
             for side in ("wmx", "official"):
                 info = setups[size][side]
                 if side in s and info:
@@ -504,7 +659,7 @@ def main() -> None:
                     s[side].update(matmul_floor_ms=floor, x_floor=s[side]["median_ms"] / floor)
             if item == "train":
                 s["anchor_official_idle_ms"] = ANCHOR_MS[size]
-            res["items"][f"{item}_{size}"] = s
+            res["items"][_item_name(kind, size, n)] = s
         res["models"] = {size: {side: {k: v for k, v in (info or {}).items()
                                        if k in ("params", "widths", "versions",
                                                 "compiler_options", "compute_dtype")}

@@ -13,6 +13,11 @@ wmx block, ...):
 - one planning decision at model sizes 1 and 5 (512 samples, 24 policy
   trajectories, 64 elites, 6 iterations; official: `agent.act(obs)`).
 
+With ``--seeds N [N ...]`` wmx's programs are also timed vmapped over N
+seeds, each seed with its own state, batch and draws, as the trainers run
+seeds in one program (``seeds`` and ``wmx_per_seed_ms`` in the record; the
+official code runs one seed).
+
 Each block is ``--calls`` calls; compilation and warm-up are excluded. Per
 quantity it records both medians (the median over rounds of each block's
 median), the ratio official / wmx (> 1: wmx is faster), the median of the
@@ -29,7 +34,10 @@ and threads, the in-run matmul ceiling (float32 2048^3 products: jitted XLA,
 torch, numpy's BLAS; before and after the timed rounds), per wmx program its
 matmul FLOPs (2·M·N·K per dot, counted on the jaxpr) and the floor they put
 at the XLA rate of this run, the online env steps/s of wmx's jitted training
-chunk (1 and 4 vmapped seeds) and the peak resident memory.
+chunk (1 and 4 vmapped seeds), the peak resident memory, and per wmx program
+the device's memory (``device_memory``: bytes in use before it was built and
+the process's peak after its first calls; None on the CPU, whose backend
+keeps no statistics).
 
 Without ``--reference-dir`` only wmx is timed (no ratios).
 
@@ -87,8 +95,8 @@ from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import (LoadProbe, allocator_info, cpu_info, median_ms,  # noqa: E402
-                      peak_rss_mib, program_flops, time_calls)
+from _machine import (LoadProbe, allocator_info, cpu_info, device_memory,  # noqa: E402
+                      median_ms, peak_rss_mib, program_flops, time_calls)
 
 # official time / wmx time asked for (issue 16), per quantity and model size
 TARGET_RATIO = {"update": {1: 1.5, 5: 2.0}, "plan": {1: 2.0, 5: 2.0}}
@@ -115,50 +123,70 @@ def matmul_ceiling(repeats: int, driver: "Reference | None", n: int = 2048) -> d
 
 
 # ---- the wmx programs -------------------------------------------------------------------
-def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6):
+def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: int = 1):
     """(call, matmul FLOPs) of one wmx update at batch 256, compiled with the trainers'
     options (`Agent.compiler_options`: XLA's own dots unless ``WMX_CPU_DOTS`` says
-    otherwise); the state is fed back."""
+    otherwise); the state is fed back. ``seeds`` > 1: one call updates that many seeds'
+    states, each with its own batch and draws, vmapped as the trainers run seeds."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
-    step = jax.jit(lambda s, b, n: update(s, b, n, cfg),
-                   compiler_options=tdmpc2_agent.compiler_options(cfg))
-    state = [init_train_state(jax.random.PRNGKey(0), cfg)]
+    fn = lambda s, b, n: update(s, b, n, cfg)  # noqa: E731
     H, B = cfg.horizon, cfg.batch_size
     k = jax.random.split(jax.random.PRNGKey(1), 4)
-    batch = Batch(obs=jax.random.normal(k[0], (H + 1, B, obs_dim)),
-                  action=jax.random.uniform(k[1], (H, B, action_dim), minval=-1, maxval=1),
-                  reward=jax.random.normal(k[2], (H, B)))
-    noise = draw_update_noise(k[3], cfg)
+    lead = (seeds,) if seeds > 1 else ()
+    if seeds > 1:
+        fn = jax.vmap(fn)
+        state = [jax.jit(jax.vmap(lambda key: init_train_state(key, cfg)))(
+            jax.random.split(jax.random.PRNGKey(0), seeds))]
+        noise = jax.vmap(lambda key: draw_update_noise(key, cfg))(jax.random.split(k[3], seeds))
+    else:
+        state = [init_train_state(jax.random.PRNGKey(0), cfg)]
+        noise = draw_update_noise(k[3], cfg)
+    step = jax.jit(fn, compiler_options=tdmpc2_agent.compiler_options(cfg))
+    batch = Batch(obs=jax.random.normal(k[0], (*lead, H + 1, B, obs_dim)),
+                  action=jax.random.uniform(k[1], (*lead, H, B, action_dim), minval=-1,
+                                            maxval=1),
+                  reward=jax.random.normal(k[2], (*lead, H, B)))
 
     def call():
         state[0], m = step(state[0], batch, noise)
         jax.block_until_ready(m["total_loss"])
 
-    flops = program_flops(lambda s, b, n: update(s, b, n, cfg), state[0], batch, noise)
+    flops = program_flops(fn, state[0], batch, noise)
     return call, flops
 
 
-def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6):
+def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: int = 1):
     """(call, matmul FLOPs) of one wmx planning decision (t0 False, fresh draws per call),
-    compiled with the trainers' options (the online chunk plans inside its program)."""
+    compiled with the trainers' options (the online chunk plans inside its program).
+    ``seeds`` > 1: one call decides for that many seeds (their own parameters,
+    observation and draws), vmapped as the trainers run seeds."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
-    params = init_train_state(jax.random.PRNGKey(0), cfg).params
-    obs = jax.random.normal(jax.random.PRNGKey(2), (obs_dim,))
-    prev = jnp.zeros((cfg.horizon, action_dim))
+    lead = (seeds,) if seeds > 1 else ()
+    if seeds > 1:
+        params = jax.jit(jax.vmap(lambda key: init_train_state(key, cfg).params))(
+            jax.random.split(jax.random.PRNGKey(0), seeds))
+    else:
+        params = init_train_state(jax.random.PRNGKey(0), cfg).params
+    obs = jax.random.normal(jax.random.PRNGKey(2), (*lead, obs_dim))
+    prev = jnp.zeros((*lead, cfg.horizon, action_dim))
 
     def decide_fn(params, obs, prev, key):
         noise = draw_plan_noise(key, cfg, False)
         return plan(params, obs, prev, jnp.bool_(False), noise, cfg, eval_mode=False)
 
-    decide = jax.jit(decide_fn, compiler_options=tdmpc2_agent.compiler_options(cfg))
+    fn = jax.vmap(decide_fn) if seeds > 1 else decide_fn
+    decide = jax.jit(fn, compiler_options=tdmpc2_agent.compiler_options(cfg))
 
     key = [jax.random.PRNGKey(3)]
 
+    def keys(k):
+        return jax.random.split(k, seeds) if seeds > 1 else k
+
     def call():
         key[0], sub = jax.random.split(key[0])
-        jax.block_until_ready(decide(params, obs, prev, sub)[0])
+        jax.block_until_ready(decide(params, obs, prev, keys(sub))[0])
 
-    return call, program_flops(decide_fn, params, obs, prev, key[0])
+    return call, program_flops(fn, params, obs, prev, keys(key[0]))
 
 
 # ---- the official implementation, in its own process -----------------------------------
@@ -192,6 +220,22 @@ class Reference:
         except OSError:
             pass
         self.proc.wait(timeout=60)
+
+
+def _seeds_label(n: int) -> str:
+    return f", {n} seeds vmapped" if n > 1 else ""
+
+
+def _memory_record(before: dict | None, after: dict | None) -> dict | None:
+    """A program's device memory (bytes): in use before it was built, and the process's
+    peak once it was compiled and called twice, which includes what earlier programs left
+    resident (``bytes_in_use_before``) and is an earlier program's peak when that was
+    higher. None where the backend has no memory statistics (the CPU)."""
+    if after is None:
+        return None
+    return {"bytes_in_use_before": (before or {}).get("bytes_in_use"),
+            "peak_bytes_in_use": after.get("peak_bytes_in_use"),
+            "bytes_limit": after.get("bytes_limit")}
 
 
 def run_block(side: str, fn, n: int, pids: list[int], max_foreign: float,
@@ -284,6 +328,10 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=5, help="calls per block")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 5])
     p.add_argument("--kinds", nargs="+", default=["update", "plan"], choices=("update", "plan"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="N",
+                   help="also time each program vmapped over N seeds (each seed its own state, "
+                        "batch and draws, as the trainers run seeds; wmx only); 1, the "
+                        "unbatched program, is always timed")
     p.add_argument("--max-foreign", type=float, default=0.15,
                    help="cores other processes may take during a block before it is "
                         "marked loaded and repeated")
@@ -299,6 +347,9 @@ def main() -> None:
                    help="JSON to write (default benchmarks/results/tdmpc2_speed.json; "
                         "tdmpc2_speed_no_online.json with --no-online)")
     args = p.parse_args()
+    if min(args.seeds) < 1:
+        p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
+    seed_counts = sorted({1, *args.seeds})
     rounds, calls = (3, 3) if args.quick else (args.rounds, args.calls)
     if args.retries is None:
         args.retries = 0 if args.quick else 3
@@ -321,29 +372,34 @@ def main() -> None:
         res["reference"] = ref.call("info")
         res["reference"]["setup"] = [ref.call("setup", model_size=s) for s in args.sizes]
     pids = [os.getpid()] + ([ref.pid] if ref else [])
-    wmx_fns, flops = {}, {}
+    wmx_fns, flops, memory = {}, {}, {}
     for kind in args.kinds:
         for s in args.sizes:
-            fn, fl = (wmx_update if kind == "update" else wmx_plan)(s)
-            fn()                                       # compile + warm up
-            fn()
-            wmx_fns[kind, s], flops[kind, s] = fn, fl
+            for n in seed_counts:     # the device's peak only grows: smaller programs first
+                before = device_memory()
+                fn, fl = (wmx_update if kind == "update" else wmx_plan)(s, seeds=n)
+                fn()                                       # compile + warm up
+                fn()
+                wmx_fns[kind, s, n], flops[kind, s, n] = fn, fl
+                memory[kind, s, n] = _memory_record(before, device_memory())
     res["ceiling_before"] = matmul_ceiling(3 * calls, ref)
     blocks: dict = {key: ([], []) for key in wmx_fns}
     for r in range(rounds):
-        for (kind, s), fn in wmx_fns.items():
-            blocks[kind, s][0].append(run_block(
+        for (kind, s, seeds), fn in wmx_fns.items():
+            key = kind, s, seeds
+            blocks[key][0].append(run_block(
                 "wmx", lambda n, fn=fn: time_calls(fn, n), calls, pids, args.max_foreign,
                 args.retries))
-            if ref:
-                blocks[kind, s][1].append(run_block(
+            if ref and seeds == 1:        # the official code runs one seed
+                blocks[key][1].append(run_block(
                     "official", lambda n, k=kind, s=s: ref.call("time", kind=k, model_size=s,
                                                                 n=n),
                     calls, pids, args.max_foreign, args.retries))
-            print(f"round {r + 1}/{rounds} {kind} {s}: wmx "
-                  f"{blocks[kind, s][0][-1]['median_ms']:.1f} ms"
-                  + (f", official {blocks[kind, s][1][-1]['median_ms']:.1f} ms" if ref else "")
-                  + f" (foreign {blocks[kind, s][0][-1]['foreign_cores']:.2f} cores)",
+            print(f"round {r + 1}/{rounds} {kind} {s}{_seeds_label(seeds)}: wmx "
+                  f"{blocks[key][0][-1]['median_ms']:.1f} ms"
+                  + (f", official {blocks[key][1][-1]['median_ms']:.1f} ms"
+                     if blocks[key][1] else "")
+                  + f" (foreign {blocks[key][0][-1]['foreign_cores']:.2f} cores)",
                   flush=True)
     res["ceiling_after"] = matmul_ceiling(3 * calls, ref)
     rate = statistics.mean([res["ceiling_before"]["xla_gflop_per_s"],
@@ -351,12 +407,16 @@ def main() -> None:
     for kind in args.kinds:
         res[kind] = []
         for s in args.sizes:
-            w, o = blocks[kind, s]
-            q = {"model_size": s, **summarise(w, o, TARGET_RATIO[kind].get(s) if ref else None)}
-            q["gflop"] = flops[kind, s] / 1e9
-            q["matmul_floor_ms"] = q["gflop"] / rate * 1e3
-            q["wmx_x_floor"] = q["wmx_median_ms"] / q["matmul_floor_ms"]
-            res[kind].append(q)
+            for n in seed_counts:
+                w, o = blocks[kind, s, n]
+                q = {"model_size": s, "seeds": n,
+                     **summarise(w, o, TARGET_RATIO[kind].get(s) if o else None)}
+                q["wmx_per_seed_ms"] = q["wmx_median_ms"] / n
+                q["gflop"] = flops[kind, s, n] / 1e9
+                q["matmul_floor_ms"] = q["gflop"] / rate * 1e3
+                q["wmx_x_floor"] = q["wmx_median_ms"] / q["matmul_floor_ms"]
+                q["device_memory"] = memory[kind, s, n]
+                res[kind].append(q)
     kept = [b for w, o in blocks.values() for b in w + o]
     res["idle"] = not any(b["loaded"] for b in kept)
     res["loaded_blocks"] = sum(b["loaded"] for b in kept)
@@ -376,7 +436,8 @@ def main() -> None:
           f"{'IDLE' if res['idle'] else 'LOADED: ' + str(res['loaded_blocks']) + ' blocks'}")
     for kind in args.kinds:
         for q in res[kind]:
-            line = (f"{kind:6s} size {q['model_size']}: wmx {q['wmx_median_ms']:7.1f} ms "
+            line = (f"{kind:6s} size {q['model_size']}{_seeds_label(q['seeds'])}: wmx "
+                    f"{q['wmx_median_ms']:7.1f} ms "
                     f"({q['wmx_x_floor']:.2f} x its matmul floor {q['matmul_floor_ms']:.0f} ms)")
             if "ratio" in q:
                 line += (f", official {q['official_median_ms']:7.1f} ms, ratio "

@@ -1,10 +1,12 @@
-"""The two lock files and the cuda12 extra agree (README, "On a GPU").
+"""The three lock files and the cuda12 and tpu extras agree (docs/accelerators.md).
 
-requirements-lock-cuda12.txt is requirements-lock.txt plus JAX's CUDA 12 wheels
-(tools/lock_cuda12.py): every CPU pin must appear there at the same version,
-the extra wheels must be CUDA ones, and the cuda12 extra of pyproject.toml must
-name exactly the jax version both locks pin. The CPU lock must also be closed:
-every installed pinned package's unconditional requirements are pinned too.
+requirements-lock-cuda12.txt is requirements-lock.txt plus JAX's CUDA 12 wheels and
+requirements-lock-tpu.txt is requirements-lock.txt plus libtpu (tools/lock_accelerator.py):
+every CPU pin must appear in both at the same version, the extra wheels must be the
+backend's, and the cuda12 and tpu extras of pyproject.toml must name exactly the jax
+version the locks pin (the TPU lock's libtpu the one that jax version's tpu extra asks
+for). The CPU lock must also be closed: every installed pinned package's unconditional
+requirements are pinned too.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "requirements-lock.txt"
 CUDA = ROOT / "requirements-lock-cuda12.txt"
+TPU = ROOT / "requirements-lock-tpu.txt"
 INSTALLER = {"pip", "setuptools", "wheel"}   # left out of both locks, as pip-compile does
 
 
@@ -52,6 +55,43 @@ def test_cuda_lock_is_the_cpu_lock_plus_cuda_wheels():
     assert extra and all(cuda_only(n) for n in extra), f"not CUDA wheels: {extra}"
     assert {"jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cudnn-cu12"} <= set(extra)
     assert not INSTALLER & (set(cpu) | set(cuda))
+
+
+def test_tpu_lock_is_the_cpu_lock_plus_libtpu():
+    cpu, tpu = read_lock(CPU), read_lock(TPU)
+    moved = {n: (v, tpu.get(n, "absent")) for n, v in cpu.items() if tpu.get(n) != v}
+    assert not moved, f"CPU pin -> TPU lock differs: {moved}"
+    assert sorted(n for n in tpu if n not in cpu) == ["libtpu"]
+    assert not INSTALLER & set(tpu)
+
+
+def test_the_three_locks_pin_one_jax():
+    locks = {path.name: read_lock(path) for path in (CPU, CUDA, TPU)}
+    assert len({(pins["jax"], pins["jaxlib"]) for pins in locks.values()}) == 1, {
+        name: (pins["jax"], pins["jaxlib"]) for name, pins in locks.items()}
+
+
+def test_tpu_extra_and_libtpu_match_the_locked_jax():
+    cpu, tpu = read_lock(CPU), read_lock(TPU)
+    jax = cpu["jax"]
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["tpu"]
+    reqs = {norm(r.name): r for r in map(Requirement, extra)}
+    assert set(reqs) == {"jax"} and "tpu" in reqs["jax"].extras
+    assert [(s.operator, s.version) for s in reqs["jax"].specifier] == [("==", jax)]
+    try:
+        installed = md.distribution("jax")
+    except md.PackageNotFoundError:
+        pytest.skip("jax is not installed here: its tpu extra's libtpu cannot be read")
+    if installed.version != jax:
+        pytest.skip(f"jax {installed.version} installed here, the locks pin {jax}")
+    wants = [Requirement(r) for r in installed.requires or []]
+    wants = [r for r in wants if norm(r.name) == "libtpu" and r.marker is not None
+             and r.marker.evaluate({"extra": "tpu"})]
+    assert wants, "jax's metadata names no libtpu for its tpu extra"
+    assert all(r.specifier.contains(tpu["libtpu"]) for r in wants), (
+        f"{TPU.name} pins libtpu=={tpu['libtpu']}; jax {jax}[tpu] asks for "
+        f"{', '.join(str(r.specifier) for r in wants)}")
 
 
 def test_cuda12_extra_and_plugin_match_the_locked_jax():

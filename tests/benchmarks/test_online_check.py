@@ -132,7 +132,7 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch, capsys):
 
 def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys):
     """The check records its resume command in the run's benchmark.json (a run from before
-    gains it when resumed); `wmx runs info` prints it; the offline checks and gpu_check
+    gains it when resumed); `wmx runs info` prints it; the offline checks and device_check
     refuse the online run."""
     from wmx.cli.main import main as wmx_main
     def header_only(rc, run_dir, *a, **k):          # stopped inside its first chunk
@@ -159,11 +159,11 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
         dreamerv3_offline.main(["--resume", str(run_dir), "--out", out])
     import subprocess
 
-    def gpu_check_plan():
-        return subprocess.run([sys.executable, str(_DIR.parent / "gpu_check.py"), "--plan",
+    def device_check_plan():
+        return subprocess.run([sys.executable, str(_DIR.parent / "device_check.py"), "--plan",
                                "--dreamerv3-offline-run", str(run_dir)], capture_output=True,
                               text=True)
-    r = gpu_check_plan()
+    r = device_check_plan()
     assert r.returncode == 2 and "an online run" in r.stderr
     (run_dir / "config.json").write_text("[]")
     with pytest.raises(SystemExit, match="holds no JSON object"):
@@ -171,7 +171,7 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
     (run_dir / "config.json").write_text("{damaged")
     with pytest.raises(SystemExit, match="config.json is unreadable"):
         online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
-    r = gpu_check_plan()
+    r = device_check_plan()
     assert r.returncode == 2 and "config.json is unreadable" in r.stderr, r.stderr
 
 

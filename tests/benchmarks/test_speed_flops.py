@@ -4,6 +4,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 _SPEC = importlib.util.spec_from_file_location(
     "tdmpc2_speed", Path(__file__).resolve().parents[2] / "benchmarks" / "tdmpc2_speed.py")
@@ -53,3 +54,31 @@ def test_median_ms_times_only_the_calls_after_the_warm_up():
     t = speed.time_calls(fn, 4)
     assert len(calls) == 9 and len(t["wall_ms"]) == len(t["cpu_ms"]) == 4
     assert all(w > 0 for w in t["wall_ms"])
+
+
+@pytest.mark.slow
+def test_seeds_multiply_the_matmul_work():
+    """--seeds N: one call runs N seeds' programs, N times the matmul work (~1-2 min on
+    2 cores: four inits and traces)."""
+    for make in (speed.wmx_update, speed.wmx_plan):
+        _, one = make(1)
+        _, three = make(1, seeds=3)
+        assert three == 3 * one > 0, make.__name__
+
+
+def test_dreamerv3_speed_refuses_two_workers_on_a_tpu():
+    import argparse
+    spec = importlib.util.spec_from_file_location(
+        "dreamerv3_speed", Path(__file__).resolve().parents[2] / "benchmarks" / "dreamerv3_speed.py")
+    dv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dv)
+    p = argparse.ArgumentParser()
+    many = argparse.Namespace(sizes=["1m", "12m"], online_presets=[], reference_dir=None)
+    one = argparse.Namespace(sizes=["12m"], online_presets=["paper"], reference_dir=None)
+    dv._one_process_on_a_tpu(p, "cpu", many)          # the CPU takes several processes
+    dv._one_process_on_a_tpu(p, "tpu", one)
+    with pytest.raises(SystemExit) as e:
+        dv._one_process_on_a_tpu(p, "tpu", many)
+    assert e.value.code == 2
+    assert dv._item_name("train", "12m", 1) == "train_12m"
+    assert dv._item_name("policy", "12m", 5) == "policy_12m_seeds5"
