@@ -2,7 +2,6 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-HOME_DIR ?= $(CURDIR)/wmx_home
 # the pinned dependencies: requirements-lock.txt (CPU), or, on an NVIDIA GPU,
 # make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12 (README, "On a GPU")
 LOCK ?= requirements-lock.txt
@@ -38,9 +37,13 @@ test-slow: install
 ## make demo: install and run the whole pipeline at a small default scale
 ## (train_online per task, Beam build, train_offline, evaluate; see wmx demo --help).
 ## Rerunning continues where it stopped. Extra flags: make demo DEMO_ARGS="--updates 500".
+## It writes into the data root every other command reads by default ($WMX_HOME, else
+## ~/.wmx), so `wmx runs ls` and `wmx demo --agent dreamerv3` find it; HOME_DIR=DIR
+## puts it elsewhere (then give those commands --home DIR too).
 DEMO_ARGS ?=
+HOME_DIR ?=
 demo: install
-	$(VENV)/bin/wmx demo --home $(HOME_DIR) $(DEMO_ARGS)
+	$(VENV)/bin/wmx demo $(if $(HOME_DIR),--home $(HOME_DIR)) $(DEMO_ARGS)
 
 ## make lock-cuda12: regenerate requirements-lock-cuda12.txt from requirements-lock.txt
 ## by resolution (pip --dry-run --report; tools/lock_cuda12.py).

@@ -139,7 +139,9 @@ def test_bad_input(runs_home, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run 'nope'" in err[0] and "wmx runs ls" in err[0]
     assert wmx_main(["runs", "ls", "--home", str(tmp_path)]) == 0
-    assert "no runs in" in capsys.readouterr().out
+    assert capsys.readouterr().out == (f"no runs in {tmp_path / 'runs'} (--home {tmp_path}; "
+                                       "another with --home DIR or WMX_HOME=DIR); start one "
+                                       "with train_online or train_offline\n")
     bad = tmp_path / "runs" / "broken"
     bad.mkdir(parents=True)
     (bad / "config.json").write_text("{not json")

@@ -24,13 +24,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_ls(args) -> int:
-    from wmx.paths import wmx_home
+    from wmx.paths import looked_in, wmx_home
     from wmx.runs.listing import eval_text, list_runs, progress_text, target_text
     from wmx.sizes import human_size
     runs = list_runs(wmx_home(args.home))
     if not runs:
-        print(f"no runs in {wmx_home(args.home) / 'runs'} (start one with train_online or "
-              "train_offline)")
+        print(f"no runs in {wmx_home(args.home) / 'runs'} ({looked_in(args.home)}); start one "
+              "with train_online or train_offline")
         return 0
     rows = [(r.name, r.agent, target_text(r), r.status, progress_text(r), eval_text(r),
              human_size(r.size)) for r in runs]
