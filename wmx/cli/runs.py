@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from wmx.cli.dataset import add_home
 from wmx.cli.table import print_table
@@ -63,6 +64,10 @@ def cmd_info(args) -> int:
         status += f" (continue with: {hint})"
     print(f"  {r.kind} run, agent {r.agent}, status {status}")
     print(f"  progress: {progress_text(r)}; last eval: {eval_text(r)}; size {human_size(r.size)}")
+    if r.last_eval is not None and r.last_eval.episodes is not None:
+        print(f"  last eval: the trainer's own episodes (its rollout keys); on a finished run "
+              f"`evaluate --run {shlex.quote(str(r.path))} --seeds-from-checkpoint --episodes "
+              f"{r.last_eval.episodes}` repeats it, a plain `evaluate` draws other episodes")
     cfg = r.config
     print("  lineage:")
     if r.kind == "offline":
