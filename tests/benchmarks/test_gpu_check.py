@@ -91,6 +91,10 @@ def test_jax_platforms_cpu_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# run_stage forks here, in a test process that earlier tests gave JAX's threads (its
+# preexec_fn makes the fork call the at-fork hooks); the gpu_check orchestrator that calls
+# it never imports JAX, so JAX's warning about forking a threaded process is not its.
+@pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
 def test_a_stuck_stage_is_killed_with_its_children(tmp_path):
     marker = tmp_path / "child.pid"
     code = ("import subprocess, sys, time; "
