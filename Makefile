@@ -5,6 +5,12 @@ PY := $(VENV)/bin/python
 # the pinned dependencies: requirements-lock.txt (CPU), or, on an NVIDIA GPU,
 # make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12 (README, "On a GPU")
 LOCK ?= requirements-lock.txt
+# pinned packages left out of the install: warp-lang (NVIDIA Warp, 392 MB), which playground
+# requires but wmx never imports (it runs MJX with impl="jax"; wmx/envs/playground.py).
+# The lock pins every dependency, so it installs with --no-deps; LOCK_SKIP= installs all.
+LOCK_SKIP ?= warp-lang
+empty :=
+space := $(empty) $(empty)
 export JAX_PLATFORMS ?= cpu
 
 .PHONY: install test test-slow demo clean lock-cuda12
@@ -12,7 +18,8 @@ export JAX_PLATFORMS ?= cpu
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r $(LOCK)
+	grep -viE '^($(subst $(space),|,$(strip $(LOCK_SKIP))))==' $(LOCK) > $(VENV)/lock-installed.txt
+	$(PY) -m pip install --no-deps -r $(VENV)/lock-installed.txt
 	$(PY) -m pip install --no-deps -e .
 	touch $@
 
