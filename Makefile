@@ -2,11 +2,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-HOME_DIR ?= $(CURDIR)/wmx_home
 # the pinned dependencies: requirements-lock.txt (CPU), or, on an NVIDIA GPU,
 # make install LOCK=requirements-lock-cuda12.txt VENV=.venv-cuda12, on a TPU VM,
 # make install LOCK=requirements-lock-tpu.txt VENV=.venv-tpu (docs/accelerators.md)
 LOCK ?= requirements-lock.txt
+# pinned packages left out of the install: warp-lang (NVIDIA Warp, 392 MB), which playground
+# requires but wmx never imports (it runs MJX with impl="jax"; wmx/envs/playground.py).
+# The lock pins every dependency, so it installs with --no-deps; LOCK_SKIP= installs all.
+LOCK_SKIP ?= warp-lang
+empty :=
+space := $(empty) $(empty)
 export JAX_PLATFORMS ?= cpu
 
 .PHONY: install test test-slow demo clean lock-cuda12 lock-tpu
@@ -14,7 +19,8 @@ export JAX_PLATFORMS ?= cpu
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r $(LOCK)
+	grep -viE '^($(subst $(space),|,$(strip $(LOCK_SKIP))))==' $(LOCK) > $(VENV)/lock-installed.txt
+	$(PY) -m pip install --no-deps -r $(VENV)/lock-installed.txt
 	$(PY) -m pip install --no-deps -e .
 	touch $@
 
@@ -39,9 +45,13 @@ test-slow: install
 ## make demo: install and run the whole pipeline at a small default scale
 ## (train_online per task, Beam build, train_offline, evaluate; see wmx demo --help).
 ## Rerunning continues where it stopped. Extra flags: make demo DEMO_ARGS="--updates 500".
+## It writes into the data root every other command reads by default ($WMX_HOME, else
+## ~/.wmx), so `wmx runs ls` and `wmx demo --agent dreamerv3` find it; HOME_DIR=DIR
+## puts it elsewhere (then give those commands --home DIR too).
 DEMO_ARGS ?=
+HOME_DIR ?=
 demo: install
-	$(VENV)/bin/wmx demo --home $(HOME_DIR) $(DEMO_ARGS)
+	$(VENV)/bin/wmx demo $(if $(HOME_DIR),--home $(HOME_DIR)) $(DEMO_ARGS)
 
 ## make lock-cuda12 / make lock-tpu: regenerate requirements-lock-cuda12.txt /
 ## requirements-lock-tpu.txt from requirements-lock.txt by resolution

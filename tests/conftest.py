@@ -5,7 +5,8 @@ per session (read-only: tests that continue or change a run work on a copy
 or a run of their own). `tiny_offline_dataset`: the tiny offline run's
 dataset (tests/tiny_runs.py), built once per session (read-only). JAX's
 persistent compilation cache is off for the whole session
-(WMX_NO_COMPILE_CACHE=1).
+(WMX_NO_COMPILE_CACHE=1). At the session's end the garbage is collected and the
+rest frozen before an xdist worker reports finished (`pytest_sessionfinish`).
 
 With WMX_TEST_XLA_OPT=0 (`make test`'s first pass) XLA's CPU backend
 compiles at LLVM optimisation level 0 (`--xla_backend_optimization_level=0`
@@ -49,6 +50,20 @@ def tiny_offline_dataset(tmp_path_factory):
     """(home, dataset dir) of the tiny offline run's dataset "tst" (read-only)."""
     home = tmp_path_factory.mktemp("tiny-offline")
     return home, build_offline_dataset(home)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Collect the garbage now and freeze what is left, before an xdist worker reports that
+    it finished: pytest's own collections at exit (5 of them) then take no time. Each
+    collection runs JAX's gc callback over every live object (seconds in a worker that ran
+    many modules), and execnet interrupts (SIGINT) a worker still busy 5 s after the
+    controller closes it; that interrupt, landing in JAX's gc callback, printed a
+    KeyboardInterrupt traceback after a green run. Garbage found here is collected (and
+    reported) as before; only objects still alive are frozen.
+    """
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -135,3 +135,20 @@ def test_read_lock_rejects_a_loose_line(tmp_path):
     bad.write_text("# header\njax==0.10.2\nnumpy>=2\n")
     with pytest.raises(AssertionError, match="lock.txt:3: not a 'name==version' pin"):
         read_lock(bad)
+
+
+def test_make_install_leaves_out_only_lock_skip(tmp_path):
+    """`make install` installs the CPU lock less LOCK_SKIP (warp-lang) with --no-deps (the
+    lock pins every dependency, so nothing else is resolved); the recipe's own filter is run
+    here and leaves every other pin as it is."""
+    import subprocess
+    venv = tmp_path / "v"
+    dry = subprocess.run(["make", "-n", "install", f"VENV={venv}"], cwd=ROOT, text=True,
+                         capture_output=True, check=True).stdout.splitlines()
+    (filt,) = [ln for ln in dry if ln.startswith("grep ")]
+    assert f"pip install --no-deps -r {venv}/lock-installed.txt" in "\n".join(dry)
+    venv.mkdir()
+    subprocess.run(filt, shell=True, cwd=ROOT, check=True)
+    cpu, installed = read_lock(CPU), read_lock(venv / "lock-installed.txt")
+    assert set(cpu) - set(installed) == {"warp-lang"}
+    assert all(cpu[n] == v for n, v in installed.items())

@@ -26,6 +26,16 @@ class HomeError(ValueError):
     """The data root is unusable: a file, or not writable where a stage must write."""
 
 
+def _resolve(home: str | os.PathLike | None) -> tuple[Path, str]:
+    """(absolute data root, how it was chosen) of ``home`` (see `wmx_home`)."""
+    env = os.environ.get("WMX_HOME")
+    if home is not None:
+        return Path(home).expanduser().resolve(), f"--home {home}"
+    if env:
+        return Path(env).expanduser().resolve(), f"WMX_HOME={env}"
+    return (Path.home() / ".wmx").resolve(), "the default data root ~/.wmx"
+
+
 def wmx_home(home: str | os.PathLike | None = None) -> Path:
     """The one data root for everything wmx writes.
 
@@ -38,15 +48,36 @@ def wmx_home(home: str | os.PathLike | None = None) -> Path:
     Raises:
       HomeError: the path, or a folder above it, is a file (nothing is created).
     """
-    env = os.environ.get("WMX_HOME")
-    if home is not None:
-        path, given = Path(home).expanduser().resolve(), f"--home {home}"
-    elif env:
-        path, given = Path(env).expanduser().resolve(), f"WMX_HOME={env}"
-    else:
-        path, given = (Path.home() / ".wmx").resolve(), "the default data root ~/.wmx"
+    path, given = _resolve(home)
     _refuse_file(path, given)
     return path
+
+
+def looked_in(home: str | os.PathLike | None = None) -> str:
+    """How the data root of ``home`` was chosen and how to choose another: the words an empty
+    listing puts after the folder it read.
+
+    Args:
+      home: the `--home` value, or None.
+
+    Returns:
+      e.g. ``"the default data root ~/.wmx; another with --home DIR or WMX_HOME=DIR"``.
+    """
+    return f"{_resolve(home)[1]}; another with --home DIR or WMX_HOME=DIR"
+
+
+def home_flag(home: str | os.PathLike) -> list[str]:
+    """``["--home", DIR]`` for a command that must reach the data root ``home``, or [] when
+    the commands reach it without the flag (it is the root `wmx_home(None)` resolves to now).
+
+    Args:
+      home: a data root.
+
+    Returns:
+      The argument list to add to a printed follow-up command.
+    """
+    path = Path(home).expanduser().resolve()
+    return [] if path == _resolve(None)[0] else ["--home", str(path)]
 
 
 def nearest_existing(path: Path) -> Path | None:

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+# run_stage forks here, in a test process that earlier tests gave JAX's threads (its
+# preexec_fn makes the fork call the at-fork hooks); the device_check orchestrator that calls
+# it never imports JAX, so JAX's warning about forking a threaded process is not its.
+pytestmark = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device_check.py"
 _SPEC = importlib.util.spec_from_file_location("device_check", SCRIPT)
 device_check = importlib.util.module_from_spec(_SPEC)

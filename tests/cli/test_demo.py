@@ -315,3 +315,58 @@ def test_repeated_seeds_are_refused(tmp_path, capsys):
     assert wmx_main.main(["demo", "--home", str(tmp_path / "h"), "--dry-run",
                           "--seeds", "0", "0"]) == 2
     assert "give each seed once" in capsys.readouterr().err
+
+
+def test_the_demo_and_the_commands_after_it_share_one_home(tmp_path, monkeypatch, capsys):
+    """`make demo` runs `wmx demo` without --home, so the demo writes into the data root the
+    other commands read by default: `wmx runs ls` lists its runs and `wmx demo --agent
+    dreamerv3` reuses its online stages and dataset; the demo ends by printing those
+    commands, with --home only when its data root is not the default one."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    dry = subprocess.run(["make", "-n", "-o", "install", "demo"], cwd=root, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert dry[-2:] == [".venv/bin/wmx", "demo"]          # no --home of its own
+    dry = subprocess.run(["make", "-n", "-o", "install", "demo", "HOME_DIR=/elsewhere"],
+                         cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    assert dry[-3:] == ["demo", "--home", "/elsewhere"]
+
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))   # the default data root ~/.wmx
+    monkeypatch.delenv("WMX_HOME", raising=False)
+    home = tmp_path / "user" / ".wmx"
+    stubs = Stubs(home)
+    monkeypatch.setattr(demo, "RUNNERS", stubs.runners())
+    assert wmx_main.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert [p for p, _ in stubs.calls] == ["train_online"] * 3 + ["beam", "train_offline",
+                                                                   "evaluate"]
+    assert "\nruns:           wmx runs ls\n" in out
+    dataset = next(ln.split()[-1] for ln in out.splitlines() if ln.startswith("dataset:"))
+    assert f"\ndataset info:   wmx dataset info {dataset[:dataset.index('@') + 11]}\n" in out
+    assert wmx_main.main(["runs", "ls"]) == 0
+    listed = capsys.readouterr().out
+    assert sum(f"demo-online-{t}-" in listed for t in TASKS) == 3 and "demo-offline-" in listed
+    stubs.calls.clear()
+    assert wmx_main.main(["demo", "--agent", "dreamerv3"]) == 0
+    assert [p for p, _ in stubs.calls] == ["train_offline", "evaluate"]   # online reused
+    assert _arg(stubs.calls[0][1], "--agent") == "dreamerv3"
+    assert capsys.readouterr().out.count("skipped: already done") == 4
+
+    other = tmp_path / "other"
+    monkeypatch.setattr(demo, "RUNNERS", Stubs(other).runners())
+    assert wmx_main.main(["demo", "--home", str(other)]) == 0
+    assert f"\nruns:           wmx runs ls --home {other}\n" in capsys.readouterr().out
+
+
+def test_empty_listings_name_the_data_root_they_read(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WMX_HOME", str(tmp_path / "h"))
+    for argv, what in ((["runs", "ls"], "runs"), (["dataset", "ls"], "datasets"),
+                       (["dataset", "sources"], "episodes")):
+        assert wmx_main.main(argv) == 0
+        line = capsys.readouterr().out
+        assert line.count("\n") == 1
+        assert f" in {tmp_path / 'h' / what} (WMX_HOME={tmp_path / 'h'}; another with --home " \
+               "DIR or WMX_HOME=DIR); " in line, line
+    assert wmx_main.main(["dataset", "ls", "mt19", "--home", str(tmp_path / "g")]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"no datasets named mt19 in {tmp_path / 'g' / 'datasets'} (--home {tmp_path / 'g'}; ")

@@ -71,8 +71,9 @@ def test_ls_finished_and_interrupted(runs_home, capsys):
     assert cut[4] == "40/120 env steps" and done[4] == "120/120 env steps"
     m = listing.read_metrics(runs_home / "runs" / "done" / "metrics.csv")
     last = [float(r["return"]) for r in m if r["kind"] == "eval" and r["env_steps"] == "120"]
-    assert done[5] == f"return {sum(last) / len(last):.3g} @ 120"
-    assert re.fullmatch(r"return \S+ @ 40", cut[5])                       # eval every 40
+    # the trainer's evaluation, with its seeds and eval_mode episodes per seed
+    assert done[5] == f"return {sum(last) / len(last):.3g} @ 120 (trainer, 2 seeds x 2 ep)"
+    assert re.fullmatch(r"return \S+ @ 40 \(trainer, 2 seeds x 2 ep\)", cut[5])   # every 40
     size = listing.disk_size(runs_home / "runs" / "done")
     assert size > 10_000 and done[6] == human_size(size)
 
@@ -139,7 +140,9 @@ def test_bad_input(runs_home, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run 'nope'" in err[0] and "wmx runs ls" in err[0]
     assert wmx_main(["runs", "ls", "--home", str(tmp_path)]) == 0
-    assert "no runs in" in capsys.readouterr().out
+    assert capsys.readouterr().out == (f"no runs in {tmp_path / 'runs'} (--home {tmp_path}; "
+                                       "another with --home DIR or WMX_HOME=DIR); start one "
+                                       "with train_online or train_offline\n")
     bad = tmp_path / "runs" / "broken"
     bad.mkdir(parents=True)
     (bad / "config.json").write_text("{not json")
@@ -213,3 +216,23 @@ def test_a_resume_hint_quotes_the_runs_path(tmp_path):
     (run / "config.json").write_text(json.dumps({"agent": "tdmpc2", "task": "walker-walk"}))
     assert listing.resume_text(listing.read_run(run)) == \
         f"train_online --resume '{run}'"
+
+
+def test_an_offline_runs_last_eval_says_whose_and_its_episodes(tmp_path, capsys):
+    """An offline run's LAST EVAL is the mean score over tasks of the trainer's newest
+    evaluation, labelled as the trainer's with its episodes per task (`evaluate` draws other
+    episodes: its report says its own count); info says how to repeat it."""
+    run = tmp_path / "runs" / "off"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(
+        {"agent": "tdmpc2", "dataset": "mt19-64ba205d@" + "5b" * 32, "updates": 300}))
+    head = "seed,kind,updates,task,episodes,return,score\n"
+    rows = [f"0,eval,{u},{t},1,{r},{r / 10}\n" for u, vals in ((150, (50, 70)), (300, (96, 170)))
+            for t, r in zip(("reacher-easy", "cartpole-balance"), vals)]
+    rows += ["0,eval,150,mean,2,,6.0\n", "0,eval,300,mean,2,,13.3\n"]
+    (run / "metrics.csv").write_text(head + "".join(rows))
+    assert _ls(tmp_path, capsys)["off"][5] == "score 13.3 @ 300 (trainer, 1 ep/task)"
+    assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "last eval: score 13.3 @ 300 (trainer, 1 ep/task)" in out
+    assert f"`evaluate --run {run} --seeds-from-checkpoint --episodes 1` repeats it" in out

@@ -282,3 +282,31 @@ def test_reset_forward_leaves_the_first_step_as_playgrounds():
 
     s1, raw1 = run(jax.random.split(jax.random.PRNGKey(0), 4))
     np.testing.assert_allclose(s1.obs, raw1.obs, rtol=1e-5, atol=1e-6)
+
+
+def test_a_playground_env_without_warp_prints_nothing():
+    """warp-lang (which playground requires and the Makefile leaves out) is never needed: with
+    it hidden, a Playground env loads and traces a reset and a step, Warp is never imported,
+    and MJX's
+    notices of its absence stay off standard output (wmx.envs.playground.import_mjx_quietly)."""
+    import subprocess
+    import sys
+    import textwrap
+    probe = textwrap.dedent("""
+        import sys
+        class NoWarp:                   # as if warp-lang were not installed
+            def find_spec(self, name, path=None, target=None):
+                if name == "warp" or name.startswith("warp."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, NoWarp())
+        import jax
+        from wmx.envs import make_env
+        env = make_env("cartpole-balance", episode_length=2)
+        s = jax.eval_shape(lambda k: env.step(env.reset(k), jax.numpy.zeros(env.action_dim)),
+                           jax.random.PRNGKey(0))            # traced: every op of a step
+        print("stepped", s.obs.shape, "warp" in sys.modules)
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == "stepped (5,) False\n"

@@ -48,6 +48,15 @@ def test_evaluate_run_writes_a_report(trained, capsys):
     md = (run_dir / "report" / "report.md").read_text()
     assert "probe-action" in md and sets[0]["content_hash"][:12] in md
     assert "(one task: none at all)" in md          # an interval over one task is no interval
+    # which evaluation this is, and the trainer's own one at the checkpoint beside it
+    assert "(rollout keys: fresh, index 0: the evaluate command's own draw" in md
+    trainer = rep["evaluation"]["trainer"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = np.mean([np.mean(v) for v in summary["final_eval"].values()])
+    assert (trainer["step"], trainer["episodes"], trainer["seeds"]) == (6 * T, 2, 2)
+    assert trainer["return"] == {"probe-action": pytest.approx(final)}
+    assert (f"The trainer's own evaluation at this checkpoint (metrics.csv): 2 episodes per "
+            f"seed and task, mean return probe-action {final:.1f}; mean score") in md
     assert "(the run's own)" in md and "no env step of its own" not in md
     assert (run_dir / "report" / "learning_curves.png").stat().st_size > 0
 
@@ -62,6 +71,10 @@ def test_checkpoint_keys_repeat_the_trainers_final_evaluation(trained, tmp_path,
     assert rep["evaluation"]["keys"] == "checkpoint" and rep["evaluation"]["eval_index"] == 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert rep["returns"]["probe-action"] == summary["final_eval"]   # bit-identical episodes
+    (row,) = rep["per_task"]                        # so the report's return is the trainer's
+    assert rep["evaluation"]["trainer"]["return"]["probe-action"] == \
+        pytest.approx(row["return_mean"])
+    assert "these are the trainer's episodes again" in (out / "report.md").read_text()
     with (run_dir / "metrics.csv").open() as f:
         evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
     for r in evals[-2:]:

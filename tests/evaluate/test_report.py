@@ -196,3 +196,25 @@ def test_learning_curves_legend_goes_on_the_first_panel_with_lines(tmp_path, mon
         plots.learning_curves([empty, full], tmp_path / "c.png", "updates")
     assert (tmp_path / "c.png").stat().st_size
     assert [ax.get_legend() is not None for ax in drawn[0].axes] == [False, True]
+
+
+def test_trainer_evaluation_is_the_metrics_at_the_checkpoint(offline, tmp_path):
+    """The report sets the trainer's own evaluation at the checkpoint (metrics.csv rows at its
+    updates, their episode count) beside its own; none when the metrics say no count."""
+    import dataclasses
+    _, _, _, info, _, report = offline
+    assert report["evaluation"]["trainer"] is None       # the fixture's rows have no episodes
+    run_dir = tmp_path / "off"
+    run_dir.mkdir()
+    rows = ["seed,kind,updates,task,episodes,return"]
+    rows += [f"{s},eval,{u},{t},1,{100 * u + 10 * i + s}" for u in (4, 6)
+             for i, t in enumerate(TASKS) for s in (0, 1)]
+    rows += ["0,eval,6,mean,2,", "1,eval,6,mean,2,"]
+    (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
+    got = rep.trainer_evaluation(dataclasses.replace(info, run_dir=run_dir))
+    assert got == {"step": 6, "episodes": 1, "seeds": 2,
+                   "return": {TASKS[0]: 600.5, TASKS[1]: 610.5}, "score": 60.55}
+    md = rep._markdown({**report, "evaluation": {**report["evaluation"], "trainer": got}})
+    assert ("The trainer's own evaluation at this checkpoint (metrics.csv): 1 episode per "
+            f"seed and task, mean return {TASKS[0]} 600.5, {TASKS[1]} 610.5; mean score 60.5"
+            ) in md

@@ -144,8 +144,9 @@ def test_a_command_line_restarts_once_with_huge_pages(tmp_path):
     r = subprocess.run([sys.executable, "-m", "wmx.cli.main", "--home", str(tmp_path), "runs",
                         "ls"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr          # `-m` replayed: the command runs, once
-    assert r.stdout.splitlines() == [f"no runs in {tmp_path / 'runs'} (start one with "
-                                     "train_online or train_offline)"]
+    assert r.stdout.splitlines() == [f"no runs in {tmp_path / 'runs'} (--home {tmp_path}; "
+                                     "another with --home DIR or WMX_HOME=DIR); start one with "
+                                     "train_online or train_offline"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")

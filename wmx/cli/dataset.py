@@ -47,12 +47,18 @@ def add_home(p: argparse.ArgumentParser) -> None:
                    help="wmx data root (default $WMX_HOME or ~/.wmx)")
 
 
+def _named(name: str | None, word: str = "named") -> str:
+    """`` named NAME`` (`` of TASK``) for a listing narrowed to one name, else ""."""
+    return f" {word} {name}" if name else ""
+
+
 def _size(path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
 def cmd_ls(args) -> int:
     from wmx.datasets.store import Store
+    from wmx.paths import looked_in
     from wmx.schemas.manifest import DatasetManifest
     store = Store(args.home)
     rows = []
@@ -67,7 +73,8 @@ def cmd_ls(args) -> int:
         rows.append((e.name, e.content_hash[:10], tasks, eps, human_size(_size(e.path)),
                      e.created[:19].replace("T", " ")))
     if not rows:
-        print("no datasets (build one with: beam run pipelines/build_mt19.py)")
+        print(f"no datasets{_named(args.name)} in {store.datasets_dir} "
+              f"({looked_in(args.home)}); build one with: beam run pipelines/build_mt19.py")
     else:
         print_table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
     _say_strays(store.datasets_dir, args.name, "datasets")
@@ -98,6 +105,7 @@ def cmd_sources(args) -> int:
     """The store's episode sets (of one task): what ``--sources`` of the build names."""
     from wmx.datasets.store import Store
     from wmx.envs.registry import get_task
+    from wmx.paths import looked_in
     from wmx.schemas.manifest import EpisodeSetManifest
     if args.task is not None:
         get_task(args.task)              # ValueError (exit 2) naming the known tasks
@@ -115,8 +123,8 @@ def cmd_sources(args) -> int:
             eps, ret, who = "?", "?", "? (bad manifest)"
         rows.append((e.name, e.content_hash[:10], eps, ret, who, e.created[:19].replace("T", " ")))
     if not rows:
-        print("no episode sets" + (f" of {args.task}" if args.task else "") +
-              " (train_online exports every run's episodes)")
+        print(f"no episode sets{_named(args.task, 'of')} in {store.episodes_dir} "
+              f"({looked_in(args.home)}); train_online exports every run's episodes")
     else:
         print_table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
         print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "

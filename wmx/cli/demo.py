@@ -495,8 +495,30 @@ def run_pipeline(opts: argparse.Namespace, home: Path, *,
     for png in sorted(report.parent.glob("*.png")):
         kind = {"scores.png": "bar plot:"}.get(png.name, "plot:")
         say(f"{kind:<16s}{png}")
+    for what, cmd in follow_ups(home, dataset):
+        say(f"{what:<16s}{cmd}")
     return {"stages": log, "dataset": dataset, "offline_run": offline_run,
             "offline_runs": offline_runs, "report": str(report), "seconds": round(total, 1)}
+
+
+def follow_ups(home: Path, dataset: str) -> list[tuple[str, str]]:
+    """The commands that show what the demo made, each reaching ``home`` as typed: with
+    ``--home`` only when the data root is not the one the commands find without it.
+
+    Args:
+      home: the demo's data root.
+      dataset: the pooled dataset, ``name@hash``.
+
+    Returns:
+      [(label, command)]: the runs (``wmx runs ls``) and the dataset (``wmx dataset info``).
+    """
+    from wmx.paths import home_flag
+    from wmx.schemas.hashing import is_sha256_hex, short_hash
+    name, _, h = dataset.partition("@")
+    ref = f"{name}@{short_hash(h)}" if is_sha256_hex(h) else dataset
+    flag = "".join(f" {shlex.quote(a)}" for a in home_flag(home))
+    return [("runs:", f"wmx runs ls{flag}"),
+            ("dataset info:", f"wmx dataset info {ref}{flag}")]
 
 
 def plan_text(opts: argparse.Namespace, home: Path) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from wmx.cli.dataset import add_home
 from wmx.cli.table import print_table
@@ -24,13 +25,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_ls(args) -> int:
-    from wmx.paths import wmx_home
+    from wmx.paths import looked_in, wmx_home
     from wmx.runs.listing import eval_text, list_runs, progress_text, target_text
     from wmx.sizes import human_size
     runs = list_runs(wmx_home(args.home))
     if not runs:
-        print(f"no runs in {wmx_home(args.home) / 'runs'} (start one with train_online or "
-              "train_offline)")
+        print(f"no runs in {wmx_home(args.home) / 'runs'} ({looked_in(args.home)}); start one "
+              "with train_online or train_offline")
         return 0
     rows = [(r.name, r.agent, target_text(r), r.status, progress_text(r), eval_text(r),
              human_size(r.size)) for r in runs]
@@ -63,6 +64,10 @@ def cmd_info(args) -> int:
         status += f" (continue with: {hint})"
     print(f"  {r.kind} run, agent {r.agent}, status {status}")
     print(f"  progress: {progress_text(r)}; last eval: {eval_text(r)}; size {human_size(r.size)}")
+    if r.last_eval is not None and r.last_eval.episodes is not None:
+        print(f"  last eval: the trainer's own episodes (its rollout keys); on a finished run "
+              f"`evaluate --run {shlex.quote(str(r.path))} --seeds-from-checkpoint --episodes "
+              f"{r.last_eval.episodes}` repeats it, a plain `evaluate` draws other episodes")
     cfg = r.config
     print("  lineage:")
     if r.kind == "offline":

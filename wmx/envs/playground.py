@@ -1,7 +1,8 @@
 """MuJoCo Playground DMC tasks behind the jittable `Env` interface.
 
 `make_env(name)` loads the Playground env with the pure-JAX MJX backend
-(impl="jax"; Warp is far slower on CPU), maps agent actions from [-1, 1] to the
+(impl="jax"; Warp is far slower on CPU, and warp-lang need not be installed:
+`import_mjx_quietly`), maps agent actions from [-1, 1] to the
 actuator ctrlrange, repeats each action `action_repeat` control steps summing
 the rewards, flattens the observation to f32[O] and tracks the time limit.
 Sources: reference_design §5.1 (action bounds, action repeat), §2 (T from the
@@ -145,7 +146,31 @@ class PlaygroundEnv(Env):
                         done=done | (t >= self.T), t=t, inner=inner)
 
 
+WARP_NOTICES = ("Failed to import warp:", "Failed to import mujoco_warp:")
+"""The lines MJX prints on standard output when its optional Warp backend is not installed."""
+
+
+def import_mjx_quietly() -> None:
+    """Import ``mujoco.mjx`` once, without the two `WARP_NOTICES` lines MJX prints on
+    standard output when warp-lang is not installed (the Makefile leaves it out: wmx runs
+    MJX with impl="jax" and never imports Warp; a command's standard output stays its own,
+    e.g. `evaluate`'s one line). Any other output of the import is printed as usual.
+    """
+    import contextlib
+    import io
+    import sys
+    if "mujoco.mjx" in sys.modules:
+        return
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        import mujoco.mjx  # noqa: F401
+    rest = [ln for ln in buf.getvalue().splitlines() if not ln.startswith(WARP_NOTICES)]
+    if rest:
+        print("\n".join(rest))
+
+
 def _load_playground(playground_name: str):
+    import_mjx_quietly()
     from mujoco_playground import registry as pg_registry
     return pg_registry.dm_control_suite.load(
         playground_name, config_overrides={"impl": "jax"})

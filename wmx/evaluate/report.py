@@ -109,6 +109,41 @@ def _exported_sets(info: RunInfo) -> list[dict[str, Any]]:
     return out
 
 
+def trainer_evaluation(info: RunInfo) -> dict[str, Any] | None:
+    """The trainer's own evaluation at the run's checkpoint, read from its metrics.csv.
+
+    Args:
+      info: the opened run (`wmx.evaluate.runs.open_run`).
+
+    Returns:
+      {"step": the checkpoint's env steps (online) or updates (offline), "episodes":
+      eval_mode episodes per seed (and task), "seeds": seeds, "return": task -> mean
+      return over seeds, "score": the mean over tasks of return / 10}; None when the
+      metrics have no evaluation at the checkpoint's step (an interrupted run's newest
+      checkpoint can lie past its last evaluation).
+    """
+    from wmx.runs.listing import read_metrics
+    col, step = (("env_steps", info.env_steps) if info.kind == "online"
+                 else ("updates", info.updates))
+    if step is None:
+        return None
+    rows = [r for r in read_metrics(info.run_dir / "metrics.csv")
+            if r.get("kind") == "eval" and r.get("task") != "mean" and _f(r.get(col)) == step]
+    try:
+        per: dict[str, list[float]] = {}
+        for r in rows:
+            per.setdefault(r.get("task") or info.tasks[0], []).append(float(r["return"]))
+        episodes = {int(float(r["episodes"])) for r in rows}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not per or len(episodes) != 1:
+        return None
+    means = {t: float(np.mean(v)) for t, v in per.items()}
+    return {"step": int(step), "episodes": episodes.pop(), "seeds": len(next(iter(per.values()))),
+            "return": means,
+            "score": float(np.mean([agg.normalised_score(v) for v in means.values()]))}
+
+
 # ---- per task and aggregates ---------------------------------------------------------------
 def _published(task: str, env_steps: int | None, agent: str) -> dict[str, Any]:
     """published_return / _score / _env_steps (the point's) / _note of one task."""
@@ -191,7 +226,8 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
                 "tasks": list(info.tasks)},
         "evaluation": {**dict(meta), "seeds": list(info.seeds),
                        "protocol": f"{get_agent(info.rc.agent).EVAL_PROTOCOL}; fresh "
-                                   "initial states, undiscounted returns"},
+                                   "initial states, undiscounted returns",
+                       "trainer": trainer_evaluation(info)},
         "lineage": lineage,
         "per_task": per_task,
         "aggregates": _aggregates(per_task),
@@ -308,6 +344,27 @@ def _curve_panels(report: dict) -> tuple[list[dict], str]:
     return panels, xlabel
 
 
+KEYS_TEXT = {
+    "fresh": "the evaluate command's own draw of initial states and policy noise, not the "
+             "trainer's; `--seeds-from-checkpoint` repeats the trainer's last evaluation",
+    "checkpoint": "the trainer's keys at its last evaluation; with the run's episode count "
+                  "these are the trainer's episodes again"}
+"""What each rollout-key mode of `evaluate` draws (report.md's first paragraph)."""
+
+
+def _trainer_markdown(trainer: dict | None) -> list[str]:
+    """The paragraph on the trainer's own evaluation at the checkpoint (none: [])."""
+    if not trainer:
+        return []
+    rets = ", ".join(f"{t} {v:.1f}" for t, v in trainer["return"].items())
+    n = trainer["episodes"]
+    return [f"The trainer's own evaluation at this checkpoint (metrics.csv): {n} episode"
+            f"{'s' if n != 1 else ''} per seed and task, mean return {rets}; mean score "
+            f"{trainer['score']:.1f}. The same rollout and protocol as above, other episodes "
+            "unless the keys are the checkpoint's: with few episodes the two differ by the "
+            "spread of single episodes (the ± below).", ""]
+
+
 def _markdown(report: dict) -> str:
     run, ev, lin_ = report["run"], report["evaluation"], report["lineage"]
     where = (f"env steps {run['env_steps']:,d}" if run["kind"] == "online"
@@ -317,9 +374,10 @@ def _markdown(report: dict) -> str:
              f"{run['checkpoint_step']} ({where}); {ev['episodes']} eval_mode episodes x "
              f"{len(ev['seeds'])} seed{'s' if len(ev['seeds']) != 1 else ''} {ev['seeds']} "
              "per task from fresh initial states "
-             f"(rollout keys: {ev['keys']}, index {ev['eval_index']}). Written "
-             f"{report['created']}." + (f" Protocol: {ev['protocol']}." if ev.get("protocol")
-                                        else ""), "",
+             f"(rollout keys: {ev['keys']}, index {ev['eval_index']}: {KEYS_TEXT[ev['keys']]}). "
+             f"Written {report['created']}." + (f" Protocol: {ev['protocol']}."
+                                                if ev.get("protocol") else ""), "",
+             *_trainer_markdown(ev.get("trainer")),
              "## Per task", "",
              "Return: mean over seeds and episodes (std over all episodes). Score = return / "
              "10. Seed range: the lowest and highest seed-mean score. Published: " +

@@ -28,7 +28,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from wmx.runs.host import env_steps_at_tick
 from wmx.runs.owner import Owner, probe
@@ -43,10 +43,9 @@ class RunInfo:
     kind: "online" | "offline" | "?" (config.json unreadable); target:
     the task (online) or dataset ``name@hash`` (offline); unit: "env steps" |
     "updates"; done / total: progress on that axis (total from the config,
-    None when unknown); last_eval: (step, metric name "return" | "score",
-    mean over seeds and, offline, tasks) or None; owner: the live trainer
-    when running; checkpoints: [(step folder name, host.json dict)], oldest
-    first; size: bytes on disk (files under the run, links not followed).
+    None when unknown); last_eval: the trainer's newest evaluation (`LastEval`) or
+    None; owner: the live trainer when running; checkpoints: [(step folder name,
+    host.json dict)], oldest first; size: bytes on disk (files under the run, links not followed).
     """
 
     name: str
@@ -58,7 +57,7 @@ class RunInfo:
     unit: str
     done: int
     total: int | None
-    last_eval: tuple[int, str, float] | None
+    last_eval: LastEval | None
     size: int
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
@@ -148,22 +147,42 @@ def _float(v: Any) -> float | None:
         return None
 
 
-def last_eval(rows: list[dict[str, str]], kind: str) -> tuple[int, str, float] | None:
-    """(step, metric, value) of the newest evaluation in metrics rows: online the mean
-    ``return`` over seeds, offline the mean ``score`` of the task "mean" rows."""
+class LastEval(NamedTuple):
+    """The newest evaluation a run's trainer logged (metrics.csv ``kind`` "eval").
+
+    step: its x (env steps online, updates offline); metric: "return" (online) or "score"
+    (offline: the mean over tasks); value: the mean over seeds; episodes: eval_mode
+    episodes per seed (offline: per task and seed), None when the rows do not say; seeds:
+    the seeds averaged.
+    """
+
+    step: int
+    metric: str
+    value: float
+    episodes: int | None = None
+    seeds: int = 1
+
+
+def last_eval(rows: list[dict[str, str]], kind: str) -> LastEval | None:
+    """The newest evaluation in metrics rows: online the mean ``return`` over seeds, offline
+    the mean ``score`` of the task "mean" rows; None before the first."""
     step_col = "env_steps" if kind == "online" else "updates"
     evals = [r for r in rows if r.get("kind") == "eval" and _int(r.get(step_col)) is not None]
-    if kind == "offline":
-        evals = [r for r in evals if r.get("task") == "mean"]
     if not evals:
         return None
     step = max(_int(r[step_col]) for r in evals)
+    at = [r for r in evals if _int(r[step_col]) == step]
+    per_task = [r for r in at if r.get("task") != "mean"]     # online rows have no task
+    counts = {_int(r.get("episodes")) for r in per_task} - {None}
+    episodes = counts.pop() if len(counts) == 1 else None
+    if kind == "offline":
+        at = [r for r in at if r.get("task") == "mean"]
     metric = "return" if kind == "online" else "score"
-    vals = [_float(r.get(metric)) for r in evals if _int(r[step_col]) == step]
+    vals = [_float(r.get(metric)) for r in at]
     vals = [v for v in vals if v is not None]
     if not vals:
         return None
-    return step, metric, sum(vals) / len(vals)
+    return LastEval(step, metric, sum(vals) / len(vals), episodes, len(vals))
 
 
 def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
@@ -281,8 +300,13 @@ def progress_text(r: RunInfo) -> str:
 
 
 def eval_text(r: RunInfo) -> str:
-    """``return 12.3 @ 80`` / ``score 4.56 @ 6``, or ``-`` before the first evaluation."""
+    """``return 151 @ 2,000 (trainer, 1 ep)`` / ``score 13.3 @ 300 (trainer, 1 ep/task)``:
+    the trainer's newest evaluation, mean over seeds, with its episodes per seed (and task);
+    ``-`` before the first evaluation."""
     if r.last_eval is None:
         return "-"
-    step, metric, value = r.last_eval
-    return f"{metric} {value:.3g} @ {step:,d}"
+    e = r.last_eval
+    eps = "?" if e.episodes is None else f"{e.episodes:,d}"
+    per = "/task" if r.kind == "offline" else ""
+    seeds = f"{e.seeds} seeds x " if e.seeds > 1 else ""
+    return f"{e.metric} {e.value:.3g} @ {e.step:,d} (trainer, {seeds}{eps} ep{per})"
