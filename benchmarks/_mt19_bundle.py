@@ -229,7 +229,10 @@ def _extract(bundle: Bundle, into: Path) -> None:
                         or ".." in m.name.split("/") or m.name.startswith("/"):
                     raise BundleError(f"{bundle.name}: member {m.name!r} is not a file of a "
                                       "bundle; it was not written by `next`")
-            tf.extractall(into / "root", members=members, filter="data")
+            if hasattr(tarfile, "data_filter"):      # Python 3.11.4+: links and modes too
+                tf.extractall(into / "root", members=members, filter="data")
+            else:
+                tf.extractall(into / "root", members=members)
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         if isinstance(e, BundleError):
             raise

@@ -90,8 +90,11 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     for s in todo:
         if device_left_s is None or need(s) <= device_left_s:
             return s, "the next task not done"
+    least = min(need(s) for s in todo)
     return None, (f"no task left fits the {device_left_s / 60:.1f} device minutes left (the "
-                  f"shortest needs {min(need(s) for s in todo) / 60:.1f}); end the session")
+                  "shortest needs " + (f"{least / 60:.1f}" if least < float("inf") else
+                                       "more calls than the budget allows") +
+                  "); end the session")
 
 
 def _calls_path(home: Path, run: str) -> Path:

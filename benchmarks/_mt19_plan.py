@@ -49,21 +49,27 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
             ``startup_s``, ``compile_s``, ``cached_compile_s``, ``finish_s``, ``gap_s``).
 
     Returns:
-        (device seconds, calls the run trains in, the clock after it).
+        (device seconds, calls the run trains in, the clock after it); the seconds are
+        infinite when a call leaves no time to train (its start-up and compilation take
+        the budget less the reserve).
     """
     dev, calls, c, first = 0.0, 0, dataclasses.replace(clock), True
     while True:
+        fresh = False
         if c.call_t is None or args.budget_s - args.reserve_s - c.call_t < args.min_start_s:
             if c.call_t is not None:
                 dev += args.gap_s
             c.call_t = args.startup_s
             dev += args.startup_s
+            fresh = True
         calls += 1
         comp = args.compile_s if first else args.cached_compile_s
         first = False
         c.call_t += comp
         dev += comp
         avail = max(0.0, args.budget_s - args.reserve_s - c.call_t)
+        if avail <= 0 and fresh and train_s > 0:
+            return math.inf, calls, dataclasses.replace(c, session_used=math.inf)
         if train_s <= avail:
             c.call_t += train_s + args.finish_s
             dev += train_s + args.finish_s
@@ -138,6 +144,12 @@ def cmd_plan(args, campaign: Campaign) -> int:
     """
     from wmx.cli.table import print_table
     from wmx.datasets.store import Store
+    room = args.budget_s - args.reserve_s - args.startup_s - max(args.compile_s,
+                                                                  args.cached_compile_s)
+    if room <= 0:
+        raise ValueError(f"--budget-s {args.budget_s:g} leaves no time to train after "
+                         f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
+                         "longer budget")
     record = load_record(Path(args.results))
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
     todo = [(t, campaign.target(t)) for t in campaign.tasks if not states[t].done]

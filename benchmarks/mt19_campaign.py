@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         143 when a signal stopped ``next``'s run.
     """
     from_cli = argv is None
+    if from_cli and sys.argv[1:2] == ["next"]:
+        from wmx.runs.heap import restart_with_huge_pages
+        restart_with_huge_pages()       # as the trainers' command lines (WMX_HUGE_PAGES=0: not)
     t0 = _T0 if from_cli else time.monotonic()
     argv = list(sys.argv[1:] if from_cli else argv)
     p = build_parser()

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import _mt19_bundle as bundle_lib  # noqa: E402
+import _mt19_plan as plan_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 import mt19_campaign as camp  # noqa: E402
 
@@ -247,6 +248,11 @@ def test_plan(tmp_path, capsys):
                       "--cached-compile-s", "20", "--budget-s", "570", "--reserve-s", "30"]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" not in out and "in 12 session(s)" in out
+    args = camp.build_parser().parse_args(["plan", "--budget-s", "60"])   # no time to train
+    assert plan_lib.run_cost(10.0, plan_lib.Clock(None, 0.0), args)[0] == \
+        float("inf")
+    assert camp.main(["plan", "--budget-s", "60", "--home", str(tmp_path)]) == 2
+    assert "leaves no time to train" in capsys.readouterr().err
 
 
 def test_record_schema(calls, tmp_path):
