@@ -21,8 +21,9 @@ benchmarks/results/mt19_sources.json records it at its target, or H holds its
 finished run; with ``--device-left-s``, only a run the plan's model says fits
 the session), and trains it until ``--budget-s`` seconds after the command
 started (``--call-start``, else the process), less ``--reserve-s`` for the
-chunk in flight, the final evaluation and the packing. It stops the run the way SIGTERM stops ``train_online``:
-after the running chunk, with its checkpoint and no extra evaluation, so the
+chunk in flight, the final evaluation and the packing. It stops the run the
+way SIGTERM stops ``train_online``: after the running chunk, with its
+checkpoint and no extra evaluation, so the
 next call resumes it exactly (the metrics of a run split over calls are those
 of an uninterrupted one). A finished run is packed into DIR as
 ``<task>.tar.gz`` (cut into parts of under 16 MiB when larger) and, with time
