@@ -11,7 +11,7 @@ as a bundle per finished run (`_mt19_bundle`).
 
     python benchmarks/mt19_campaign.py status [--home H]    # per task: sets, runs, done, next
     python benchmarks/mt19_campaign.py plan                 # device minutes and sessions
-    python benchmarks/mt19_campaign.py next --home H --out DIR --budget-s 560   # on the device
+    python benchmarks/mt19_campaign.py next --home H --out DIR --budget-s 540   # on the device
         (status prints the whole device command)
     python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
 
@@ -127,17 +127,21 @@ def cmd_status(args, campaign: Campaign) -> int:
 
 
 def device_command(code: str) -> str:
-    """One device call's command.
+    """One device call's command. Its budget counts from the Python process's start:
+    540 s leaves the first call's setup.sh (installing the wheels, ~15-40 s) and the
+    stop's overrun inside the 600 s of a device command.
 
     Args:
         code: the commit the device's copy of the tree is (WMX_CODE_VERSION).
 
     Returns:
-        The command, with H for a folder in the device's /tmp.
+        The command, with H for a folder in the device's /tmp and SECONDS for the
+        session's device time left (the device tool's budget_left_s, less ~120 s when the
+        call starts a machine).
     """
-    return (f"S=$(date +%s); source .whl-tpu/setup.sh; WMX_CODE_VERSION={code} timeout -k 10 575 "
-            "python benchmarks/mt19_campaign.py next --home H --out \"$OUT\" --budget-s 560 "
-            "--call-start $S")
+    return (f"source .whl-tpu/setup.sh; WMX_CODE_VERSION={code} timeout -k 10 575 python "
+            "benchmarks/mt19_campaign.py next --home H --out \"$OUT\" --budget-s 540 "
+            "--device-left-s SECONDS")
 
 
 def _flags_text(args) -> str:
@@ -317,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a run's end takes: final evaluation, export, packing")
         q.add_argument("--gap-s", type=float, default=20.0,
                        help="device seconds between two calls (the machine is held)")
-    pl.add_argument("--budget-s", type=float, default=560.0, help="seconds of one call")
+    pl.add_argument("--budget-s", type=float, default=540.0, help="seconds of one call")
     pl.add_argument("--session-s", type=float, default=1800.0, help="device seconds of a session")
     pl.add_argument("--machine-start-s", type=float, default=120.0,
                     help="device seconds the machine's start takes in a session")
