@@ -7,14 +7,21 @@ produced each artifact.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 
 from wmx.paths import REPO_ROOT
 
 
+CODE_VERSION_ENV = "WMX_CODE_VERSION"
+"""Names the code of a checkout copied without its ``.git`` (e.g. the working tree sent to
+a device machine), where git cannot: set it to the commit the copy was made from."""
+
+
 def code_version() -> str:
     """The git commit of the wmx checkout (with "-dirty" when tracked files
-    differ from it), else "wmx-<package version>", else "unknown"."""
+    differ from it), else ``$WMX_CODE_VERSION`` (a copy without ``.git``: see
+    `CODE_VERSION_ENV`), else "wmx-<package version>", else "unknown"."""
     try:
         head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
                               capture_output=True, text=True, timeout=10)
@@ -25,6 +32,8 @@ def code_version() -> str:
             return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
+    if os.environ.get(CODE_VERSION_ENV, "").strip():
+        return os.environ[CODE_VERSION_ENV].strip()
     try:
         return "wmx-" + importlib.metadata.version("wmx")
     except importlib.metadata.PackageNotFoundError:

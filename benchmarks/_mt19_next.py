@@ -1,0 +1,402 @@
+"""`mt19_campaign.py next`, on the device machine: train the campaign's next piece within one
+call's budget and pack what finished.
+
+The run is train_online's own (`train_piece`); a finished run's bundle goes into the call's
+output folder (`pack_finished`, `_mt19_bundle.pack`) with ``mt19_call.json``, the call's
+account: what it trained, how fast, what it packed, and what comes next.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shlex
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import _mt19_bundle as bundle_lib
+from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, run_cost
+from _mt19_tasks import AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state
+
+MAX_BUDGET_S = 570
+"""Longest --budget-s: a device command runs at most 600 s; 30 s stay for the wrapper."""
+OUT_FILES, OUT_BYTES = 8, 64 * 2 ** 20
+"""What one device call can bring back: files, bytes in all."""
+CALL_FILE = "mt19_call.json"
+CODE = re.compile(r"^[0-9a-f]{40}(-dirty)?$")
+
+
+def _redact(argv: list[str]) -> str:
+    """The campaign command as run, with the machine's folders as H and DIR."""
+    out, skip = [], None
+    for a in argv:
+        if skip:
+            out.append(skip)
+            skip = None
+            continue
+        key, eq, _ = a.partition("=")
+        if key in ("--home", "--out", "--results"):
+            ph = {"--home": "H", "--out": "DIR", "--results": "RESULTS"}[key]
+            if eq:
+                out.append(f"{key}={ph}")
+            else:
+                out.append(a)
+                skip = ph
+            continue
+        out.append(a)
+    return "python benchmarks/mt19_campaign.py " + " ".join(shlex.quote(x) for x in out)
+
+
+def _chip() -> tuple[str, str]:
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform}: {d.device_kind}", jax.__version__
+
+
+def choose(states: list[TaskState], campaign: Campaign, task: str | None,
+           device_left_s: float | None, elapsed_s: float, args) -> tuple[TaskState | None, str]:
+    """The task to train next.
+
+    Args:
+        states: the tasks (`read_state`).
+        campaign: the campaign.
+        task: ``--task`` (None: any).
+        device_left_s: the session's device seconds left (None: not checked).
+        elapsed_s: seconds of this call so far.
+        args: the plan model's flags (`run_cost`).
+
+    Returns:
+        (state, why): ``task`` unless it is done; else the task whose campaign run is in
+        progress; else the first task not done whose run, started now, fits
+        ``device_left_s``. (None, why) when there is none.
+    """
+    if task is not None:
+        s = next(x for x in states if x.task == task)
+        if s.done and s.active() is None:
+            return None, f"{task} is done (recorded or trained to {s.target:,} env steps)"
+        return s, "--task"
+    active = [s for s in states if s.active() is not None]
+    if active:
+        return active[0], "its run is in progress"
+    todo = [s for s in states if not s.done]
+    if not todo:
+        return None, "every task of the campaign is done"
+
+    def need(s: TaskState) -> float:
+        return run_cost(s.target / args.sps, Clock(elapsed_s, 0.0), args)[0]
+    for s in todo:
+        if device_left_s is None or need(s) <= device_left_s:
+            return s, "the next task not done"
+    least = min(need(s) for s in todo)
+    return None, (f"no task left fits the {device_left_s / 60:.1f} device minutes left (the "
+                  "shortest needs " + (f"{least / 60:.1f}" if least < float("inf") else
+                                       "more calls than the budget allows") +
+                  "); end the session")
+
+
+def _calls_path(home: Path, run: str) -> Path:
+    return Path(home) / "campaign" / f"{run}.calls.json"
+
+
+def _read_list(path: Path) -> list:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
+def piece_timing(run_dir: Path, rc, env_steps_from: int, wall_s: float,
+                 startup_s: float) -> dict[str, Any]:
+    """What a piece's rounds say about the speed, for the plan's flags.
+
+    Args:
+        run_dir: the run.
+        rc: its `OnlineRunConfig`.
+        env_steps_from: env steps of the run when the piece started.
+        wall_s: the piece's seconds.
+        startup_s: seconds from the call's start to the piece's.
+
+    Returns:
+        {"startup_s", "piece_wall_s", "rounds"} and, with two rounds or more, the first
+        round's seconds (compilation included), the median round's (an evaluation in
+        between included), the env steps/s per seed of the median round and the
+        compilation estimate (first minus median round).
+    """
+    import statistics
+
+    from wmx.runs.listing import read_metrics
+    rows = [r for r in read_metrics(run_dir / "metrics.csv")
+            if r.get("kind") == "train" and r.get("seed") == str(rc.seeds[0])]
+    walls = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows if r.get("wall_s")]
+    before = [w for x, w in walls if x <= env_steps_from]
+    mine = [w for x, w in walls if x > env_steps_from]
+    out: dict[str, Any] = {"startup_s": round(startup_s, 1), "piece_wall_s": round(wall_s, 1),
+                           "rounds": len(mine)}
+    if len(mine) >= 2:
+        diffs = [b - a for a, b in zip(([before[-1]] if before else [0.0]) + mine, mine)]
+        med = statistics.median(diffs[1:])
+        per_round = rc.total_env_steps / rc.rounds
+        out.update({"first_round_s": round(diffs[0], 1), "median_round_s": round(med, 2),
+                    "env_steps_per_s_per_seed": round(per_round / med, 1) if med > 0 else None,
+                    "compile_s_estimate": round(diffs[0] - med, 1)})
+    return out
+
+
+def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: list[str],
+                progress: bool, t0: float) -> dict[str, Any]:
+    """Start the task's run (or resume its run in progress) and train it until it ends
+    or ``stop_at`` (a ``time.monotonic()`` value) passes; returns the piece's record.
+
+    The run is train_online's own: its config from train_online's parser, its
+    directory ``<home>/runs/mt19-tdmpc2-<task>-<time>`` with config.json, its episode
+    export (`wmx.train_online.cli.make_export`), trained by `wmx.train_online.loop.run`
+    under the run's lock with Ctrl-C/SIGTERM handling (the learning checks'
+    `check_run.training`). At ``stop_at`` a timer sets the stop request a first
+    SIGTERM sets: the run stops after its running chunk with a checkpoint.
+
+    Args:
+        store: the data root's `wmx.datasets.store.Store`.
+        campaign: the campaign (the run's flags).
+        s: the task.
+        stop_at: when to stop, a ``time.monotonic()`` value (past: after one chunk).
+        argv: the campaign command's arguments (recorded, folders redacted).
+        progress: show the trainer's progress bar.
+        t0: the call's start (``time.monotonic()``).
+
+    Returns:
+        The piece: task, run, new or resume, env steps from and to, finished, seconds,
+        why it stopped, the command, `piece_timing`. Also appended to
+        ``<home>/campaign/<run>.calls.json`` (the run's calls, packed with it).
+
+    Raises:
+        ValueError: the run in progress has other settings than the campaign's.
+    """
+    from check_run import training
+    from wmx.runs.cli_common import create_run_dir, sweep_stale, warn_if_restarting
+    from wmx.runs.listing import read_run
+    from wmx.runs.online_config import OnlineRunConfig
+    from wmx.train_online import cli as online_cli
+    from wmx.train_online.loop import run
+
+    rc = campaign.run_config(s.task)
+    active = s.active()
+    if active is not None:
+        run_dir = active.path
+        saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+        if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
+                rc, chunk_ticks=None):
+            a, b = saved.to_json(), rc.to_json()
+            diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            raise ValueError(f"{run_dir} is a campaign run of {s.task} with other settings "
+                             f"({', '.join(diff)}); call next with its settings, or move it "
+                             "aside to start the task again")
+        warn_if_restarting(run_dir)
+        action = "resume"
+    else:
+        name = f"{RUN_PREFIX}{AGENT}-{s.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
+        action = "new"
+    sweep_stale(store, run_dir)
+    before = read_run(run_dir).done if action == "resume" else 0
+    started, t = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.monotonic()
+    print(f"mt19_campaign next: {action} {run_dir.name}: {s.task}, {before:,} of "
+          f"{rc.total_env_steps:,} env steps; stopping by {max(0.0, stop_at - t):.0f} s from now",
+          flush=True)
+    export = online_cli.make_export(store, rc, run_dir)
+    with training(run_dir, {}) as stop:
+        timer = threading.Timer(max(0.0, stop_at - time.monotonic()), stop.set)
+        timer.daemon = True
+        if stop_at <= time.monotonic():
+            stop.set()                  # past the stop already: one chunk (--min-start-s 0)
+        else:
+            timer.start()
+        try:
+            summary = run(rc, run_dir, export, progress=progress, stop_request=stop)
+        finally:
+            timer.cancel()
+        signum = getattr(stop, "signum", None)
+    piece = {"task": s.task, "run": run_dir.name, "action": action, "started": started,
+             "env_steps_from": before, "env_steps_to": int(summary["env_steps"]),
+             "total_env_steps": rc.total_env_steps, "finished": bool(summary["finished"]),
+             "wall_s": round(time.monotonic() - t, 1),
+             "stop": None if summary["finished"] else ("signal" if signum else "budget"),
+             "signal": bool(signum), "command": _redact(argv)}
+    piece["timing"] = piece_timing(run_dir, rc, before, piece["wall_s"], t - t0)
+    path = _calls_path(store.home, run_dir.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from wmx.runs.host import write_json_atomic
+    write_json_atomic(path, _read_list(path) + [piece])
+    return piece
+
+
+def pack_finished(store, campaign: Campaign, states: list[TaskState], out: Path,
+                  chip: str, jax_version: str, code: str) -> list[dict[str, Any]]:
+    """Pack every finished campaign run in the home that has no bundle yet (a marker
+    ``<home>/campaign/<run>.packed.json`` says it has).
+
+    Args:
+        store: the data root's `wmx.datasets.store.Store`.
+        campaign: the campaign.
+        states: its tasks (`read_state`).
+        out: the folder the bundles go to.
+        chip, jax_version, code: recorded in each bundle's campaign record.
+
+    Returns:
+        [{"task", "run", "files": [{"name", "bytes", "sha256"}]}] of what was packed.
+    """
+    from wmx.runs.host import write_json_atomic
+    from wmx.runs.listing import FINISHED
+    from wmx.schemas.hashing import file_digest
+    done = []
+    for s in states:
+        for r in s.runs:
+            marker = store.home / "campaign" / f"{r.name}.packed.json"
+            if r.status != FINISHED or marker.is_file():
+                continue
+            record = {"task": s.task, "run": r.name, "agent": AGENT,
+                      "preset": r.config.get("preset"), "seeds": r.config.get("seeds"),
+                      "target_env_steps": int(r.config.get("env_steps", 0)),
+                      "train_online_command": "train_online " + " ".join(
+                          shlex.quote(a) for a in _argv_of_config(r.config))
+                      + f" --name {r.name}",
+                      "chip": chip, "jax": jax_version, "code_version": code,
+                      "calls": _read_list(_calls_path(store.home, r.name)),
+                      "packed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            files = bundle_lib.pack(store.home, r.path, record, out, s.task)
+            item = {"task": s.task, "run": r.name,
+                    "files": [{"name": f.name, "bytes": f.stat().st_size,
+                               "sha256": file_digest(f)} for f in files]}
+            write_json_atomic(marker, item)
+            done.append(item)
+            print(f"mt19_campaign next: packed {r.name} into "
+                  + ", ".join(f"{f['name']} ({f['bytes'] / 2 ** 20:.2f} MiB)"
+                              for f in item["files"]), flush=True)
+    return done
+
+
+def _argv_of_config(cfg: dict[str, Any]) -> list[str]:
+    """train_online's flags of a run.
+
+    Args:
+        cfg: the run's config.json (its own settings, not the campaign's current ones).
+
+    Returns:
+        The flags that make that config, less ``--name`` and ``--home``.
+    """
+    out = ["--agent", cfg["agent"], "--task", cfg["task"], "--preset", cfg["preset"],
+           "--seeds", *map(str, cfg["seeds"]), "--env-steps", str(cfg["env_steps"]),
+           "--eval-every", str(cfg["eval_every"]), "--eval-episodes", str(cfg["eval_episodes"])]
+    for k, v in sorted((cfg.get("agent_overrides") or {}).items()):
+        out += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    if cfg.get("checkpoint_every_chunks", 1) != 1:
+        out += ["--checkpoint-every", str(cfg["checkpoint_every_chunks"])]
+    return out
+
+
+def _out_room(out: Path) -> tuple[int, int]:
+    files = [p for p in out.iterdir() if p.is_file()] if out.is_dir() else []
+    return OUT_FILES - 1 - len(files), OUT_BYTES - sum(p.stat().st_size for p in files)
+
+
+def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
+    """Train the next pieces within the call's budget and pack what finished.
+
+    Args:
+        args: the parsed flags of ``next``.
+        campaign: the campaign.
+        argv: the command's arguments (recorded, folders redacted).
+        t0: the call's start (``time.monotonic()``).
+
+    Returns:
+        0, or 143 when a signal stopped the run. ``<out>/mt19_call.json`` says what was
+        trained, packed and comes next.
+
+    Raises:
+        ValueError: bad input (one line; nothing written): the budget, ``--task``, no
+            code version, a run in progress with other settings.
+    """
+    from wmx.datasets.store import Store
+    from wmx.runs.cli_common import enable_compile_cache
+    from wmx.runs.host import write_json_atomic
+    from wmx.version import code_version
+    if not 0 < args.budget_s <= MAX_BUDGET_S:
+        raise ValueError(f"--budget-s {args.budget_s:g}: give more than 0 and at most "
+                         f"{MAX_BUDGET_S} s (a device command runs at most 600 s; the wrapper "
+                         "needs the rest)")
+    if not 0 <= args.reserve_s < args.budget_s:
+        raise ValueError(f"--reserve-s {args.reserve_s:g}: give 0 up to --budget-s")
+    if args.task is not None and args.task not in campaign.tasks:
+        raise ValueError(f"--task {args.task}: not a task of the campaign (--tasks); its tasks: "
+                         + ", ".join(campaign.tasks))
+    code = code_version()
+    if not CODE.match(code):
+        raise ValueError(f"the code version here is {code!r} (no git checkout): start the "
+                         "command with WMX_CODE_VERSION=<the commit of the tree sent> "
+                         "(mt19_campaign.py status prints the command) so the episode sets "
+                         "name their code")
+    record = load_record(Path(args.results))
+    store = Store(args.home).ensure_layout()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    enable_compile_cache(store.home)
+    chip, jax_version = _chip()
+    stop_at = t0 + args.budget_s - args.reserve_s
+    call: dict[str, Any] = {"schema": "wmx.mt19_call/1", "command": _redact(argv),
+                            "chip": chip, "jax": jax_version, "code_version": code,
+                            "budget_s": args.budget_s, "pieces": [], "bundles": []}
+    status = 0
+    try:
+        while True:
+            states = read_state(store.home, campaign, record)
+            call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
+                                             code)
+            states = read_state(store.home, campaign, record)
+            s, why = choose(states, campaign, args.task, args.device_left_s,
+                            time.monotonic() - t0, args)
+            if s is None:
+                call["next"] = {"what": why}
+                break
+            left = stop_at - time.monotonic()
+            files_left, bytes_left = _out_room(out)
+            est_mib = bundle_mib(s.task, s.target, len(campaign.seeds), GZIP_RATIO)
+            short = args.min_start_s > 0 and left < args.min_start_s
+            if short or files_left < 1 + math.ceil(
+                    est_mib * 2 ** 20 / bundle_lib.PART_BYTES) or bytes_left < est_mib * 2 ** 20:
+                reason = (f"{left:.0f} s left, --min-start-s {args.min_start_s:g}"
+                          if short else "no room left in DIR for its bundle")
+                call["next"] = {"task": s.task, "what": s.next_text(),
+                                "how": f"call again ({reason})"}
+                break
+            piece = train_piece(store, campaign, s, stop_at, argv, args.progress, t0)
+            call["pieces"].append(piece)
+            if piece["signal"]:              # SIGTERM or Ctrl-C: this call goes no further
+                status = 143
+            if not piece["finished"]:
+                call["next"] = {"task": s.task, "run": piece["run"],
+                                "what": f"resume {piece['run']} at {piece['env_steps_to']:,} of "
+                                        f"{piece['total_env_steps']:,} env steps",
+                                "how": "call again within 100 s (while the machine is "
+                                       "warm) with the same command"}
+                break
+            if args.task is not None or piece["signal"]:
+                states = read_state(store.home, campaign, record)
+                call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
+                                                 code)
+                call["next"] = {"what": f"{s.task} finished" + (
+                    " (--task)" if args.task is not None else "; stopped by a signal")}
+                break
+    except BaseException as e:          # the call's account says how it ended
+        call["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        raise
+    finally:
+        call["wall_s"] = round(time.monotonic() - t0, 1)
+        write_json_atomic(out / CALL_FILE, call)
+    nxt = call.get("next", {})
+    print(f"mt19_campaign next: {len(call['pieces'])} piece(s), {len(call['bundles'])} "
+          f"bundle(s) in {call['wall_s']:.0f} s; next: {nxt.get('what', '?')}"
+          + (f"; {nxt['how']}" if nxt.get("how") else ""), flush=True)
+    return status

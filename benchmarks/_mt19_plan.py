@@ -1,0 +1,183 @@
+"""The mt19 campaign's device-time model (`mt19_campaign.py plan`, and `next --device-left-s`).
+
+A simulated timeline of device calls within sessions: each call starts up, compiles the
+run it trains, trains until its budget less a reserve, and the next call follows after a
+gap; a run never spans sessions (its replay and checkpoints stay on the machine). Also
+the estimated size of a run's bundle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import _mt19_bundle as bundle_lib
+from _mt19_tasks import Campaign, load_record, read_state
+
+SPS = 166.0
+"""Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
+after the seed phase (docs' TPU measurement on reacher-easy)."""
+GZIP_RATIO = 0.91
+"""Bundle bytes per byte of `bundle_mib`'s row count: measured on 100 real walker-walk
+episodes (obs 24, action 6; T = 500, action repeat 2) of a train_online run stored as one
+episode set: 59.1 bytes per env step per seed in the set (ArrayRecord), 58.1 in its
+tar.gz (gzip -6 gains 1.7%), against 64.0 counted."""
+
+
+@dataclasses.dataclass
+class Clock:
+    """Where a simulated campaign stands: seconds into the open device call (None: no call
+    open) and device seconds used in the session (machine start included)."""
+    call_t: float | None
+    session_used: float
+
+
+def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
+    """Device seconds and calls a run of ``train_s`` training seconds takes from ``clock``.
+
+    A call is opened with ``startup_s``; each call a run trains in compiles first
+    (``compile_s`` in the run's first call, ``cached_compile_s`` in its later ones: the
+    compilation cache of the warm machine); a call trains until ``budget_s`` less
+    ``reserve_s``, spends ``reserve_s`` on the stop and ``gap_s`` until the next call;
+    a run's last call spends ``finish_s`` (final evaluation, export, packing) and stays
+    open for the next run when ``min_start_s`` of training time is left.
+
+    Args:
+        train_s: the run's training seconds (env steps per seed / ``sps``).
+        clock: where the timeline stands (not changed).
+        args: the model's flags (``budget_s``, ``reserve_s``, ``min_start_s``,
+            ``startup_s``, ``compile_s``, ``cached_compile_s``, ``finish_s``, ``gap_s``).
+
+    Returns:
+        (device seconds, calls the run trains in, the clock after it); the seconds are
+        infinite when a call leaves no time to train (its start-up and compilation take
+        the budget less the reserve).
+    """
+    dev, calls, c, first = 0.0, 0, dataclasses.replace(clock), True
+    while True:
+        fresh = False
+        if c.call_t is None or args.budget_s - args.reserve_s - c.call_t < args.min_start_s:
+            if c.call_t is not None:
+                dev += args.gap_s
+            c.call_t = args.startup_s
+            dev += args.startup_s
+            fresh = True
+        calls += 1
+        comp = args.compile_s if first else args.cached_compile_s
+        first = False
+        c.call_t += comp
+        dev += comp
+        avail = max(0.0, args.budget_s - args.reserve_s - c.call_t)
+        if avail <= 0 and fresh and train_s > 0:
+            return math.inf, calls, dataclasses.replace(c, session_used=math.inf)
+        if train_s <= avail:
+            c.call_t += train_s + args.finish_s
+            dev += train_s + args.finish_s
+            break
+        train_s -= avail
+        dev += avail + args.reserve_s + args.gap_s
+        c.call_t = None
+        dev -= args.gap_s            # counted when the next call opens
+    c.session_used += dev
+    return dev, calls, c
+
+
+def simulate(targets: list[tuple[str, int]], args) -> tuple[list[tuple[float, int, float, int,
+                                                                       bool]], int]:
+    """The campaign's timeline: tasks in order, each run within one session (its replay
+    stays on the machine), a new session when the next run would not fit the one open.
+
+    Args:
+        targets: [(task, env steps per seed)] in order.
+        args: the model's flags (`run_cost`'s, ``sps``, ``session_s``,
+            ``machine_start_s``).
+
+    Returns:
+        ([(training s, calls, device s, session number, fits one session)] per task,
+        sessions).
+    """
+    out, session = [], 0
+    clock = Clock(None, float("inf"))
+    for _, steps in targets:
+        train = steps / args.sps
+        dev, calls, after = run_cost(train, clock, args)
+        if after.session_used > args.session_s:
+            session += 1
+            clock = Clock(None, args.machine_start_s)
+            dev, calls, after = run_cost(train, clock, args)
+        fits = after.session_used <= args.session_s
+        out.append((train, calls, dev, session, fits))
+        clock = after
+    return out, session
+
+
+def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
+    """Estimate the size of a task run's bundle.
+
+    Args:
+        task: the task (its T, action repeat, obs and action dims).
+        target: env steps per seed.
+        seeds: seeds of the run.
+        ratio: bundle bytes per counted byte (`GZIP_RATIO`).
+
+    Returns:
+        MiB: its episode sets counted as T+1 rows of float32 obs, action and reward and
+        three bool flags per episode plus a ~0.4 KiB header, times ``ratio``.
+    """
+    from wmx.envs.registry import get_task
+    spec = get_task(task)
+    episodes = math.ceil(target / (spec.T * spec.action_repeat))
+    per_ep = (spec.T + 1) * (4 * (spec.obs_dim + spec.action_dim + 1) + 3) + 400
+    return seeds * episodes * per_ep * ratio / 2 ** 20
+
+
+def cmd_plan(args, campaign: Campaign) -> int:
+    """Print the campaign's device time per task and the sessions it takes (tasks done
+    are left out of the timeline); writes nothing.
+
+    Args:
+        args: the parsed flags (the model's, ``home``, ``results``).
+        campaign: the campaign.
+
+    Returns:
+        0.
+    """
+    from wmx.cli.table import print_table
+    from wmx.datasets.store import Store
+    room = args.budget_s - args.reserve_s - args.startup_s - max(args.compile_s,
+                                                                  args.cached_compile_s)
+    if room <= 0:
+        raise ValueError(f"--budget-s {args.budget_s:g} leaves no time to train after "
+                         f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
+                         "longer budget")
+    record = load_record(Path(args.results))
+    states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
+    todo = [(t, campaign.target(t)) for t in campaign.tasks if not states[t].done]
+    timeline, sessions = simulate(todo, args)
+    at = dict(zip([t for t, _ in todo], timeline))
+    rows, total = [], 0.0
+    for t in campaign.tasks:
+        target = campaign.target(t)
+        size = bundle_mib(t, target, len(campaign.seeds), GZIP_RATIO)
+        parts = math.ceil(size * 2 ** 20 / bundle_lib.PART_BYTES)
+        mib = f"{size:.1f}" + (f" ({parts} parts)" if parts > 1 else "")
+        if t not in at:
+            rows.append((t, f"{target:,}", "-", "-", "-", mib, "done"))
+            continue
+        train, calls, dev, session, fits = at[t]
+        total += dev
+        rows.append((t, f"{target:,}", f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
+                     str(session) if fits else f"{session}: DOES NOT FIT ONE SESSION"))
+    print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
+          f"{' '.join(map(str, campaign.seeds))}, {args.sps:g} env steps/s per seed. Calls of "
+          f"{args.budget_s:g} s: {args.startup_s:g} s start-up, {args.compile_s:g} s compile "
+          f"({args.cached_compile_s:g} s in a run's later calls), {args.reserve_s:g} s reserve "
+          f"at a stop, {args.finish_s:g} s to finish a run, {args.gap_s:g} s between calls. "
+          f"Sessions of {args.session_s / 60:g} device min with {args.machine_start_s:g} s "
+          "machine start; a run never spans sessions (its replay stays on the machine). "
+          "DEVICE MIN counts a run's calls from its start to its end.")
+    print_table(("TASK", "ENV STEPS/SEED", "TRAIN MIN", "CALLS", "DEVICE MIN", "BUNDLE MIB",
+                 "SESSION"), rows)
+    print(f"to do: {len(todo)} task(s), {total / 60:.0f} device minutes in {sessions} "
+          f"session(s)")
+    return 0

@@ -1,0 +1,273 @@
+"""benchmarks/results/mt19_sources.json and its plot: the repository's record of the mt19 sources.
+
+The episode sets live in a data root, not in git; the repository records, per
+task, which episode sets are the campaign's source (content hashes), the run
+that produced them (name relative to the data root), its final returns and eval
+curves per seed, the commands that produced it, the chip and the wmx commit.
+`entry_of` builds a task's entry from an ingested run, `check` validates the
+file against `SCHEMA`, `plot` draws the 19 panels beside TD-MPC2's published
+points (wmx/evaluate/reference).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "wmx.mt19_sources/1"
+FILE = "mt19_sources.json"
+PLOT = "mt19_sources.png"
+
+ENTRY_KEYS = {
+    "target_env_steps": int, "done": bool, "run": str, "agent": str, "preset": str,
+    "seeds": list, "env_steps": int, "episode_sets": list, "final_return": dict,
+    "final_return_env_steps": int, "final_return_mean": float, "eval_curve": dict,
+    "published_tdmpc2": (dict, type(None)), "command": str, "campaign_commands": list,
+    "calls": list, "chip": str, "jax": str, "wmx_commit": str, "run_wall_s": float,
+    "ingested": str,
+}
+"""The keys of a task's entry and their JSON types (`check`)."""
+
+SET_KEYS = {"seed": int, "content_hash": str, "episodes": int, "env_steps": int,
+            "last10_mean_return": float}
+"""The keys of one episode set of an entry."""
+
+
+def empty(targets: dict[str, int], default_target: int, regenerate: list[str]) -> dict[str, Any]:
+    """A record with no source yet.
+
+    Args:
+        targets: env steps per seed of the tasks whose target is not ``default_target``.
+        default_target: env steps per seed of the other tasks.
+        regenerate: the commands that make the record again.
+
+    Returns:
+        The record (`SCHEMA`), ``tasks`` empty.
+    """
+    return {"schema": SCHEMA, "taskset": "mt19",
+            "description": "The mt19 source runs (train_online, TD-MPC2 --preset paper) whose "
+                           "episode sets pipelines/build_mt19.py pools: per task the episode "
+                           "sets' content hashes, the run (relative to the data root), its "
+                           "final returns and eval curves per seed, and how it was produced. "
+                           "Written by benchmarks/mt19_campaign.py ingest.",
+            "default_target_env_steps": default_target, "targets": dict(targets),
+            "regenerate": list(regenerate), "tasks": {}}
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """Read a record.
+
+    Args:
+        path: the record's file.
+
+    Returns:
+        The record, or None when there is no file.
+
+    Raises:
+        ValueError: one line for a file that is not a record of `SCHEMA` (`check`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e}); restore it from git") from None
+    problems = check(data)
+    if problems:
+        raise ValueError(f"{path}: {problems[0]}; restore it from git")
+    return data
+
+
+def write(path: Path, data: dict[str, Any]) -> None:
+    """Write a record atomically (a temporary beside it, then a rename).
+
+    Args:
+        path: the record's file.
+        data: the record.
+
+    Raises:
+        ValueError: the record breaks `SCHEMA` (nothing written).
+    """
+    from wmx.runs.host import write_json_atomic
+    problems = check(data)
+    if problems:
+        raise ValueError(f"refusing to write {path}: {problems[0]}")
+    write_json_atomic(Path(path), data)
+
+
+def _type_ok(v: Any, t) -> bool:
+    if t is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if t is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, t)
+
+
+def check(data: Any) -> list[str]:
+    """Validate a record against `SCHEMA`.
+
+    Args:
+        data: the parsed JSON.
+
+    Returns:
+        The problems, one line each ([] when it holds): the top-level keys, every entry's
+        keys and types (`ENTRY_KEYS`, `SET_KEYS`), one episode set per seed, the eval
+        curve with one return per seed at every point, a final return per seed, ``done``
+        agreeing with the env steps and the target.
+    """
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return [f"schema is not {SCHEMA!r}"]
+    out = []
+    for k, t in (("taskset", str), ("default_target_env_steps", int), ("targets", dict),
+                 ("regenerate", list), ("tasks", dict)):
+        if not _type_ok(data.get(k), t):
+            out.append(f"top-level {k!r} missing or not a {t.__name__}")
+    for task, e in (data.get("tasks") or {}).items():
+        if not isinstance(e, dict):
+            out.append(f"tasks[{task!r}] is not an object")
+            continue
+        missing = sorted(set(ENTRY_KEYS) - set(e))
+        if missing:
+            out.append(f"tasks[{task!r}] lacks {missing}")
+            continue
+        for k, t in ENTRY_KEYS.items():
+            if not (any(_type_ok(e[k], x) for x in t) if isinstance(t, tuple)
+                    else _type_ok(e[k], t)):
+                out.append(f"tasks[{task!r}][{k!r}] has the wrong type")
+        seeds = [str(s) for s in e["seeds"]]
+        set_seeds = []
+        for s in e["episode_sets"]:
+            if not isinstance(s, dict) or set(s) != set(SET_KEYS) or not all(
+                    _type_ok(s[k], t) for k, t in SET_KEYS.items()):
+                out.append(f"tasks[{task!r}]: an episode set is not {sorted(SET_KEYS)}")
+                continue
+            set_seeds.append(str(s["seed"]))
+            if len(s["content_hash"]) != 64:
+                out.append(f"tasks[{task!r}]: content hash {s['content_hash']!r} is not 64 hex")
+        if sorted(set_seeds) != sorted(seeds):
+            out.append(f"tasks[{task!r}]: episode sets of seeds {set_seeds}, run seeds {seeds}")
+        if sorted(e["final_return"]) != sorted(seeds):
+            out.append(f"tasks[{task!r}]: final_return is not one value per seed")
+        curve = e["eval_curve"]
+        xs, rets = curve.get("env_steps"), curve.get("returns")
+        if not isinstance(xs, list) or not isinstance(rets, dict) or sorted(rets) != sorted(
+                seeds) or any(len(v) != len(xs) for v in rets.values()):
+            out.append(f"tasks[{task!r}]: eval_curve is not env_steps + returns per seed of "
+                       "the same length")
+        if e["done"] != (e["env_steps"] >= e["target_env_steps"]):
+            out.append(f"tasks[{task!r}]: done disagrees with env_steps and the target")
+    return out
+
+
+def eval_rows(metrics_csv: Path) -> dict[str, dict[int, float]]:
+    """The eval returns of a run.
+
+    Args:
+        metrics_csv: the run's metrics.csv.
+
+    Returns:
+        {seed (str): {env steps: mean eval return}} of its rows of kind eval.
+    """
+    out: dict[str, dict[int, float]] = {}
+    with Path(metrics_csv).open(newline="") as f:
+        for r in csv.DictReader(f):
+            if r.get("kind") == "eval" and r.get("return") not in (None, ""):
+                out.setdefault(str(r["seed"]), {})[int(float(r["env_steps"]))] = \
+                    float(r["return"])
+    return out
+
+
+def entry_of(home: Path, run: str, record: dict[str, Any], target: int,
+             ingested: str) -> dict[str, Any]:
+    """The task entry of an ingested campaign run.
+
+    Args:
+        home: the data root the run and its episode sets are in.
+        run: the run's name (``home/runs/<run>``).
+        record: the bundle's campaign record (commands, chip, jax, code version, calls).
+        target: the task's target env steps (done when the run reached it).
+        ingested: the ingest time (ISO 8601).
+
+    Returns:
+        The entry (`ENTRY_KEYS`): final return per seed = its last evaluation, the eval
+        curve per seed, the episode sets with their last-10 mean training return.
+    """
+    import numpy as np
+
+    from wmx.evaluate.reference_curves import published_return
+    from wmx.schemas.manifest import EpisodeSetManifest
+    run_dir = Path(home) / "runs" / run
+    cfg = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    seeds = [int(s) for s in cfg["seeds"]]
+    curves = eval_rows(run_dir / "metrics.csv")
+    xs = sorted({x for c in curves.values() for x in c})
+    final_x = max(xs) if xs else 0
+    final = {str(s): curves.get(str(s), {}).get(final_x, float("nan")) for s in seeds}
+    sets = []
+    for seed, path in sorted(summary["episode_sets"].items(), key=lambda kv: int(kv[0])):
+        m = EpisodeSetManifest.load(Path(path))
+        sets.append({"seed": int(seed), "content_hash": m.content_hash,
+                     "episodes": m.episode_count,
+                     "env_steps": m.episode_count * m.task.episode_length * m.task.action_repeat,
+                     "last10_mean_return": float(np.mean(m.episode_returns[-10:]))})
+    env_steps = int(summary["env_steps"])
+    pub = published_return(cfg["task"], final_x) if cfg.get("agent") == "tdmpc2" else None
+    return {"target_env_steps": int(target), "done": env_steps >= target,
+            "run": f"runs/{run}", "agent": cfg["agent"], "preset": cfg["preset"],
+            "seeds": seeds, "env_steps": env_steps, "episode_sets": sets,
+            "final_return": final, "final_return_env_steps": final_x,
+            "final_return_mean": float(np.mean(list(final.values()))),
+            "eval_curve": {"env_steps": xs,
+                           "returns": {str(s): [curves.get(str(s), {}).get(x, float("nan"))
+                                                for x in xs] for s in seeds}},
+            "published_tdmpc2": None if pub is None else {"env_steps": final_x, "return": pub},
+            "command": record.get("train_online_command", ""),
+            "campaign_commands": sorted({c.get("command", "") for c in record.get("calls", [])}),
+            "calls": record.get("calls", []), "chip": record.get("chip", "?"),
+            "jax": record.get("jax", "?"), "wmx_commit": record.get("code_version", "?"),
+            "run_wall_s": float(summary.get("wall_s", 0.0)), "ingested": ingested}
+
+
+def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
+    """Draw the record: one panel per task, the source's eval return per seed over env
+    steps (seed mean and range), TD-MPC2's published points up to the larger of the
+    target and the run's env steps, the title marked "not done" (with how far it got)
+    or "no source yet".
+
+    Args:
+        data: the record.
+        tasks: the panels' tasks in order (any other recorded task follows).
+        path: the PNG written (atomically).
+
+    Returns:
+        ``path``.
+    """
+    from wmx.evaluate.plots import learning_curves
+    from wmx.evaluate.reference_curves import points_up_to
+    names = list(tasks) + sorted(t for t in data["tasks"] if t not in tasks)
+    panels = []
+    for t in names:
+        e = data["tasks"].get(t)
+        target = data["targets"].get(t, data["default_target_env_steps"])
+        if e is None:
+            xs, rets, title, top = [], [], f"{t}: no source yet", target
+        else:
+            xs = e["eval_curve"]["env_steps"]
+            per_seed = [e["eval_curve"]["returns"][str(s)] for s in e["seeds"]]
+            rets = [list(v) for v in zip(*per_seed)]
+            title = t if e["done"] else f"{t}: not done ({e['env_steps']:,}/{target:,})"
+            top = max(target, e["env_steps"])
+        px, py, rng = points_up_to(t, top)
+        panels.append({"task": title, "x": [x / 1000 for x in xs], "returns": rets,
+                       "published": ([x / 1000 for x in px], py, rng,
+                                     "TD-MPC2 paper (published points)")})
+    tmp = Path(path).with_name(f".{Path(path).stem}.tmp.png")
+    learning_curves(panels, tmp, "env steps (thousands)", title="mt19 sources: eval return "
+                    "per seed (mean, range) beside TD-MPC2's published points")
+    os.replace(tmp, path)
+    return Path(path)

@@ -1,0 +1,375 @@
+"""mt19_campaign: train the mt19 sources (TD-MPC2 --preset paper) call by call on a device.
+
+Every mt19 task gets one ordinary ``train_online`` run (TD-MPC2, ``--preset
+paper``, seeds 0 and 1 vmapped, an evaluation every 10,000 env steps) of at
+least 100,000 env steps, 200,000 for the tasks TD-MPC2's published curves show
+learning later (`TARGETS`); the run exports every episode as an episode set per
+seed, as every run does. A run's replay and checkpoints stay on the machine it
+trains on, so it must finish within one device session (calls of at most 10
+minutes, /tmp kept only while the machine is warm); what must be kept comes back
+as a bundle per finished run (`_mt19_bundle`).
+
+    python benchmarks/mt19_campaign.py status [--home H]    # per task: sets, runs, done, next
+    python benchmarks/mt19_campaign.py plan                 # device minutes and sessions
+    python benchmarks/mt19_campaign.py next --home H --out DIR --budget-s 540   # on the device
+        (status prints the whole device command)
+    python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
+
+``next`` (on the device machine, one call at a time) resumes the campaign run
+in progress in H, or starts the next task not done (in mt30 order: done means
+benchmarks/results/mt19_sources.json records it at its target, or H holds its
+finished run; with ``--device-left-s``, only a run the plan's model says fits
+the session), and trains it until ``--budget-s`` seconds after the command
+started (``--call-start``, else the process), less ``--reserve-s`` for the
+chunk in flight, the final evaluation and the packing. It stops the run the
+way SIGTERM stops ``train_online``: after the running chunk, with its
+checkpoint and no extra evaluation, so the
+next call resumes it exactly (the metrics of a run split over calls are those
+of an uninterrupted one). A finished run is packed into DIR as
+``<task>.tar.gz`` (cut into parts of under 16 MiB when larger) and, with time
+left, the next task starts. DIR also gets ``mt19_call.json``: what the call
+did, where it stopped and what comes next. Call again within the machine's
+warm period (100 s) with the same command to continue; the device has no git,
+so start the command with ``WMX_CODE_VERSION=<commit>`` (``status`` prints it),
+which the episode sets' producers record.
+
+``ingest`` (here) verifies the bundles (content hashes, file and record
+digests), moves their episode sets into the store and their runs into
+``<home>/runs/`` (all or nothing), and records them in
+benchmarks/results/mt19_sources.json and mt19_sources.png.
+"""
+from __future__ import annotations
+
+import time
+
+_T0 = time.monotonic()      # a call's budget counts from the process's start
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "learning")]
+
+import _mt19_bundle as bundle_lib  # noqa: E402
+import _mt19_record as record_lib  # noqa: E402
+from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
+from _mt19_plan import SPS, cmd_plan  # noqa: E402
+from _mt19_tasks import (DEFAULT_TARGET, TARGETS, Campaign,  # noqa: E402,F401
+                         add_campaign_args, campaign_of, load_record, read_state)
+
+
+# ---- status ------------------------------------------------------------------------------
+def _group_cells(ms: list[Any]) -> tuple[str, str, str, str, str]:
+    """Table cells of one producer's episode sets (manifests): hashes, seeds, env steps,
+    episodes, mean of the last 10 training returns per set."""
+    ms = sorted(ms, key=lambda m: m.producer.seed)
+    steps = {m.episode_count * m.task.episode_length * m.task.action_repeat for m in ms}
+    eps = {m.episode_count for m in ms}
+    last = "/".join(f"{sum(m.episode_returns[-10:]) / max(1, len(m.episode_returns[-10:])):.1f}"
+                    for m in ms)
+    return (",".join(m.content_hash[:10] for m in ms), " ".join(str(m.producer.seed) for m in ms),
+            "/".join(f"{s:,}" for s in sorted(steps)), "/".join(str(e) for e in sorted(eps)),
+            last)
+
+
+def cmd_status(args, campaign: Campaign) -> int:
+    """Print the campaign per task and what comes next; writes nothing.
+
+    Args:
+        args: the parsed flags (``home``, ``results`` and the campaign's).
+        campaign: the campaign.
+
+    Returns:
+        0.
+    """
+    from wmx.cli.table import print_table
+    from wmx.datasets.store import Store
+    from wmx.version import code_version
+    home = Store(args.home).home
+    record = load_record(Path(args.results))
+    states = read_state(home, campaign, record)
+    rows = []
+    for s in states:
+        rec = s.recorded
+        src = "-" if rec is None else f"{rec['env_steps']:,} / {rec['final_return_mean']:.1f}"
+        state = "done" if s.done else ("short" if rec else "todo")
+        run = s.active() or s.finished_run()
+        run_cell = "-" if run is None else f"{run.status} {run.done:,}/{run.total or 0:,}"
+        head = [s.task, f"{s.target:,}", state, src, run_cell]
+        if not s.groups:
+            rows.append(head + ["-"] * 6 + [s.next_text()])
+        for i, (producer, ms) in enumerate(sorted(s.groups.items())):
+            lead = head if i == 0 else [""] * len(head)
+            hashes, seeds, steps, eps, last = _group_cells(ms)
+            rows.append(lead + [hashes, producer, seeds, steps, eps, last,
+                                s.next_text() if i == 0 else ""])
+    print(f"mt19 campaign: data root {home}; record {Path(args.results) / record_lib.FILE}")
+    print_table(("TASK", "TARGET", "STATE", "RECORDED (ENV STEPS / FINAL EVAL)", "RUN IN HOME",
+                 "SETS", "PRODUCER RUN", "SEEDS", "ENV STEPS", "EPISODES", "LAST-10 MEAN",
+                 "NEXT"), rows)
+    todo = [s for s in states if not s.done]
+    print(f"{len(states) - len(todo)}/{len(states)} tasks done")
+    if todo:
+        s = next((x for x in todo if x.active() is not None), todo[0])
+        print(f"next piece: {s.task}: {s.next_text()}")
+        cv = code_version()
+        print("device command (carry .whl-tpu; H a folder in the device's /tmp; again within "
+              "100 s while a run is in progress):")
+        print(f"  {device_command(cv)}{_flags_text(args)}")
+        if cv.endswith("-dirty"):
+            print("note: the checkout has uncommitted changes; commit before the device calls, "
+                  "so that the episode sets name a commit")
+    return 0
+
+
+def device_command(code: str) -> str:
+    """One device call's command. Its budget counts from the Python process's start:
+    540 s leaves the first call's setup.sh (installing the wheels, ~15-40 s) and the
+    stop's overrun inside the 600 s of a device command.
+
+    Args:
+        code: the commit the device's copy of the tree is (WMX_CODE_VERSION).
+
+    Returns:
+        The command, with H for a folder in the device's /tmp and SECONDS for the
+        session's device time left (the device tool's budget_left_s, less ~120 s when the
+        call starts a machine).
+    """
+    return (f"source .whl-tpu/setup.sh; WMX_CODE_VERSION={code} timeout -k 10 575 python "
+            "benchmarks/mt19_campaign.py next --home H --out \"$OUT\" --budget-s 540 "
+            "--device-left-s SECONDS")
+
+
+def _flags_text(args) -> str:
+    """The campaign flags typed (``given``) as text, for the commands printed."""
+    out = ""
+    for dest in ("tasks", "preset", "seeds", "env_steps", "target", "eval_every",
+                 "eval_episodes", "set_", "checkpoint_every"):
+        if dest in getattr(args, "given", set()):
+            v = getattr(args, dest)
+            flag = "--set" if dest == "set_" else "--" + dest.replace("_", "-")
+            if dest in ("set_", "target"):
+                out += "".join(f" {flag} {shlex.quote(x)}" for x in v)
+            elif isinstance(v, list):
+                out += f" {flag} " + " ".join(map(str, v))
+            else:
+                out += f" {flag} {shlex.quote(str(v))}"
+    return out
+
+
+# ---- ingest (here) -----------------------------------------------------------------------
+def cmd_ingest(args, campaign: Campaign) -> int:
+    """Verify the bundles, move them into the store, update the record and its plot.
+
+    Every bundle is unpacked and verified before anything moves (`_mt19_bundle.unpack`,
+    `check_install`); a task's entry is replaced unless the recorded run trained more env
+    steps; an entry of the same run keeps its ingest time. With no bundle the record
+    (created when absent) and its plot are written again.
+
+    Args:
+        args: the parsed flags (``dirs``, ``home``, ``results``).
+        campaign: the campaign (tasks of the plot, targets of the entries).
+
+    Returns:
+        0.
+
+    Raises:
+        _mt19_bundle.BundleError: a bundle that is damaged or does not fit the store (one
+            line; nothing written).
+    """
+    from wmx.datasets.store import Store
+    from wmx.schemas.manifest import utc_now_iso
+    bundles = bundle_lib.read_bundles([Path(p) for p in args.dirs]) if args.dirs else []
+    store = Store(args.home).ensure_layout() if bundles else Store(args.home)
+    results = Path(args.results)
+    record = load_record(results) or record_lib.empty(
+        TARGETS, DEFAULT_TARGET, regenerate_commands())
+    record.update(targets=dict(TARGETS), default_target_env_steps=DEFAULT_TARGET,
+                  regenerate=regenerate_commands())
+    with bundle_lib.staging(store.home) if bundles else _nothing() as tmp:
+        unpacked = []
+        for i, b in enumerate(bundles):           # everything verified before anything moves
+            (tmp / str(i)).mkdir()
+            unpacked.append(bundle_lib.unpack(b, tmp / str(i)))
+            bundle_lib.check_install(store, unpacked[-1])
+        now = utc_now_iso()
+        for u in unpacked:
+            got = bundle_lib.install(store, u)
+            task = u.config["task"]
+            entry = record_lib.entry_of(store.home, u.run, u.record, campaign.target(task), now)
+            old = record["tasks"].get(task)
+            if old is not None and old["run"] != entry["run"] and old["env_steps"] > entry[
+                    "env_steps"]:
+                print(f"{task}: kept the recorded {old['run']} ({old['env_steps']:,} env "
+                      f"steps); {u.run} ({entry['env_steps']:,}) is in the store only")
+            else:
+                if old is not None and old["run"] == entry["run"]:
+                    entry["ingested"] = old["ingested"]       # the same run again
+                record["tasks"][task] = entry
+            print(f"{task}: {u.run} -> {got['run']}; {len(got['sets'])} episode set(s) "
+                  f"({got['new_sets']} new): "
+                  + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
+    record["tasks"] = dict(sorted(record["tasks"].items()))
+    results.mkdir(parents=True, exist_ok=True)
+    record_lib.write(results / record_lib.FILE, record)
+    record_lib.plot(record, list(campaign.tasks), results / record_lib.PLOT)
+    print(f"recorded in {results / record_lib.FILE} and {record_lib.PLOT}")
+    return 0
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
+
+
+def regenerate_commands() -> list[str]:
+    """How the record is made again.
+
+    Returns:
+        The commands, in order: the plan, a device call, the ingest, a task's run alone,
+        the dataset build.
+    """
+    return ["python benchmarks/mt19_campaign.py plan",
+            "on the device, per call (carry .whl-tpu): " + device_command("<commit>"),
+            "here, per call: python benchmarks/mt19_campaign.py ingest DIR",
+            "each task's run alone: its 'command' (train_online ...) with --home H",
+            "beam run pipelines/build_mt19.py   # pools the recorded episode sets"]
+
+
+# ---- command line ------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: status, plan, next, ingest (each parser in ``p.subcommands``)."""
+    from wmx.runs.cli_common import ArgumentParser, HelpFormatter
+    p = ArgumentParser(prog="mt19_campaign.py", description=__doc__.split("\n\n")[0],
+                       formatter_class=HelpFormatter,
+                       epilog="Workflow: plan; per device session: next (repeated within 100 s "
+                              "while a run is in progress), then ingest DIR here and commit "
+                              "benchmarks/results/mt19_sources.json and its plot.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{status,plan,next,ingest}")
+    st = sub.add_parser("status", help="per task: episode sets, runs, record, done, next",
+                        formatter_class=HelpFormatter,
+                        description="Per mt19 task: the episode sets in the store (hashes, "
+                                    "producer run, seeds, env steps, episodes, mean of the last "
+                                    "10 training returns), the campaign run in the home, the "
+                                    "recorded source, done or not, and the next piece to run.")
+    pl = sub.add_parser("plan", help="device minutes per task and sessions",
+                        formatter_class=HelpFormatter,
+                        description="The campaign's device time: per task the training minutes "
+                                    "at --sps env steps/s per seed, the calls, the device "
+                                    "minutes with their start-up and compile, the estimated "
+                                    "bundle size, and the 30-minute sessions it takes (done "
+                                    "tasks are left out).")
+    nx = sub.add_parser("next", help="on the device: train the next piece, pack what finished",
+                        formatter_class=HelpFormatter,
+                        description="On the device machine: resume the campaign run in "
+                                    "progress in --home or start the next task not done, train "
+                                    "it until --budget-s (from the process's start) less "
+                                    "--reserve-s, pack a finished run's bundle into --out, and "
+                                    "write --out/mt19_call.json (what was done, what comes next).")
+    ing = sub.add_parser("ingest", help="here: bundles -> store, record and plot",
+                         formatter_class=HelpFormatter,
+                         description="Verify bundles (<task>.tar.gz or its parts, or folders "
+                                     "holding them), move their episode sets and runs into the "
+                                     "store (all or nothing), and record them in "
+                                     "mt19_sources.json and mt19_sources.png.")
+    p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing}
+    for q in (st, pl, nx, ing):
+        add_campaign_args(q)
+    for q in (st, pl, ing):
+        q.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    nx.add_argument("--home", required=True, help="data root of the runs on the device "
+                    "machine (a folder in its /tmp: kept while the machine is warm)")
+    nx.add_argument("--out", required=True, help="folder whose files come back ($OUT)")
+    nx.add_argument("--budget-s", type=float, required=True,
+                    help="seconds this call may take from its start (--call-start, else "
+                         f"this process's start; at most {MAX_BUDGET_S})")
+    nx.add_argument("--call-start", type=float, default=None, metavar="UNIX_TIME",
+                    help="when the device command started ($(date +%%s) before setup.sh): "
+                         "--budget-s counts from it (default: from this process's start)")
+    nx.add_argument("--task", default=None, help="train this task (default: the run in "
+                    "progress, else the next task not done)")
+    nx.add_argument("--device-left-s", type=float, default=None,
+                    help="device time the session has left (the device tool's budget_left_s): "
+                         "a new task starts only if `plan` estimates it fits")
+    nx.add_argument("--progress", action="store_true", help="the trainer's progress bar")
+    ing.add_argument("dirs", nargs="*", metavar="DIR",
+                     help="folders (or files) holding the bundles a device call brought back "
+                          "(none: write the record's plot again, and the record when absent)")
+    for q in (pl, nx):
+        q.add_argument("--reserve-s", type=float, default=45.0,
+                       help="seconds kept after a budget stop for the chunk in flight, an "
+                            "evaluation due, the final evaluation and export, and packing")
+        q.add_argument("--min-start-s", type=float, default=150.0,
+                       help="start or resume a run only with at least this many seconds "
+                            "left before the stop (its compile included); 0: always (a run "
+                            "past its stop time trains one chunk)")
+        q.add_argument("--sps", type=float, default=SPS,
+                       help="env steps per second per seed while training (the model of "
+                            "plan and of next's --device-left-s)")
+        q.add_argument("--compile-s", type=float, default=90.0,
+                       help="seconds of compilation in a run's first call")
+        q.add_argument("--cached-compile-s", type=float, default=90.0,
+                       help="seconds of compilation in a run's later calls (less once the "
+                            "warm machine's compilation cache is measured to help)")
+        q.add_argument("--startup-s", type=float, default=30.0,
+                       help="seconds from a call's start to its compiling")
+        q.add_argument("--finish-s", type=float, default=20.0,
+                       help="seconds a run's end takes: final evaluation, export, packing")
+        q.add_argument("--gap-s", type=float, default=20.0,
+                       help="device seconds between two calls (the machine is held)")
+    pl.add_argument("--budget-s", type=float, default=540.0, help="seconds of one call")
+    pl.add_argument("--session-s", type=float, default=1800.0, help="device seconds of a session")
+    pl.add_argument("--machine-start-s", type=float, default=120.0,
+                    help="device seconds the machine's start takes in a session")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand.
+
+    Args:
+        argv: the arguments (None: the command line; ``next``'s budget then counts from
+            the process's start, else from this call's).
+
+    Returns:
+        The exit status: 0; 2 after one line on stderr for bad input (nothing written);
+        143 when a signal stopped ``next``'s run.
+    """
+    from_cli = argv is None
+    if from_cli and sys.argv[1:2] == ["next"]:
+        from wmx.runs.heap import restart_with_huge_pages
+        restart_with_huge_pages()       # as the trainers' command lines (WMX_HUGE_PAGES=0: not)
+    t0 = _T0 if from_cli else time.monotonic()
+    argv = list(sys.argv[1:] if from_cli else argv)
+    p = build_parser()
+    args = p.parse_args(argv)
+    from wmx.runs.cli_common import given_flags
+    args.given = given_flags(p.subcommands[args.cmd], argv[argv.index(args.cmd) + 1:])
+    try:
+        campaign = campaign_of(args)
+        if args.cmd == "status":
+            return cmd_status(args, campaign)
+        if args.cmd == "plan":
+            return cmd_plan(args, campaign)
+        if args.cmd == "next":
+            from wmx.runs.cli_common import configure_logging
+            configure_logging()
+            if args.call_start is not None:
+                ago = time.time() - args.call_start
+                if not 0 <= ago < MAX_BUDGET_S:
+                    raise ValueError(f"--call-start {args.call_start:.0f} is {ago:.0f} s ago; "
+                                     "give the command's start, $(date +%s) at its beginning")
+                t0 = time.monotonic() - ago
+            return cmd_next(args, campaign, argv, t0)
+        return cmd_ingest(args, campaign)
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
+        print(f"mt19_campaign.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

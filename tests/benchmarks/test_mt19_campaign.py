@@ -1,0 +1,273 @@
+"""benchmarks/mt19_campaign.py at tiny settings: the tiny online run's config on probe-action
+(tests/tiny_runs.py, so its programs compile once per session) stands in for the paper's
+runs. status on an empty home and on a home with a finished run; next stopped by its budget
+after one chunk and resumed by the next call, ending identical in metrics and episode sets to
+the uninterrupted run; the bundle (whole and in parts); ingest into a store (verified, all or
+nothing, a damaged bundle refused in one line with nothing written); the record's schema."""
+import csv
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _mt19_bundle as bundle_lib  # noqa: E402
+import _mt19_plan as plan_lib  # noqa: E402
+import _mt19_record as record_lib  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+
+from tiny_runs import TINY_RC  # noqa: E402
+from wmx.datasets.store import Store  # noqa: E402
+from wmx.runs.listing import FINISHED, read_run  # noqa: E402
+
+TINY = ["--tasks", "probe-action", "--preset", "tiny", "--seeds", "0", "3", "--env-steps", "120",
+        "--eval-every", "40", "--eval-episodes", "2", "--set", "seed_steps=40"]
+"""The campaign flags whose run is TINY_RC (asserted below)."""
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def _next(tmp: Path, out: str, *flags: str) -> tuple[int, dict]:
+    rc = camp.main(["next", *TINY, "--home", str(tmp / "h"), "--out", str(tmp / out),
+                    "--results", str(tmp / "results"), "--reserve-s", "0", "--min-start-s", "0",
+                    *flags])
+    call = tmp / out / camp.CALL_FILE
+    return rc, (json.loads(call.read_text()) if call.is_file() else {})
+
+
+@pytest.fixture(scope="module")
+def calls(tiny_online_run, tmp_path_factory):
+    """Two `next` calls of the tiny campaign: the first past its budget at once (one chunk),
+    the second resuming to the end; between them a call with other settings, refused."""
+    tmp = tmp_path_factory.mktemp("mt19")
+    first = _next(tmp, "out1", "--budget-s", "0.001")      # past it at once: one chunk
+    before = (tmp / "h" / "runs").iterdir().__next__()
+    ckpts = sorted(p.name for p in (before / "checkpoints").iterdir())
+    other = camp.main(["next", *TINY[:-4], "--eval-episodes", "3", "--set", "seed_steps=40",
+                       "--home", str(tmp / "h"), "--out", str(tmp / "other"),
+                       "--budget-s", "100", "--min-start-s", "0",
+                       "--results", str(tmp / "results")])
+    second = _next(tmp, "out2", "--budget-s", "570")
+    third = _next(tmp, "out3", "--budget-s", "570")
+    return tmp, tiny_online_run, first, ckpts, other, second, third
+
+
+def test_the_campaign_run_is_the_tiny_run():
+    args = camp.build_parser().parse_args(["status", *TINY])
+    assert camp.campaign_of(args).run_config("probe-action") == TINY_RC
+
+
+def test_status_on_an_empty_home(tmp_path, capsys):
+    assert camp.main(["status", "--home", str(tmp_path / "h"), "--results",
+                      str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    lines = [ln.split()[0] for ln in out.splitlines()[2:21]]
+    from wmx.schemas.taskset import mt19
+    assert lines == list(mt19().names)                     # mt30 order, every task
+    assert "0/19 tasks done" in out and "next piece: walker-stand: new run to 100,000" in out
+    assert "hopper-hop               200,000" in out
+    assert "WMX_CODE_VERSION=" in out and not (tmp_path / "h").exists()   # nothing written
+
+
+def test_status_on_a_home_with_a_finished_run(tiny_online_run, tmp_path, capsys):
+    home, store, run_dir, summary = tiny_online_run
+    assert camp.main(["status", *TINY, "--home", str(home), "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("probe-action"))
+    hashes = [Path(p).name[:10] for _, p in sorted(summary["episode_sets"].items(),
+                                                   key=lambda kv: int(kv[0]))]
+    assert ",".join(hashes) in row and f" {run_dir.name} " in row and "0 3" in row
+    assert " 120 " in row and " 6 " in row and "todo" in row     # not a campaign run
+    assert "new run to 120" in row
+
+
+def test_next_stops_at_its_budget_and_the_next_call_resumes_exactly(calls):
+    tmp, (home, store, run_dir, summary), first, ckpts, other, second, third = calls
+    rc1, call1 = first
+    assert rc1 == 0 and [p["action"] for p in call1["pieces"]] == ["new"]
+    p1 = call1["pieces"][0]
+    assert (p1["stop"], p1["finished"], p1["env_steps_to"]) == ("budget", False, 20)
+    assert ckpts == ["000000000021"]                        # one round, checkpointed
+    assert call1["bundles"] == [] and "within 100 s" in call1["next"]["how"]
+    assert other == 2                                       # other settings: refused
+    rc2, call2 = second
+    assert rc2 == 0 and [p["action"] for p in call2["pieces"]] == ["resume"]
+    assert call2["pieces"][0]["finished"] and call2["pieces"][0]["env_steps_from"] == 20
+    run = tmp / "h" / "runs" / call2["pieces"][0]["run"]
+    assert _metrics(run) == _metrics(run_dir)              # as the uninterrupted run
+    mine = json.loads((run / "summary.json").read_text())["episode_sets"]
+    assert {k: Path(v).name for k, v in mine.items()} == \
+        {k: Path(v).name for k, v in summary["episode_sets"].items()}
+    assert call2["code_version"] and "H" in call2["command"].split() and "/" not in \
+        call2["command"].replace("benchmarks/mt19_campaign.py", "")
+    rc3, call3 = third                                      # nothing left to do
+    assert rc3 == 0 and call3["pieces"] == [] and call3["bundles"] == []
+    assert call3["next"]["what"] == "every task of the campaign is done"
+
+
+def test_the_bundle_holds_the_run_and_its_sets(calls):
+    tmp, *_, second, _ = calls
+    call2 = second[1]
+    (b,) = call2["bundles"]
+    assert [f["name"] for f in b["files"]] == ["probe-action.tar.gz"]
+    with tarfile.open(tmp / "out2" / "probe-action.tar.gz") as tf:
+        names = sorted(tf.getnames())
+    run = b["run"]
+    sets = sorted(n for n in names if n.startswith("episodes/"))
+    assert [n for n in names if n.startswith("runs/")] == [
+        f"runs/{run}/{f}" for f in ("config.json", "metrics.csv", "summary.json")]
+    assert len(sets) == 4 and all(n.split("/")[1] == "probe-action" for n in sets)
+    assert f"campaign/{run}.json" in names and len(names) == 3 + 4 + 1
+    # cut into parts, the same bundle comes back
+    parts = bundle_lib.pack(tmp / "h", tmp / "h" / "runs" / run, {"calls": []},
+                            tmp / "parts", "probe-action", part_bytes=4096)
+    assert len(parts) > 2 and all(p.stat().st_size <= 4096 for p in parts)
+    (bundle,) = bundle_lib.read_bundles([tmp / "parts"])
+    with bundle_lib.staging(tmp / "scratch") as scratch:
+        u = bundle_lib.unpack(bundle, scratch)
+        assert u.run == run and sorted(u.sets) == [0, 3]
+    parts[1].unlink()
+    with pytest.raises(bundle_lib.BundleError, match="without a gap"):
+        bundle_lib.read_bundles([tmp / "parts"])
+
+
+def test_ingest_round_trip(calls, tmp_path, capsys):
+    tmp, (home, store, run_dir, summary), *_, second, _ = calls
+    local, results = tmp_path / "local", tmp_path / "results"
+    argv = ["ingest", str(tmp / "out2"), *TINY, "--home", str(local), "--results", str(results)]
+    assert camp.main(argv) == 0
+    run = second[1]["bundles"][0]["run"]
+    info = read_run(local / "runs" / run)
+    assert info.status == FINISHED and info.done == 120
+    want = {Path(p).name for p in summary["episode_sets"].values()}
+    assert {e.content_hash for e in Store(local).list_episode_sets("probe-action")} == want
+    from wmx.episode_sets.episode_set import verify_episode_set
+    ingested = json.loads((local / "runs" / run / "summary.json").read_text())
+    assert all(Path(p).parent.parent == local / "episodes" and verify_episode_set(p) == []
+               for p in ingested["episode_sets"].values())
+    rec = json.loads((results / record_lib.FILE).read_text())
+    assert record_lib.check(rec) == []
+    e = rec["tasks"]["probe-action"]
+    last = {}
+    for r in _metrics(run_dir):
+        if r["kind"] == "eval":
+            last[r["seed"]] = float(r["return"])
+    assert e["final_return"] == last and e["seeds"] == [0, 3] and e["done"]
+    assert e["eval_curve"]["env_steps"] == [40, 80, 120] and e["run"] == f"runs/{run}"
+    assert {s["content_hash"] for s in e["episode_sets"]} == want
+    assert e["command"].startswith("train_online --agent tdmpc2 --task probe-action")
+    assert len(e["calls"]) == 2 and e["chip"].startswith("cpu")
+    assert (results / record_lib.PLOT).stat().st_size > 10_000
+    capsys.readouterr()
+    assert camp.main(argv) == 0                             # again: nothing new, same record
+    assert "(0 new)" in capsys.readouterr().out
+    assert json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"][
+        "run"] == f"runs/{run}"
+
+
+def _tamper_record(src: Path, dst: Path) -> None:
+    """Re-pack ``src`` with one byte of an episode file changed (gzip intact)."""
+    with tarfile.open(src) as tf, tarfile.open(dst, "w:gz") as out:
+        for m in tf.getmembers():
+            data = tf.extractfile(m).read()
+            if m.name.endswith(".array_record"):
+                data = data[:1000] + bytes([data[1000] ^ 1]) + data[1001:]
+            out.addfile(m, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "edited record"])
+def test_a_damaged_bundle_is_refused_with_nothing_written(calls, tmp_path, capsys, damage):
+    tmp, *_ = calls
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    src = tmp / "out2" / "probe-action.tar.gz"
+    if damage == "flipped byte":
+        data = bytearray(src.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (bad / src.name).write_bytes(bytes(data))
+    else:
+        _tamper_record(src, bad / src.name)
+    local, results = tmp_path / "local", tmp_path / "results"
+    assert camp.main(["ingest", str(bad), *TINY, "--home", str(local),
+                      "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "probe-action.tar.gz" in err
+    assert ("damaged" in err) if damage == "flipped byte" else ("sha256" in err)
+    assert not (results / record_lib.FILE).exists()
+    leftover = [p for p in local.rglob("*") if p.is_file() or p.name.startswith(".")]
+    assert leftover == [] and list((local / "runs").iterdir()) == []
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    base = ["--home", str(tmp_path / "h"), "--out", str(tmp_path / "o")]
+    for argv, said in [
+            (["next", *base, "--budget-s", "900"], "--budget-s 900"),
+            (["next", *TINY, *base, "--budget-s", "60", "--task", "walker-walk"],
+             "--task walker-walk"),
+            (["plan", "--target", "walker-walk=lots"], "--target walker-walk=lots"),
+            (["status", "--tasks", "walker-wlak"], "walker-wlak"),
+            (["ingest", str(tmp_path / "nowhere"), "--home", str(tmp_path / "h")],
+             "no such file or folder")]:
+        assert camp.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err, err
+    import wmx.version
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "unknown")
+    assert camp.main(["next", *TINY, *base, "--budget-s", "60"]) == 2
+    assert "WMX_CODE_VERSION=" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_next_starts_nothing_that_does_not_fit_the_device_time_left(tmp_path, capsys):
+    assert camp.main(["next", *TINY, "--home", str(tmp_path / "h"), "--out", str(tmp_path / "o"),
+                      "--budget-s", "500", "--device-left-s", "60",
+                      "--results", str(tmp_path)]) == 0
+    call = json.loads((tmp_path / "o" / camp.CALL_FILE).read_text())
+    assert call["pieces"] == [] and "no task left fits the 1.0 device minutes" in \
+        call["next"]["what"]
+    assert list((tmp_path / "h" / "runs").iterdir()) == []
+
+
+def test_plan(tmp_path, capsys):
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in
+            camp.campaign_of(camp.build_parser().parse_args(["plan"])).tasks]
+    assert len(rows) == 19
+    walker = next(r for r in rows if r.startswith("walker-walk"))
+    assert walker.split()[1:5] == ["100,000", "10.0", "2", "15.1"]      # 100k / 166 per s
+    assert "DOES NOT FIT ONE SESSION" in out                 # 200k at 90 s per compile
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
+                      "--cached-compile-s", "20", "--budget-s", "570", "--reserve-s", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" not in out and "in 12 session(s)" in out
+    args = camp.build_parser().parse_args(["plan", "--budget-s", "60"])   # no time to train
+    assert plan_lib.run_cost(10.0, plan_lib.Clock(None, 0.0), args)[0] == \
+        float("inf")
+    assert camp.main(["plan", "--budget-s", "60", "--home", str(tmp_path)]) == 2
+    assert "leaves no time to train" in capsys.readouterr().err
+
+
+def test_record_schema(calls, tmp_path):
+    committed = ROOT / "benchmarks" / "results" / record_lib.FILE
+    assert record_lib.check(json.loads(committed.read_text())) == []
+    tmp, *_ = calls
+    camp.main(["ingest", str(tmp / "out2"), *TINY, "--home", str(tmp_path / "h"),
+               "--results", str(tmp_path)])
+    rec = json.loads((tmp_path / record_lib.FILE).read_text())
+    e = rec["tasks"]["probe-action"]
+    for broken, said in [({**e, "seeds": [0]}, "episode sets of seeds"),
+                         ({k: v for k, v in e.items() if k != "chip"}, "lacks ['chip']"),
+                         ({**e, "done": False}, "done disagrees"),
+                         ({**e, "eval_curve": {"env_steps": [40], "returns": {"0": [1.0]}}},
+                          "eval_curve")]:
+        problems = record_lib.check({**rec, "tasks": {"probe-action": broken}})
+        assert any(said in p for p in problems), (said, problems)
+    assert record_lib.check({**rec, "schema": "x"}) == [f"schema is not {record_lib.SCHEMA!r}"]
