@@ -5,8 +5,11 @@ inputs (log-spaced magnitudes of both signs, and a dense uniform band where the
 agents' values live), and is compared with the same operation in float64 NumPy on
 the float32 inputs. The error is reported in units in the last place of the float32
 result (ULP: |y - y64| / spacing(float32(y64))) and as relative error, maximum and
-99.9th percentile, per operation. Division, reciprocal and the square roots are
-included: on a TPU they are not IEEE-exact.
+99.9th percentile, per operation, with the largest absolute error (over all inputs
+and over those with |y| >= 1: whether an error stays absolute, as a range-reduced log's
+does, or grows with |y|). Division, reciprocal and the square roots are included: on a
+TPU they are not IEEE-exact. So are optax's bias corrections 1 - beta^t over the step
+count (XLA's pow of a float exponent).
 
 Why: the parity tests compare wmx with recordings of the official code made on a
 CPU. On an accelerator the elementwise arithmetic itself differs; this script
@@ -34,7 +37,8 @@ def _grid() -> dict[str, np.ndarray]:
     band = np.linspace(-20.0, 20.0, 400_001, dtype=np.float64).astype(np.float32)
     pos = np.logspace(-6, 6, 400_001, dtype=np.float64).astype(np.float32)
     unit = np.linspace(1e-6, 1 - 1e-6, 400_001, dtype=np.float64).astype(np.float32)
-    return {"wide": wide, "band": band, "pos": pos, "unit": unit}
+    count = np.arange(1, 100_001, dtype=np.float64).astype(np.float32)
+    return {"wide": wide, "band": band, "pos": pos, "unit": unit, "count": count}
 
 
 def _ops():
@@ -57,6 +61,11 @@ def _ops():
         "symlog": (lambda x: jnp.sign(x) * jnp.log1p(jnp.abs(x)),
                    lambda x: np.sign(x) * np.log1p(np.abs(x)), "wide"),
         "log_unit_interval": (jnp.log, np.log, "unit"),
+        # optax's bias corrections 1 - beta^t over the step count t (LaProp, Adam)
+        "bias_correction_0.9": (lambda t: 1 - jnp.float32(0.9) ** t,
+                                lambda t: 1 - np.float64(np.float32(0.9)) ** t, "count"),
+        "bias_correction_0.999": (lambda t: 1 - jnp.float32(0.999) ** t,
+                                  lambda t: 1 - np.float64(np.float32(0.999)) ** t, "count"),
     }
 
 
@@ -70,8 +79,11 @@ def measure(name, fn, ref, x) -> dict:
     ulp = np.abs(y - y64) / spacing
     rel = np.abs(y - y64) / np.abs(y64)
     i = int(np.argmax(ulp))
+    err = np.abs(y - y64)
     return {"max_ulp": float(ulp.max()), "p999_ulp": float(np.quantile(ulp, 0.999)),
             "max_rel": float(rel.max()), "p999_rel": float(np.quantile(rel, 0.999)),
+            "max_abs": float(err.max()), "max_abs_where_abs_y_ge_1": float(
+                err[np.abs(y64) >= 1].max()) if (np.abs(y64) >= 1).any() else None,
             "worst_input": float(x[ok][i]), "n": int(ok.sum())}
 
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import parity_tolerance as pt
 import pytest
 
 from wmx.agents.dreamerv3 import optim
@@ -36,7 +37,7 @@ def test_laprop_matches_reference_optimizer(components, variant):
 
     params = _tree(z, root + "init/")
     state = tx.init(params)
-    worst = 0.0
+    worst = scale = 0.0
     for i in range(5):
         p = f"{root}step{i}/"
         for k in LEAVES:
@@ -47,16 +48,20 @@ def test_laprop_matches_reference_optimizer(components, variant):
             for got, want in ((updates[k], z[p + "update/" + k]), (new[k], z[p + "after/" + k]),
                               (rms.nu[k], z[p + "state/rms_nu/" + k]),
                               (mom.mu[k], z[p + "state/mom_mu/" + k])):
-                np.testing.assert_allclose(got, want, **TOL, err_msg=f"{p}{k}")
+                np.testing.assert_allclose(got, want, **pt.tol("dv3.laprop", want, **TOL),
+                                           err_msg=f"{p}{k}")
                 worst = max(worst, float(np.max(np.abs(np.asarray(got) - want))))
+                scale = max(scale, float(np.max(np.abs(want))))
         assert int(rms.count) == z[p + "state/rms_count"] == i + 1
         assert int(mom.count) == z[p + "state/mom_count"]
         assert int(warm.count) == z[p + "state/step"]
         for name, got in metrics.items():
-            np.testing.assert_allclose(got, z[p + "metrics/" + name], **TOL, err_msg=name)
+            want = z[p + "metrics/" + name]
+            np.testing.assert_allclose(got, want, **pt.tol("dv3.laprop", want, **TOL), err_msg=name)
             assert np.asarray(got).dtype == z[p + "metrics/" + name].dtype, name
         params = _tree(z, p + "after/")   # the reference's parameters: no drift
-    assert worst < 1e-7   # float32 ulps (XLA's vectorised division), not 1e-6
+    # float32 ulps (XLA's vectorised division), not 1e-6; a TPU: its pow's log (W-D9)
+    assert worst < pt.bound("dv3.laprop", 1e-7, scale)
 
 
 def test_first_update_is_exactly_zero_but_moments_accumulate():
@@ -67,7 +72,8 @@ def test_first_update_is_exactly_zero_but_moments_accumulate():
     np.testing.assert_array_equal(updates["w"], 0.0)
     assert np.all(np.asarray(state[1].nu["w"]) > 0) and np.all(np.asarray(state[2].mu["w"]) != 0)
     updates, _ = tx.update(grads, state, params)      # k = 1: lr / 10
-    np.testing.assert_allclose(updates["w"], -0.1 * np.sign(grads["w"]), rtol=1e-5)
+    want = -0.1 * np.sign(grads["w"])
+    np.testing.assert_allclose(updates["w"], want, **pt.tol("dv3.laprop", want, rtol=1e-5))
 
 
 def test_agc_is_per_tensor_over_the_flattened_tensor():
@@ -94,4 +100,5 @@ def test_float32_underflow_of_the_rms_increment_is_reproduced():
     grads = {"w": jnp.array([2e-18, 1e-3], jnp.float32)}
     updates, state = jax.jit(tx.update)(grads, tx.init(params), params)
     assert float(state[1].nu["w"][0]) == 0.0
-    np.testing.assert_allclose(updates["w"], [-2.0, -1e-2], rtol=1e-5)
+    want = np.array([-2.0, -1e-2])
+    np.testing.assert_allclose(updates["w"], want, **pt.tol("dv3.laprop", want, rtol=1e-5))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import parity_tolerance as pt
 import pytest
 
 from wmx.agents.dreamerv3.loss import TrainNoise, loss_scales
@@ -46,6 +47,12 @@ WM_METRICS = ("vector_loss", "reward_loss", "cont_loss", "dyn_loss", "rep_loss",
               "ent/action", "rand/action", "weight", "constats", "opt_grad_steps",
               "opt_param_count", "opt_param_norm", "opt_update_norm")
 AC_PARAMS = ("agent/actor/", "agent/critic/")
+
+# the tolerance family of each compared group on a TPU (parity_tolerance, W-D9); the
+# parameters after the step and retnorm move by lr-scaled updates: not widened
+FAMILY = {"metrics": "dv3.forward", "losses": "dv3.forward", "replay_outs": "dv3.forward",
+          "outs_replay": "dv3.forward", "carry": "dv3.forward", "grads": "dv3.backward",
+          "opt_nu": "dv3.backward", "opt_mu": "dv3.backward"}
 
 CASES = ["hot-call0", "hot-call1", "hot-call2", "hot-chain1", "hot-chain2", "init-call0"]
 WORST: dict[tuple[str, str], float] = {}
@@ -151,6 +158,8 @@ def _report_worst_errors(request):
 
 def close(name, group, got, want, tol, err_msg=""):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if group in FAMILY:
+        tol = pt.tol(FAMILY[group], want, **tol)
     np.testing.assert_allclose(got, want, **tol, err_msg=f"{name} {group} {err_msg}")
     if got.size:
         key = (name, group)
@@ -193,8 +202,39 @@ def test_losses_and_total(case, train_fx, ref_cfg):
         close(name, "losses", metrics["opt_loss"], train_fx[pre + "loss_total"], LOSS_TOL)
 
 
-def test_gradients(case, train_fx):
+def _skip_if_free_bits_flipped(case, train_fx, cfg, chained=None):
+    """On a TPU: the free-bits clamp max(KL, free) is a discrete outcome. Where the
+    reference's KL sits within the chip's forward tolerance of `free` and wmx's KL is on
+    the other side, the dyn/rep gradient of that element is switched on or off: the
+    world model's gradients of that call, and the moments of it and of the chained
+    calls after it, are not comparable. Skip, naming the element (hot/call1 has one
+    3.0e-4 above free). `chained`: the chained calls, for a hot-chain case."""
+    if not pt.on_tpu():
+        return
+    name, run, call, pre, (_, _, _, _, aux), _ = case
+    calls = [(pre, aux, name)]
+    if chained is not None and name.startswith("hot-chain"):
+        calls = [(f"hot/call{i}/", chained[i][4], f"hot-chain{i}") for i in range(call + 1)]
+    free = cfg.free_nats
+    for pre_i, aux_i, name_i in calls:
+        got = np.asarray(aux_i.losses["dyn"], np.float64)
+        want = np.asarray(train_fx[pre_i + "losses_scaled/dyn"], np.float64) / \
+            loss_scales(cfg)["dyn"]
+        flipped = (got > free) != (want > free)
+        if not flipped.any():
+            continue
+        t = pt.tol("dv3.forward", want, rtol=LOSS_TOL["rtol"], atol=LOSS_TOL["atol"])
+        margin = np.abs(want[flipped] - free)
+        assert np.all(margin <= t["atol"] + t["rtol"] * free), (name_i, margin)
+        pytest.skip(f"{name_i}: {int(flipped.sum())} KL element(s) within {margin.max():.2g} "
+                    f"of the free-bits threshold (TPU tolerance "
+                    f"{t['atol'] + t['rtol'] * free:.2g}) clamped the other way on this TPU: "
+                    f"the world-model gradients and moments of {name} differ by design (W-D9)")
+
+
+def test_gradients(case, train_fx, ref_cfg):
     name, run, _, pre, (_, _, _, grads, _), _ = case
+    _skip_if_free_bits_flipped(case, train_fx, ref_cfg)
     got = to_reference_params(grads)
     assert {k[len(pre + "grads/"):] for k in train_fx if k.startswith(pre + "grads/")} \
         == set(got)
@@ -220,8 +260,9 @@ def test_parameters_after(case):
     close(name, "retnorm", state.retnorm.hi, st["agent/retnorm/high/value"], norm_tol)
 
 
-def test_optimizer_state(case):
-    name, run, _, _, (state, _, _, _, _), after = case
+def test_optimizer_state(case, train_fx, ref_cfg, chained):
+    name, run, _, pre, (state, _, _, _, _), after = case
+    _skip_if_free_bits_flipped(case, train_fx, ref_cfg, chained)
     _, rms, mom, _ = state.opt_state
     assert int(rms.count) == int(after["opt_state/rms_count"])
     assert int(mom.count) == int(after["opt_state/mom_count"])
@@ -233,7 +274,18 @@ def test_optimizer_state(case):
         # relative precision (atol from the gradient tolerance)
         tol = NU_TOL if run == "hot" else dict(rtol=1e-4, atol=1e-13)
         close(name, "opt_nu", nu[k], after[f"opt_state/rms_nu/{k}"], tol, k)
-        close(name, "opt_mu", mu[k], after[f"opt_state/mom_mu/{k}"], MU_TOL, k)
+        if run == "init" and pt.on_tpu():
+            # the first LaProp step's momentum is (1 - b1) sign(g): where the reference
+            # gradient is within the chip's gradient tolerance of 0 its sign may flip,
+            # moving mu by up to 2 (1 - b1); every other element at the mu tolerance (W-D9)
+            want = after[f"opt_state/mom_mu/{k}"]
+            g = train_fx[f"{pre}grads/{k}"]
+            pt.assert_close_allowing_flips(
+                mu[k], want, pt.tol("dv3.backward", want, **MU_TOL),
+                pt.near_zero(g, pt.tol("dv3.backward", g, **GRAD_TOL)),
+                2 * (1 - ref_cfg.beta1), f"{name} opt_mu {k}")
+        else:
+            close(name, "opt_mu", mu[k], after[f"opt_state/mom_mu/{k}"], MU_TOL, k)
 
 
 def test_replay_outputs_and_carry(case, train_fx):

@@ -34,8 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from parity_helpers import (TOL, check_decision, close, decision_cfg, decision_draws,
-                            load_fixture, mt_fixture_setup, planner_params)
+import parity_tolerance as pt
+from parity_helpers import (TOL, ElitesFlipped, check_decision, close, decision_cfg,
+                            decision_draws, elite_flip, load_fixture, mt_fixture_setup,
+                            planner_params)
 
 from wmx import xla_cpu
 from wmx.agents.tdmpc2 import multitask as mt
@@ -104,9 +106,21 @@ def test_decision(run, d):
     f, _, tasks, _, out = run
     cfg, prev_in, action, new_prev, info = out[d]
     msg = f"decision {d}"
+    if pt.on_tpu():
+        # a TPU may take a top-k boundary between tied values the other way (T34): the
+        # decisions after such a flip start from a mean that is not comparable
+        for e in range(d):
+            why = elite_flip(f, e, out[e][0], out[e][4])
+            if why:
+                pytest.skip(f"{msg} starts from decision {e}'s mean: {why}")
     if f"decision{d}/prev_mean_before" in f:
         close(prev_in, f[f"decision{d}/prev_mean_before"], msg + " prev", TOL)
-    check_decision(f, d, cfg, action, new_prev, info, msg)
+    try:
+        check_decision(f, d, cfg, action, new_prev, info, msg)
+    except ElitesFlipped as e:
+        if not pt.on_tpu():
+            raise
+        pytest.skip(f"compared up to the flip; {e}")
     # gamma_task^H as a float32 product, exactly (README semantics 3)
     for i in range(cfg.planning_iterations):
         assert np.float32(info["terminal_discount"]) == \

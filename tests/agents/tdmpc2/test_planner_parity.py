@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from parity_helpers import (TOL, ZTOL, check_decision, check_iteration, close,
+import parity_tolerance as pt
+from parity_helpers import (TOL, ZTOL, ElitesFlipped, check_decision, check_iteration, close,
                             decision_cfg, decision_draws, load_fixture, planner_params)
 
 from wmx import xla_cpu
@@ -37,13 +38,21 @@ def _base_cfg(f) -> TDMPC2Config:
     ).resolved()
 
 
-def _free_decision(f, d, cfg, params, prev_mean, run):
+def _free_decision(f, d, cfg, params, prev_mean, run, options):
     t0 = bool(f[f"decision{d}/cfg/t0"])
     eval_mode = bool(f[f"decision{d}/cfg/eval_mode"])
     noise = pl.noise_from_reference(decision_draws(f, d), cfg, eval_mode)
     action, new_prev, info = run(params, jnp.asarray(f[f"decision{d}/obs"]), prev_mean,
                                  jnp.asarray(t0), noise, cfg=cfg, eval_mode=jnp.asarray(eval_mode))
-    check_decision(f, d, cfg, action, new_prev, info, f"decision {d}")
+    try:
+        check_decision(f, d, cfg, action, new_prev, info, f"decision {d}")
+    except ElitesFlipped:
+        if not pt.on_tpu():
+            raise
+        # a TPU took a top-k boundary between tied values the other way (T34): the
+        # decision is compared teacher-forced from there on, as decision 4 of
+        # planner_small is on every backend
+        return _teacher_forced_decision(f, d, cfg, params, prev_mean, options)
     return new_prev
 
 
@@ -123,4 +132,4 @@ def test_planner_parity(name, teacher_forced, dots):
             if d in teacher_forced:
                 prev_mean = _teacher_forced_decision(f, d, cfg, params, prev_mean, options)
             else:
-                prev_mean = _free_decision(f, d, cfg, params, prev_mean, run)
+                prev_mean = _free_decision(f, d, cfg, params, prev_mean, run, options)

@@ -35,8 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from parity_helpers import (check_update_call, file_state, load_fixture, mt_fixture_setup,
-                            sub_dict, update_inputs)
+import parity_tolerance as pt
+from parity_helpers import (adam_flippable, check_update_call, file_state, load_fixture,
+                            mt_fixture_setup, param_flips, sub_dict, update_inputs)
 
 from wmx import xla_cpu
 from wmx.agents.tdmpc2 import multitask as mt
@@ -100,27 +101,40 @@ def _next_params(data, k):
     return f"call{k + 1}/params/" if k + 1 < NCALLS else "final/params/"
 
 
-def _check_mt(data, k, tasks, batch, new_state, aux, chained):
+def _check_mt(data, k, cfg, tasks, batch, new_state, aux, chained):
     """The multi-task quantities of call k (README "Multi-task semantics" 1-5)."""
     c = f"call{k}/"
     inter_atol = 2e-4 if chained else 2e-5
+    fam = "tdmpc2.update_chained" if chained else "tdmpc2.update"
     # embedding table at its three recorded points (renorm 1, Adam step, renorm 2)
     for got, key in ((aux["task_emb_lookup1"], "inter/update/task_emb_lookup1"),
                      (aux["task_emb_after_step"], "inter/update/task_emb_after_step"),
                      (new_state.params["task_emb"], None)):
         ref = data[_next_params(data, k) + "_task_emb.weight"] if key is None else data[c + key]
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=EMB_ATOL,
-                                   err_msg=f"call {k} {key or 'params _task_emb.weight'}")
+        err_msg = f"call {k} {key or 'params _task_emb.weight'}"
+        if pt.on_tpu() and key != "inter/update/task_emb_lookup1":
+            # after the Adam step: a near-zero gradient's step may take the other sign (T34)
+            pt.assert_close_allowing_flips(
+                got, ref, {"rtol": 0, "atol": EMB_ATOL},
+                adam_flippable(data, k, "_task_emb.weight", 2e-2 if chained else 1e-3,
+                               "tdmpc2.grad_chained" if chained else "tdmpc2.grad"),
+                2 * cfg.lr, err_msg)
+        else:
+            np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=EMB_ATOL,
+                                       err_msg=err_msg)
     # per-sample float32 discount gamma[task], exactly
     np.testing.assert_array_equal(np.asarray(aux["td_discount"]),
                                   data[c + "inter/td_target/discount"][:, 0])
-    np.testing.assert_allclose(np.asarray(jnp.min(aux["td_q_pair"], 0))[..., None],
-                               data[c + "inter/td_target/q_min"], rtol=2e-5, atol=inter_atol)
+    want = data[c + "inter/td_target/q_min"]
+    np.testing.assert_allclose(np.asarray(jnp.min(aux["td_q_pair"], 0))[..., None], want,
+                               **pt.tol(fam, want, rtol=2e-5, atol=inter_atol))
     # update_pi's aliases of the policy sample
-    np.testing.assert_allclose(np.asarray(aux["pi"].action), data[c + "inter/update_pi/pis"],
-                               rtol=0, atol=inter_atol)
-    np.testing.assert_allclose(np.asarray(aux["pi"].log_pi), data[c + "inter/update_pi/log_pis"],
-                               rtol=2e-6, atol=inter_atol * LOG_PROB_FACTOR)
+    want = data[c + "inter/update_pi/pis"]
+    np.testing.assert_allclose(np.asarray(aux["pi"].action), want,
+                               **pt.tol(fam, want, rtol=0, atol=inter_atol))
+    want = data[c + "inter/update_pi/log_pis"]
+    np.testing.assert_allclose(np.asarray(aux["pi"].log_pi), want,
+                               **pt.tol(fam, want, rtol=2e-6, atol=inter_atol * LOG_PROB_FACTOR))
     # masked policy dims: mean and action tanh(0) = 0, log_std 0 (exact)
     invalid = np.asarray(tasks.action_masks)[np.asarray(batch.task)] == 0      # [B, A]
     for po in (aux["td_pi"], aux["pi"]):
@@ -155,7 +169,7 @@ def _check_isolated(fx, runs, k):
     state, batch, _, new_state, metrics, aux = runs[k]
     check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
                       log_prob_atol_factor=LOG_PROB_FACTOR)
-    _check_mt(data, k, tasks, batch, new_state, aux, chained=False)
+    _check_mt(data, k, cfg, tasks, batch, new_state, aux, chained=False)
 
 
 @pytest.mark.parametrize("k", range(NCALLS))
@@ -173,9 +187,16 @@ def test_update_chained(fx, chained, k):
     data, cfg, tasks = fx
     state, batch, _, new_state, metrics, aux = chained[k]
     assert int(new_state.step) == k + 1
+    if pt.on_tpu():
+        for j in range(k):     # T34: after a flipped Adam step the states differ by design
+            n = param_flips(data, j, cfg, chained[j][3], NCALLS, chained=True)
+            if n:
+                pytest.skip(f"call {j} took {n} Adam step(s) with the other sign at gradients "
+                            f"within the chip's tolerance of 0 (<= 2 lr = {2 * cfg.lr:.1e} "
+                            "apart): the chained state differs there by design")
     check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS, chained=True,
                       log_prob_atol_factor=LOG_PROB_FACTOR)
-    _check_mt(data, k, tasks, batch, new_state, aux, chained=True)
+    _check_mt(data, k, cfg, tasks, batch, new_state, aux, chained=True)
 
 
 def test_embedding_row_norms(fx, isolated):
@@ -226,12 +247,14 @@ def test_renorm_t33(fx):
             np.testing.assert_array_equal(_torch_renorm(before, ids), after)
             got = np.asarray(renorm(jnp.asarray(before), jnp.asarray(ids, jnp.int32)))
             ulps = np.abs(got.view(np.int32).astype(np.int64) - after.view(np.int32))
-            assert ulps.max() <= 1, (k, ulps.max())
+            assert ulps.max() <= pt.renorm_ulp_bound(1), (k, ulps.max())   # a TPU: T34
             moved = np.any(before != after, axis=-1)
             np.testing.assert_array_equal(got[~moved], after[~moved])
             np.testing.assert_allclose(got, after, rtol=0, atol=EMB_ATOL)
             n_off += int(ulps.max() > 0)
-    assert n_off <= 3      # measured: the 3 look-up-2 renorms of rows of norm ~1.0003
+    # measured: the 3 look-up-2 renorms of rows of norm ~1.0003; on a TPU (its sqrt and
+    # reciprocal, T34) any of the 2 x NCALLS renorms may be off, by renorm_ulp_bound ulps
+    assert n_off <= pt.tpu_or(3, 2 * NCALLS)
 
 
 @pytest.mark.parametrize("k", range(NCALLS))
@@ -246,5 +269,7 @@ def test_log_prob_formula(fx, k):
     for tag, draw in (("td_target", "00_td_target_pi_eps"), ("update_pi", "02_pi_loss_pi_eps")):
         eps = data[c + "draws/" + draw] * mask
         got = f(eps, data[c + f"inter/{tag}/pi_log_std"], data[c + f"inter/{tag}/pi_action"], n)
-        np.testing.assert_allclose(np.asarray(got), data[c + f"inter/{tag}/pi_log_prob"],
-                                   rtol=0, atol=1e-5, err_msg=f"call {k} {tag}")
+        want = data[c + f"inter/{tag}/pi_log_prob"]
+        np.testing.assert_allclose(np.asarray(got), want,
+                                   **pt.tol("tdmpc2.log_prob_formula", want, rtol=0, atol=1e-5),
+                                   err_msg=f"call {k} {tag}")

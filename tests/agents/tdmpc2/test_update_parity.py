@@ -66,6 +66,12 @@ def test_three_calls_chained(fx):
         for k in range(NCALLS):
             batch, noise = update_inputs(data, k)
             new_state, metrics, aux = update_with_aux(state, batch, noise, cfg)
-            check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS, chained=True)
+            flips = check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
+                                      chained=True)
             assert int(new_state.step) == int(state.step) + 1
+            if flips and k + 1 < NCALLS:   # only on a TPU (T34)
+                pytest.skip(f"call {k} took {flips} Adam step(s) with the other sign at "
+                            f"gradients within the chip's tolerance of 0 (<= 2 lr = "
+                            f"{2 * cfg.lr:.1e} apart): calls {k + 1}.. start from a state "
+                            "that differs there by design")
             state = new_state
