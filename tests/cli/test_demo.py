@@ -324,10 +324,10 @@ def test_the_demo_and_the_commands_after_it_share_one_home(tmp_path, monkeypatch
     commands, with --home only when its data root is not the default one."""
     import subprocess
     root = Path(__file__).resolve().parents[2]
-    dry = subprocess.run(["make", "-n", "-o", "install", "demo"], cwd=root, capture_output=True,
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "demo"], cwd=root, capture_output=True,
                          text=True, check=True).stdout.split()
     assert dry[-2:] == [".venv/bin/wmx", "demo"]          # no --home of its own
-    dry = subprocess.run(["make", "-n", "-o", "install", "demo", "HOME_DIR=/elsewhere"],
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "demo", "HOME_DIR=/elsewhere"],
                          cwd=root, capture_output=True, text=True, check=True).stdout.split()
     assert dry[-3:] == ["demo", "--home", "/elsewhere"]
 
