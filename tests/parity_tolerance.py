@@ -83,7 +83,7 @@ FAMILIES: dict[str, Family] = {
         "log", 2, "none",
         "symlog = sign log1p|x| and symexp(symlog(x)): relative errors (log1p, then expm1 "
         "at |y| up to 20.7)",
-        "chip 0.53 (symlog 1.96e-4 rel); emulated 0.83 (symexp 3.1e-4 rel)"),
+        "chip 0.53 (symlog 1.96e-4 rel); emulated 0.81 (symexp 3.0e-4 rel)"),
     "dv3.twohot_decode": Family(
         "exp", 3, "none",
         "two-hot mean / mode relative to sum|p b|: the softmax's exp",
@@ -101,9 +101,9 @@ FAMILIES: dict[str, Family] = {
         "chip 0.50 (prior_ent/std 6.9e-5 at max|ref| 0.37); emulated 0.81 (dyn loss)"),
     "dv3.backward": Family(
         "log", 8, "tensor",
-        "gradients of the training call and the LaProp moments built from them "
-        "(nu = b2 nu + (1 - b2) g^2, mu from g / sqrt(nu_hat))",
-        "chip 0.09 (init grad 1.1e-4 at max|ref| 3.3); emulated 2.3 (hot mu)"),
+        "gradients of the training call, the gradient / update norm metrics and the "
+        "LaProp moments built from them (nu = b2 nu + (1 - b2) g^2, mu from g / sqrt(nu_hat))",
+        "chip 0.09 (init grad 1.1e-4 at max|ref| 3.3); emulated 3.6 (hot mu)"),
     # ---- TD-MPC2 ---------------------------------------------------------------------
     "tdmpc2.update": Family(
         "log", 4, "tensor",
@@ -120,11 +120,11 @@ FAMILIES: dict[str, Family] = {
         "the same quantities of calls chained through wmx's own state, which carries the "
         "earlier calls' rounding into Adam's moments (a call after one whose Adam step "
         "took a sign the other way is skipped: T34)",
-        "chip 0.08 (mt value_loss 3.1e-5 rel); emulated 4.0 (pi_grad_norm)"),
+        "chip 0.08 (mt value_loss 3.1e-5 rel); emulated 3.8 (pi_grad_norm)"),
     "tdmpc2.grad_chained": Family(
         "log", 96, "tensor",
         "gradients and Adam moments of chained calls",
-        "chip: not reached; emulated 41 (pi grad, q2_warm call 2)"),
+        "chip: not reached; emulated 39 (pi grad, q2_warm call 2)"),
     "tdmpc2.log_prob_formula": Family(
         "log", 1, "tensor",
         "pe_log_prob on recorded inputs: n sum(-eps^2/2 - log_std) - sum log(relu(1 - a^2) "
