@@ -52,7 +52,7 @@ def run(taskset, args, beam_args) -> int:
         return 2
     n = sum(s.num_episodes for s in plan.sources)
     dups = sum(len(s.skip) for s in plan.sources)
-    where = ""
+    where = " (Beam's FnApiRunner, never Prism)" if ra.name == "DirectRunner" else ""
     if ra.is_dask:
         where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
                  f" on a local Dask cluster of {ra.dask_workers} worker processes")

@@ -310,13 +310,15 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
                      dask_workers: int | None = None) -> BuildResult:
     """Run the Beam build of `plan` with Beam pipeline options `beam_args`.
 
-    Runners (wmx.pipelines.runners): the DirectRunner by default
-    (["--direct_num_workers=2", "--direct_running_mode=multi_processing"]);
+    Runners (wmx.pipelines.runners): the DirectRunner by default, Beam's
+    FnApiRunner without the Prism attempt (`wmx.pipelines.direct_runner`; in
+    memory, or ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]);
     "--runner=dask" on a local cluster of `dask_workers` processes started for
     the build (default: the CPU count), or with "--dask_client_address=HOST:PORT"
     on an existing cluster; "--runner=flink|spark|dataflow ..." (untested). With
     a cluster, the store must be on a filesystem every worker sees.
-    The manifest records the runner's class name. Returns a BuildResult.
+    The manifest's builder records the runner's name and the dotted path of the runner
+    class that ran (``runner``, ``runner_class``). Returns a BuildResult.
 
     First the staging folders and temporaries that dead builds of this host
     left are removed. Raises RunnerError (a ValueError) before anything is
@@ -327,7 +329,7 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
 
     from wmx.pipelines.runners import parse_runner_args, runner_session
     ra = parse_runner_args(list(beam_args), dask_workers)
-    plan = dataclasses.replace(plan, runner=ra.name)
+    plan = dataclasses.replace(plan, runner=ra.name, runner_class=ra.path)
     # what the workers must see: the episode-set roots and the data root
     shared = sorted({str(Path(s.path).parent.parent) for s in plan.sources}
                     | {os.path.dirname(plan.datasets_root)})
@@ -365,14 +367,15 @@ def _beam_tempdir(parent: Path):
     Why process globals: no Beam option or argument places these temporaries.
     wmx's pipeline has no file sink (``--temp_location`` only serves those; the
     shards are written by `wmx.pipelines.transforms` into the plan's staging
-    directory). Beam's DirectRunner first tries the Prism runner, and that
-    attempt calls ``tempfile.mkdtemp()`` without a directory (the SDK
-    dependency staging of ``environments.python_sdk_dependencies``, the job
-    server's ``beam-temp*`` root) and creates ``beam-requirements-cache`` in
-    ``tempfile.gettempdir()``; where Prism cannot start (no binary, no
-    network) they are left behind. The processes a build starts inherit
-    ``TMPDIR`` (the DirectRunner's SDK workers; a local Dask cluster's
-    workers, which put their scratch space in the temporary directory).
+    directory). A runner that tries Prism (Beam's own switching DirectRunner, given
+    by its dotted path; wmx's `direct` never does) calls ``tempfile.mkdtemp()``
+    without a directory (the SDK dependency staging of
+    ``environments.python_sdk_dependencies``, the job server's ``beam-temp*``
+    root) and creates ``beam-requirements-cache`` in ``tempfile.gettempdir()``;
+    where Prism cannot start (no binary, no network) they are left behind. The
+    processes a build starts inherit ``TMPDIR`` (the DirectRunner's SDK workers in
+    multi_processing mode; a local Dask cluster's workers, which put their scratch
+    space in the temporary directory).
 
     Both values are set inside the ``try`` and restored exactly in its
     ``finally`` (``TMPDIR`` unset again when it was unset), on success, on an

@@ -191,7 +191,7 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
              for t in plan.tasks}
     builder = {"pipeline": "wmx.pipelines.transforms.BuildPooled",
                "code_version": plan.code_version, "num_shards": plan.num_shards,
-               "runner": plan.runner,
+               "runner": plan.runner, "runner_class": plan.runner_class,
                "source_sets": [{"task": s.task, "set_id": s.set_id,
                                 "content_hash": s.content_hash,
                                 "episodes": s.num_episodes} for s in plan.sources]}
