@@ -225,8 +225,10 @@ def check_dask_cluster(address: str, shared_paths: Sequence[str], timeout_s: flo
     problem = _tcp_unreachable(address, timeout_s)
     if problem:
         raise RunnerError(f"cannot reach the Dask scheduler at {address} ({problem}); {fix}")
+    from wmx.pipelines.interrupt import deferred_signals
     try:
-        client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+        with deferred_signals():          # a Ctrl-C here would leave it half-connected
+            client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
     except Exception as e:  # noqa: BLE001 - OSError/TimeoutError/ValueError alike
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RunnerError(f"cannot reach the Dask scheduler at {address} ({msg}); "
@@ -286,15 +288,20 @@ def quiet_dask_logs(level: int = logging.ERROR) -> Iterator[None]:
 def local_dask_cluster(workers: int) -> Iterator[str]:
     """A `distributed.LocalCluster` of `workers` processes (1 thread each, on
     127.0.0.1, no dashboard) for the duration of the block; yields the
-    scheduler address. Closed on exit, also on an exception."""
+    scheduler address. Closed on exit, also on an exception; a SIGINT / SIGTERM while it
+    starts stops the build once it has started (`wmx.pipelines.interrupt`)."""
+    from wmx.pipelines.interrupt import deferred_signals
     distributed = _import_distributed()
-    cluster = distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR)
+    cluster = None
     try:
+        with deferred_signals():          # a Ctrl-C here would leave it half-started
+            cluster = distributed.LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR)
         yield cluster.scheduler_address
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager
