@@ -264,11 +264,11 @@ def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict], epis
 def _runs(args: argparse.Namespace) -> Path:
     """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
     evaluation; then the runs without a report are evaluated and the comparison written."""
-    from wmx.checkpoint import list_checkpoints
+    from wmx.checkpoint import newest_intact
     from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
                                       report_mismatch, write_comparison)
     from wmx.evaluate.report import load_report
-    from wmx.evaluate.runs import RunError, open_run
+    from wmx.evaluate.runs import POLICY_ITEMS, RunError, open_run
     if args.out is None:
         raise UsageError("--runs needs --out DIR (where the comparison is written)")
     if args.tasks is not None:
@@ -296,9 +296,9 @@ def _runs(args: argparse.Namespace) -> Path:
     for run_dir in resolved:
         if run_dir in reports:
             rep = reports[run_dir]
-            ckpts = list_checkpoints(run_dir)
+            found = newest_intact(run_dir, POLICY_ITEMS, log)
             why = report_mismatch(rep, episodes=episodes, keys=keys,
-                                  checkpoint_step=int(ckpts[-1].name) if ckpts else None)
+                                  checkpoint_step=int(found[0].name) if found else None)
             if why:
                 stale[run_dir] = why
             tasks.append([t["task"] for t in rep["per_task"]])

@@ -339,14 +339,14 @@ def rewrite_config(run_dir: Path, config: dict[str, Any]) -> None:
 
 def run_has_finished(run_dir: Path) -> bool:
     """Whether the run wrote its end: summary.json, or a newest checkpoint marked
-    ``finished`` (a trainer killed between that checkpoint and summary.json). Such a run
-    cannot be extended exactly (its restored state says finished)."""
-    from wmx.checkpoint import list_checkpoints
+    ``finished`` (a trainer killed between that checkpoint and summary.json; the newest
+    intact one, `wmx.checkpoint.newest_intact`). Such a run cannot be extended exactly
+    (its restored state says finished)."""
+    from wmx.checkpoint import newest_intact
     if (Path(run_dir) / "summary.json").exists():
         return True
-    ckpts = list_checkpoints(run_dir)
-    return bool(ckpts) and bool(json.loads((ckpts[-1] / "host.json").read_text()).get(
-        "finished"))
+    found = newest_intact(run_dir)
+    return found is not None and bool(found[1].get("finished"))
 
 
 RUN_NAME_MAX = 200
