@@ -9,6 +9,10 @@ is handled and said, and nothing is lost.
 - A damaged checkpoint (host.json cut, a byte of an item flipped): evaluate and
   ``--resume`` name the file and use the newest intact checkpoint; the resumed run
   writes the damaged one again and ends as the uninterrupted run.
+- A run reached through a symbolic link ``<home>/runs/linked``: evaluate and
+  ``--resume`` take that home (the report keeps its dataset lineage); `wmx runs ls`
+  lists a run once and marks the link.
+- A cut config.json: `wmx runs info`, evaluate and ``--resume`` give the same one line.
 
 The training cases reuse the session's tiny runs (tests/tiny_runs.py): the online run,
 and the offline run on its dataset with stand-in evaluation envs.
@@ -26,6 +30,7 @@ import pytest
 from stand_in_env import stand_in_env
 from tiny_runs import TINY_OFFLINE_ARGS, TINY_RC
 from wmx.checkpoint import DIGESTS, list_checkpoints, verify_checkpoint
+from wmx.cli.main import main as wmx_main
 
 from wmx.evaluate import cli as evaluate_cli
 from wmx.train_offline import cli as offline_cli
@@ -218,3 +223,68 @@ def test_resume_skips_a_checkpoint_with_a_flipped_byte_and_writes_it_again(
     assert _rows(run_dir) == _rows(full)
     for c in list_checkpoints(run_dir):
         verify_checkpoint(c)                              # every checkpoint intact again
+
+
+# ---- a run reached through a symbolic link -----------------------------------------------
+def test_a_linked_run_takes_its_links_home_and_is_listed_once(offline_runs, tmp_path,
+                                                               monkeypatch, caplog, capsys):
+    """``<home>/runs/linked`` -> a run kept elsewhere: evaluate reads the dataset lineage in
+    that home (not $WMX_HOME's), --resume takes that home; `wmx runs ls` lists the run
+    kept in runs/ once, with the link to it, and marks the link to the run elsewhere."""
+    import wmx.envs.playground as playground
+    from wmx.runs.cli_common import resume_config
+    home, full = offline_runs
+    monkeypatch.setattr(playground, "cached_env", stand_in_env)
+    monkeypatch.setenv("WMX_HOME", str(tmp_path / "default-home"))
+    elsewhere = tmp_path / "disk" / "kept"
+    shutil.copytree(full, elsewhere, ignore=shutil.ignore_patterns("report"))
+    linked, alias = home / "runs" / "linked", home / "runs" / "alias"
+    linked.symlink_to(elsewhere)
+    alias.symlink_to(full)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert evaluate_cli.main(["--run", str(linked), "--episodes", "1"]) == 0
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        lineage = json.loads((elsewhere / "report" / "report.json").read_text())["lineage"]
+        assert lineage["home"] == str(home) and lineage["dataset_found"]
+        assert lineage["sources"] and lineage["dataset_path"].startswith(str(home))
+        _, _, got = resume_config(str(linked), None, tmp_path / "default-home",
+                                  "train_offline")
+        assert got == home
+        capsys.readouterr()
+        assert wmx_main(["runs", "ls", "--home", str(home)]) == 0
+        names = [ln.split("  ")[0] for ln in capsys.readouterr().out.splitlines()[1:]]
+        assert {"full (also linked as alias)", f"linked -> {elsewhere}"} <= set(names)
+        assert not {"full", "alias", "linked"} & set(names)       # each run once
+    finally:
+        linked.unlink()
+        alias.unlink()
+
+
+# ---- a cut config.json --------------------------------------------------------------------
+def test_a_cut_config_json_is_the_same_one_line_everywhere(tiny_online_run, tmp_path,
+                                                           capsys):
+    _, _, full, _ = tiny_online_run
+    run_dir = tmp_path / "runs" / "r"
+    shutil.copytree(full, run_dir)
+    cfg = run_dir / "config.json"
+    cfg.write_text(cfg.read_text()[:40])
+    said = (f"{cfg} is not valid JSON (", "): the run directory is damaged (its config cannot "
+            "be rebuilt); put config.json back from a copy, or start a new run")
+    for argv, main, prefix in (
+            (["runs", "info", str(run_dir)], wmx_main, "error: "),
+            (["--run", str(run_dir)], evaluate_cli.main, "evaluate: error: "),
+            (["--resume", str(run_dir)], online_cli.main, "train_online: error: --resume: ")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        out = capsys.readouterr()
+        (line,) = _lines(out.err)
+        assert line.startswith(prefix + said[0]) and line.endswith(said[1]), line
+        assert out.out == ""
+    (run_dir / "config.json").write_text((full / "config.json").read_text())
+    host = list_checkpoints(run_dir)[-1] / "host.json"
+    host.write_text(host.read_text()[:5])                   # a damaged checkpoint: listed
+    assert wmx_main(["runs", "info", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "  checkpoints (2):" in out and (
+        f"    {host.parent.name}: damaged, its host.json is not valid JSON (") in out

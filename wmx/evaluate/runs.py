@@ -119,11 +119,11 @@ def open_run(run_dir: str | Path) -> RunInfo:
     if not cfg_path.is_file():
         raise RunError(f"{run_dir} has no config.json: not a run directory; pass one written "
                        "by train_online or train_offline (<home>/runs/<name>)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunError(f"{cfg_path} is not valid JSON ({err}); the run directory is "
-                       "damaged") from None
+    from wmx.runs.listing import damaged_config_message
+    damaged = damaged_config_message(run_dir)
+    if damaged is not None:
+        raise RunError(damaged)
+    config = json.loads(cfg_path.read_text())
     try:
         if "dataset" in config and "taskset" in config:
             from wmx.runs.offline_config import OfflineRunConfig
