@@ -1,4 +1,4 @@
-"""Named points where a test can kill the process (SIGKILL), or signal it, to check crash safety.
+"""Named points where a test can kill (SIGKILL) or signal the process, to check crash safety.
 
 ``WMX_FAILPOINT=<name>[:<n>[:<SIGNAL>]]`` in the environment kills the process the
 n-th time (default 1st) it passes `hit(<name>)`, or sends it that signal instead

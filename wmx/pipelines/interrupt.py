@@ -10,9 +10,9 @@ running ...]``) or may go on after it, so the guard also records the signal and 
 launcher checks that record: once a signal came, the dataset is not renamed into the
 store even where the pipeline returned. A second signal while the build stops removes
 the staging folder and exits at once, as does a build that has not stopped 15 s after
-the first (`BuildGuard`; the staging folder is removed then too). While the launcher renames the finished dataset into place,
-and while a Dask cluster or client is set up (`deferred_signals`), the guard only
-records.
+the first (`BuildGuard`; the staging folder is removed then too). While the launcher
+renames the finished dataset into place, and while a Dask cluster or client is set up
+(`deferred_signals`), the guard only records.
 
 The DirectRunner's SDK workers (``--direct_running_mode=multi_processing``:
 subprocesses running ``apache_beam.runners.worker.sdk_worker_main``) get a terminal's

@@ -1,16 +1,16 @@
 """Which Beam runner a pooled build runs on, and the Dask cluster it uses.
 
-`--runner` takes a short name (`direct`, `dask`, `flink`, `spark`,
-`dataflow`), Beam's class name (`DirectRunner`, `DaskRunner`, ...) or a dotted
-runner class path; `parse_runner_args` turns it into the path Beam imports.
-Tested here: `direct` and `dask` (DESIGN.md §1: "DirectRunner, or Dask on a
-local or multi-machine cluster"). `direct` (also `DirectRunner`) is pinned to
-Beam's FnApiRunner (`wmx.pipelines.direct_runner`): Beam's own DirectRunner
-would first try its Prism runner, downloading it where the network allows;
-Beam's switching runner is still there by its dotted path,
-``apache_beam.runners.direct.direct_runner.DirectRunner``. `flink` and `spark` need job-server jars
-from outside the package registries and `dataflow` a Google Cloud project;
-they are documented (docs/datasets.md) and untested.
+`--runner` takes a short name (`direct`, `dask`, `flink`, `spark`, `dataflow`),
+Beam's class name (`DirectRunner`, `DaskRunner`, ...) or a dotted runner class
+path; `parse_runner_args` turns it into the path Beam imports. Tested here:
+`direct` and `dask` (DESIGN.md §1: "DirectRunner, or Dask on a local or
+multi-machine cluster"). `direct` (also `DirectRunner`) is pinned to Beam's
+FnApiRunner (`wmx.pipelines.direct_runner`): Beam's own DirectRunner would first
+try its Prism runner, downloading it where the network allows; Beam's switching
+runner is still there by its dotted path,
+``apache_beam.runners.direct.direct_runner.DirectRunner``. `flink` and `spark`
+need job-server jars from outside the package registries and `dataflow` a Google
+Cloud project; they are documented (docs/datasets.md) and untested.
 
 `dask` runs Beam's own DaskRunner (apache_beam.runners.dask.dask_runner) on a
 `distributed` cluster: the scheduler given by `--dask_client_address=HOST:PORT`

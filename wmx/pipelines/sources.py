@@ -321,7 +321,8 @@ def check_writable_root(plan: BuildPlan) -> None:
         probe.unlink()
     except OSError as e:
         raise BuildInputError(f"cannot write to the data root {root.parent} (--home / "
-                              f"WMX_HOME): {e.strerror or e}; give a writable directory") from None
+                              f"WMX_HOME): {e.strerror or e}; give a writable "
+                              "directory") from None
 
 
 def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),

@@ -130,10 +130,11 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     continues from the newest intact one exactly (`wmx.checkpoint.newest_intact`:
     a damaged newer one is said in one warning line and written again). After
     each chunk, a NaN or inf in its metrics, the agents' states or the rows it
-    collected stops the run before anything of the chunk is written (`wmx.runs.finite.NonFiniteError`; the
-    last checkpoint is kept). ``stop_after_chunks`` stops early
-    after that many chunks of this call (tests of resume); ``deadline`` (a
-    ``time.monotonic()`` value) stops after the first chunk that ends past it,
+    collected stops the run before anything of the chunk is written
+    (`wmx.runs.finite.NonFiniteError`; the last checkpoint is kept).
+    ``stop_after_chunks`` stops early after that many chunks of this call (tests of
+    resume); ``deadline`` (a ``time.monotonic()`` value) stops after the first chunk
+    that ends past it,
     evaluating there (budgeted runs; continue later with ``--resume``: the
     schedule and keys of later evaluations are unchanged by the stop; with
     ``rc.chunk_ticks`` a stop inside a round checkpoints without evaluating, the round's
