@@ -36,23 +36,40 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
 
 
 def run(taskset, args, beam_args) -> int:
+    """Build ``taskset``'s dataset (the jobs' common body); returns the exit status: 0 built,
+    2 bad input (nothing written), 1 a failure while building (one line, nothing
+    written), 128 + the signal's number after a SIGINT (Ctrl-C) or SIGTERM, which stops
+    the build at once and writes nothing (`wmx.pipelines.interrupt`)."""
+    from wmx.pipelines.interrupt import BuildInterrupted, guard_build
+    try:
+        with guard_build():
+            return _run(taskset, args, beam_args)
+    except BuildInterrupted as e:
+        print(f"error: {e}: the build stopped and nothing was written (its staging folder "
+              "is removed); run the same command again to build", file=sys.stderr)
+        return 128 + e.signum
+
+
+def _run(taskset, args, beam_args) -> int:
     from wmx.paths import wmx_home
     from wmx.pipelines.options import check_beam_args
+    from wmx.pipelines.interrupt import signal_name
     from wmx.pipelines.runners import RunnerError, parse_runner_args
-    from wmx.pipelines.sources import (BuildInputError, build_failure, make_plan,
-                                       run_build_result)
+    from wmx.pipelines.sources import (BuildInputError, build_failure, check_writable_root,
+                                       make_plan, run_build_result)
     try:
         ra = parse_runner_args(beam_args, args.dask_workers)
         check_beam_args(ra.beam_args, ["--home", "--tasks", "--taskset", "--sources",
                                        "--num_shards", "--dask_workers"])
         plan = make_plan(wmx_home(args.home), taskset, args.sources, args.num_shards,
                          runner=ra.name)
+        check_writable_root(plan)
     except (BuildInputError, RunnerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = sum(s.num_episodes for s in plan.sources)
     dups = sum(len(s.skip) for s in plan.sources)
-    where = ""
+    where = " (Beam's FnApiRunner, never Prism)" if ra.name == "DirectRunner" else ""
     if ra.is_dask:
         where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
                  f" on a local Dask cluster of {ra.dask_workers} worker processes")
@@ -67,7 +84,7 @@ def run(taskset, args, beam_args) -> int:
     beam_log.setLevel(logging.CRITICAL)
     try:
         res = run_build_result(plan, beam_args, args.dask_workers)
-    except RunnerError as e:
+    except (RunnerError, BuildInputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - expected failures become one line, others re-raised
@@ -80,6 +97,9 @@ def run(taskset, args, beam_args) -> int:
         beam_log.setLevel(level)
     print(f"dataset {plan.name}@{res.path.name[:10]} at {res.path} ({res.seconds:.1f} s, "
           f"shards written by {len(res.writers)} process(es))")
+    if res.late_signal is not None:
+        print(f"note: {signal_name(res.late_signal)} came as the finished dataset was put in "
+              "place: it is complete and kept", file=sys.stderr)
     return 0
 
 

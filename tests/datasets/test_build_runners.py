@@ -71,7 +71,8 @@ def _free_port() -> int:
     ("dataflow", "DataflowRunner"), ("my_pkg.runners.FancyRunner", "FancyRunner")])
 def test_runner_names_resolve(name, cls):
     got_cls, path = resolve_runner(name)
-    assert got_cls == cls and path.endswith("." + cls)
+    assert got_cls == cls
+    assert path == (RUNNERS["direct"] if cls == "DirectRunner" else path[:-len(cls)] + cls)
     ra = parse_runner_args([f"--runner={name}", "--direct_num_workers=2"]
                            if cls != "DaskRunner" else ["--runner", name])
     assert ra.name == cls and ra.beam_args[0] == f"--runner={path}"
@@ -84,6 +85,35 @@ def test_dask_runner_class_imports():
     mod, cls = RUNNERS["dask"].rsplit(".", 1)
     runner = getattr(importlib.import_module(mod), cls)
     assert runner.__name__ == "DaskRunner"
+
+
+def test_direct_runner_is_the_fnapi_runner_and_never_tries_prism(home, monkeypatch):
+    """`direct` runs Beam's FnApiRunner (wmx.pipelines.direct_runner), never Prism (which
+    Beam's own DirectRunner tries first, downloading it where the network allows), in
+    memory and with multi_processing SDK workers; the manifest records the class that ran.
+    Beam's switching DirectRunner stays reachable by its dotted path."""
+    from apache_beam.runners.direct import direct_runner
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+    from apache_beam.runners.portability import prism_runner
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from wmx.pipelines.direct_runner import FnApiDirectRunner
+    tried = []
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline",
+                        lambda self, *a, **k: tried.append(1) or 1 / 0)
+    assert issubclass(FnApiDirectRunner, FnApiRunner)
+    assert RUNNERS["direct"] == f"{FnApiDirectRunner.__module__}.FnApiDirectRunner"
+    for args in ([], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]):
+        r = run_build_result(make_plan(home, taskset_of("tst", TASKS), num_shards=2), args)
+        builder = json.loads((r.path / "manifest.json").read_text())["builder"]
+        assert (r.runner, builder["runner"]) == ("DirectRunner", "DirectRunner")
+        assert builder["runner_class"] == RUNNERS["direct"]
+        me = f"{socket.gethostname()}:{os.getpid()}"
+        assert (me in r.writers) != bool(args) and validate_dataset(r.path).ok
+        shutil.rmtree(r.path)
+    assert tried == []
+    beams = "apache_beam.runners.direct.direct_runner.DirectRunner"
+    assert parse_runner_args([f"--runner={beams}"]).path == beams
+    assert direct_runner.DirectRunner is SwitchingDirectRunner
 
 
 def test_default_runner_is_direct_and_args_pass_through():

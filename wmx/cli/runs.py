@@ -26,14 +26,14 @@ def add_parser(sub) -> None:
 
 def cmd_ls(args) -> int:
     from wmx.paths import looked_in, wmx_home
-    from wmx.runs.listing import eval_text, list_runs, progress_text, target_text
+    from wmx.runs.listing import eval_text, list_runs, name_text, progress_text, target_text
     from wmx.sizes import human_size
     runs = list_runs(wmx_home(args.home))
     if not runs:
         print(f"no runs in {wmx_home(args.home) / 'runs'} ({looked_in(args.home)}); start one "
               "with train_online or train_offline")
         return 0
-    rows = [(r.name, r.agent, target_text(r), r.status, progress_text(r), eval_text(r),
+    rows = [(name_text(r), r.agent, target_text(r), r.status, progress_text(r), eval_text(r),
              human_size(r.size)) for r in runs]
     print_table(("NAME", "AGENT", "TASK/DATASET", "STATUS", "PROGRESS", "LAST EVAL", "SIZE"),
                 rows)
@@ -48,15 +48,25 @@ def _fmt(v) -> str:
     return str(int(f)) if f.is_integer() and abs(f) < 1e15 else f"{f:.4g}"
 
 
+def _step(v) -> int | None:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
 def cmd_info(args) -> int:
+    """`wmx runs info RUN`: what read_run finds, or one line (exit 2) for a run whose
+    config.json does not read (`wmx.runs.listing.damaged_config_message`)."""
     from wmx.paths import wmx_home
-    from wmx.runs.listing import (eval_text, progress_text, read_metrics, read_run,
-                                  resolve_run, resume_text)
+    from wmx.runs.listing import (damaged_config_message, eval_text, progress_text,
+                                  read_metrics, read_run, resolve_run, resume_text)
     from wmx.sizes import human_size
     r = read_run(resolve_run(args.run, wmx_home(args.home)))
-    print(f"{r.name}\n  path: {r.path}")
-    if r.error:
-        print(f"  error: {r.error}")
+    damaged = damaged_config_message(r.path)
+    if damaged is not None:                 # nothing else is right without the config
+        raise ValueError(damaged)
+    print(f"{r.name}\n  path: {r.path}" + (f" (a link to {r.link})" if r.link else ""))
     status = r.status
     if r.owner is not None:
         status += f" ({r.owner.describe()})"
@@ -97,12 +107,14 @@ def cmd_info(args) -> int:
         tasks = [t.get("name", "?") for t in cfg["taskset"].get("tasks", [])]
         print(f"    taskset: {cfg['taskset'].get('name')} ({len(tasks)} tasks: "
               f"{', '.join(tasks)})")
-    print(f"  checkpoints ({len(r.checkpoints)}):")
+    print(f"  checkpoints ({len(r.checkpoints) + len(r.damaged)}):")
     for name, host in r.checkpoints:
         at = (f"updates {host.get('updates')}" if r.kind == "offline"
               else f"tick {host.get('next_tick')}")
         print(f"    {name}: {at}, wall {float(host.get('wall_s', 0.0)):.1f} s"
               f"{', finished' if host.get('finished') else ''}")
+    for name, why in r.damaged:
+        print(f"    {name}: damaged, its {why} (evaluate and --resume use an older one)")
     rows = read_metrics(r.path / "metrics.csv")
     if rows:
         step_col = "updates" if r.kind == "offline" else "env_steps"
@@ -111,9 +123,10 @@ def cmd_info(args) -> int:
             ks = [x for x in rows if x.get("kind") == kind]
             if not ks:
                 continue
-            last = max(int(float(x[step_col])) for x in ks if x.get(step_col))
-            for x in ks:
-                if x.get(step_col) and int(float(x[step_col])) != last:
+            steps = [_step(x.get(step_col)) for x in ks]
+            last = max((v for v in steps if v is not None), default=None)
+            for x, v in zip(ks, steps):
+                if v != last:
                     continue
                 vals = ", ".join(f"{k}={_fmt(v)}" for k, v in x.items()
                                  if v not in ("", None) and k not in ("kind", "seed"))

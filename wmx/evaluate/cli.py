@@ -96,13 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_home(home: str | Path | None, run_dir: Path) -> Path:
     """The data root of a run: ``home`` when given, else ``<home>`` of a run directory
-    ``<home>/runs/<name>``, else $WMX_HOME or ~/.wmx."""
+    ``<home>/runs/<name>`` (as given: a symbolic link there to a run kept elsewhere
+    counts; `wmx.runs.listing.home_of_run`), else $WMX_HOME or ~/.wmx."""
+    from wmx.runs.listing import home_of_run
     if home is not None:
         return wmx_home(home)
-    run_dir = Path(run_dir).expanduser().resolve()
-    if run_dir.parent.name == "runs":
-        return run_dir.parent.parent
-    return wmx_home(None)
+    found = home_of_run(run_dir)
+    return found if found is not None else wmx_home(None)
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -193,7 +193,7 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
         from wmx.evaluate.gl_backend import choose_gl_backend
         backend = choose_gl_backend()         # before the envs import mujoco
         check_renderable(info, chosen, env_fn)
-    home = run_home(home, info.run_dir)
+    home = run_home(home, run_dir)          # the path as given: a link's home counts
     enable_compile_cache(home, compile_cache)
     log.info("evaluating %s run %s at checkpoint %s: tasks %s", info.kind, info.run_dir,
              info.checkpoint.name, list(chosen))
@@ -264,11 +264,11 @@ def _mismatch_error(stale: dict[Path, dict[str, str]], reports: list[dict], epis
 def _runs(args: argparse.Namespace) -> Path:
     """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
     evaluation; then the runs without a report are evaluated and the comparison written."""
-    from wmx.checkpoint import list_checkpoints
+    from wmx.checkpoint import newest_intact
     from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
                                       report_mismatch, write_comparison)
     from wmx.evaluate.report import load_report
-    from wmx.evaluate.runs import RunError, open_run
+    from wmx.evaluate.runs import POLICY_ITEMS, RunError, open_run
     if args.out is None:
         raise UsageError("--runs needs --out DIR (where the comparison is written)")
     if args.tasks is not None:
@@ -280,6 +280,7 @@ def _runs(args: argparse.Namespace) -> Path:
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     resolved = [Path(r).expanduser().resolve() for r in args.runs]
+    given = dict(zip(resolved, args.runs))     # a link under <home>/runs names the home
     twice = sorted({str(r) for r in resolved if resolved.count(r) > 1})
     if twice:
         raise UsageError(f"--runs names {', '.join(twice)} more than once; give each run once")
@@ -296,9 +297,9 @@ def _runs(args: argparse.Namespace) -> Path:
     for run_dir in resolved:
         if run_dir in reports:
             rep = reports[run_dir]
-            ckpts = list_checkpoints(run_dir)
+            found = newest_intact(run_dir, POLICY_ITEMS, log)
             why = report_mismatch(rep, episodes=episodes, keys=keys,
-                                  checkpoint_step=int(ckpts[-1].name) if ckpts else None)
+                                  checkpoint_step=int(found[0].name) if found else None)
             if why:
                 stale[run_dir] = why
             tasks.append([t["task"] for t in rep["per_task"]])
@@ -321,7 +322,7 @@ def _runs(args: argparse.Namespace) -> Path:
     for run_dir in resolved:
         if run_dir not in reports:
             log.info("%s has no report: evaluating it first", run_dir)
-            evaluate_to_report(run_dir, episodes=episodes,
+            evaluate_to_report(given[run_dir], episodes=episodes,
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
                                home=args.home, compile_cache=not args.no_compile_cache)
             reports[run_dir] = load_report(run_dir / "report")

@@ -30,11 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmx.acting import make_evaluate_fn
-from wmx.checkpoint import list_checkpoints, restore_checkpoint
+from wmx.checkpoint import newest_intact, restore_checkpoint
 from wmx.envs.base import Env
 from wmx.evaluate.video import Recording
 
 log = logging.getLogger("wmx.evaluate")
+
+POLICY_ITEMS = ("agent", "keys")
+"""The checkpoint items evaluation restores (`restore_policy`)."""
 
 EVALUATE_TAG = 0xE7A1
 """fold_in tag of the evaluate command's own rollout keys (see the module doc)."""
@@ -100,10 +103,13 @@ class RunInfo:
 
 
 def open_run(run_dir: str | Path) -> RunInfo:
-    """Open ``run_dir`` (a train_online or train_offline run) at its newest checkpoint.
+    """Open ``run_dir`` (a train_online or train_offline run) at its newest intact
+    checkpoint (`wmx.checkpoint.newest_intact` for the items evaluation reads: a damaged
+    newer one is one WARNING line naming the damaged file and the checkpoint used).
 
     Raises RunError when the directory does not exist, has no config.json,
-    its config is neither kind, or it has no complete checkpoint.
+    its config is neither kind, or it has no complete checkpoint, and
+    CheckpointDamagedError (a ValueError) when no checkpoint is intact.
     """
     run_dir = Path(run_dir).expanduser().resolve()
     if not run_dir.is_dir():
@@ -113,11 +119,11 @@ def open_run(run_dir: str | Path) -> RunInfo:
     if not cfg_path.is_file():
         raise RunError(f"{run_dir} has no config.json: not a run directory; pass one written "
                        "by train_online or train_offline (<home>/runs/<name>)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunError(f"{cfg_path} is not valid JSON ({err}); the run directory is "
-                       "damaged") from None
+    from wmx.runs.listing import damaged_config_message
+    damaged = damaged_config_message(run_dir)
+    if damaged is not None:
+        raise RunError(damaged)
+    config = json.loads(cfg_path.read_text())
     try:
         if "dataset" in config and "taskset" in config:
             from wmx.runs.offline_config import OfflineRunConfig
@@ -132,13 +138,13 @@ def open_run(run_dir: str | Path) -> RunInfo:
     except (TypeError, KeyError) as err:
         raise RunError(f"{cfg_path} is not a config this version of wmx reads ({err}); "
                        "the run directory is damaged or from another version") from None
-    ckpts = list_checkpoints(run_dir)
-    if not ckpts:
+    found = newest_intact(run_dir, POLICY_ITEMS, log)   # a damaged newer one: said
+    if found is None:
         raise RunError(f"run {run_dir} has no checkpoint yet (checkpoints/ is empty or "
                        "missing); let the run reach its first checkpoint, or continue it "
                        f"with `train_{kind} --resume {run_dir}`")
-    host = json.loads((ckpts[-1] / "host.json").read_text())
-    return RunInfo(run_dir, kind, config, rc, ckpts[-1], int(ckpts[-1].name), host, tasks,
+    ckpt, host = found
+    return RunInfo(run_dir, kind, config, rc, ckpt, int(ckpt.name), host, tasks,
                    tuple(rc.seeds))
 
 
@@ -198,7 +204,7 @@ def restore_policy(info: RunInfo) -> tuple[Any, jax.Array]:
     like = jax.eval_shape(lambda: {
         "agent": jax.vmap(lambda k: agent.init(k, cfg))(jnp.zeros((seeds, 2), jnp.uint32)),
         "keys": jnp.zeros((seeds, 2), jnp.uint32)})
-    items, _ = restore_checkpoint(info.checkpoint, like)
+    items, _ = restore_checkpoint(info.checkpoint, like, verify=False)   # open_run did
     params = jax.vmap(agent.policy_params)(items["agent"])
     return jax.device_put((params, items["keys"]), jax.devices()[0])
 

@@ -39,7 +39,9 @@ class BuildPlan:
     dict (goes into the manifest and the content hash); num_shards >= 1;
     duplicates: the episodes found more than once in the sources, each
     {"digest", "task", "kept", "dropped"} (source refs ``<task>/<set id>#<index>``),
-    pooled once and listed in the manifest's builder."""
+    pooled once and listed in the manifest's builder; runner: the runner's name
+    ("DirectRunner", "DaskRunner", ...), runner_class: the dotted path of the runner
+    class that runs the build (both recorded in the manifest's builder)."""
     name: str
     tasks: tuple[str, ...]
     obs_dims: tuple[int, ...]
@@ -53,6 +55,7 @@ class BuildPlan:
     code_version: str = "unknown"
     runner: str = "DirectRunner"
     duplicates: tuple = ()
+    runner_class: str = ""
 
     @property
     def max_obs_dim(self) -> int:

@@ -1,12 +1,16 @@
 """Which Beam runner a pooled build runs on, and the Dask cluster it uses.
 
-`--runner` takes a short name (`direct`, `dask`, `flink`, `spark`,
-`dataflow`), Beam's class name (`DirectRunner`, `DaskRunner`, ...) or a dotted
-runner class path; `parse_runner_args` turns it into the path Beam imports.
-Tested here: `direct` and `dask` (DESIGN.md §1: "DirectRunner, or Dask on a
-local or multi-machine cluster"). `flink` and `spark` need job-server jars
-from outside the package registries and `dataflow` a Google Cloud project;
-they are documented (docs/datasets.md) and untested.
+`--runner` takes a short name (`direct`, `dask`, `flink`, `spark`, `dataflow`),
+Beam's class name (`DirectRunner`, `DaskRunner`, ...) or a dotted runner class
+path; `parse_runner_args` turns it into the path Beam imports. Tested here:
+`direct` and `dask` (DESIGN.md §1: "DirectRunner, or Dask on a local or
+multi-machine cluster"). `direct` (also `DirectRunner`) is pinned to Beam's
+FnApiRunner (`wmx.pipelines.direct_runner`): Beam's own DirectRunner would first
+try its Prism runner, downloading it where the network allows; Beam's switching
+runner is still there by its dotted path,
+``apache_beam.runners.direct.direct_runner.DirectRunner``. `flink` and `spark`
+need job-server jars from outside the package registries and `dataflow` a Google
+Cloud project; they are documented (docs/datasets.md) and untested.
 
 `dask` runs Beam's own DaskRunner (apache_beam.runners.dask.dask_runner) on a
 `distributed` cluster: the scheduler given by `--dask_client_address=HOST:PORT`
@@ -25,13 +29,16 @@ import os
 from typing import Iterator, Sequence
 
 RUNNERS = {
-    "direct": "apache_beam.runners.direct.direct_runner.DirectRunner",
+    "direct": "wmx.pipelines.direct_runner.FnApiDirectRunner",
     "dask": "apache_beam.runners.dask.dask_runner.DaskRunner",
     "flink": "apache_beam.runners.portability.flink_runner.FlinkRunner",
     "spark": "apache_beam.runners.portability.spark_runner.SparkRunner",
     "dataflow": "apache_beam.runners.dataflow.dataflow_runner.DataflowRunner",
 }
-"""Short runner name -> the Beam runner class path."""
+"""Short runner name -> the runner class path Beam imports."""
+
+NAMES = {"direct": "DirectRunner"}
+"""Short runner name -> the name a build prints and records, where it is not the class's."""
 
 DASK_CONNECT_TIMEOUT_S = 10.0
 """Seconds to reach a Dask scheduler and see one worker (`--dask_connection_timeout`)."""
@@ -46,16 +53,18 @@ class RunnerError(ValueError):
 
 
 def resolve_runner(name: str) -> tuple[str, str]:
-    """(class name, dotted class path) of a runner given by short name
-    (`dask`), Beam class name (`DaskRunner`, any case) or dotted path.
+    """(name, dotted class path) of a runner given by short name (`dask`), Beam class name
+    (`DaskRunner`, any case) or dotted path; the name is the class's, except `direct`'s
+    ("DirectRunner", `NAMES`).
 
     Raises RunnerError listing the known short names for anything else."""
     key = str(name).strip()
     low = key.lower()
     for short, path in RUNNERS.items():
         cls = path.rsplit(".", 1)[1]
-        if low in (short, cls.lower(), path.lower()):
-            return cls, path
+        shown = NAMES.get(short, cls)
+        if low in (short, cls.lower(), shown.lower(), path.lower()):
+            return shown, path
     if "." in key and all(part.isidentifier() for part in key.split(".")):
         return key.rsplit(".", 1)[1], key
     raise RunnerError(
@@ -67,14 +76,16 @@ def resolve_runner(name: str) -> tuple[str, str]:
 class RunnerArgs:
     """A build's runner, from its Beam arguments.
 
-    name: runner class name ("DirectRunner", "DaskRunner", ...); beam_args:
-    the Beam options with `--runner` rewritten to the class path;
+    name: the runner's name ("DirectRunner", "DaskRunner", ...; `resolve_runner`);
+    path: the dotted path of the runner class that runs the build; beam_args:
+    the Beam options with `--runner` rewritten to that path;
     dask_address: `--dask_client_address` or None; dask_timeout_s: seconds
     allowed to reach the scheduler; dask_workers: processes of the local
     cluster (None with a client address); partitions_given: whether
     `--dask_npartitions` / `--dask_partition_size` was given."""
     name: str
     beam_args: tuple[str, ...]
+    path: str = ""
     dask_address: str | None = None
     dask_timeout_s: float = DASK_CONNECT_TIMEOUT_S
     dask_workers: int | None = None
@@ -114,7 +125,7 @@ def parse_runner_args(beam_args: Sequence[str], dask_workers: int | None = None)
             opt = given[0] if given else "--dask_workers"
             raise RunnerError(f"{opt} applies to the Dask runner only; add --runner=dask "
                               f"or drop {opt}")
-        return RunnerArgs(cls, tuple([f"--runner={path}"] + rest))
+        return RunnerArgs(cls, tuple([f"--runner={path}"] + rest), path)
     if dask_workers is not None and known.dask_client_address:
         raise RunnerError("give either --dask_client_address (an existing Dask cluster) or "
                           "--dask_workers (a local cluster started for the build), not both")
@@ -128,8 +139,8 @@ def parse_runner_args(beam_args: Sequence[str], dask_workers: int | None = None)
             raise RunnerError(f"--dask_connection_timeout must be seconds, got "
                               f"{known.dask_connection_timeout!r}") from None
     workers = None if known.dask_client_address else (dask_workers or os.cpu_count() or 1)
-    return RunnerArgs(cls, tuple([f"--runner={path}"] + rest), known.dask_client_address,
-                      timeout, workers,
+    return RunnerArgs(cls, tuple([f"--runner={path}"] + rest), path,
+                      known.dask_client_address, timeout, workers,
                       any(o in given for o in ("--dask_npartitions", "--dask_partition_size")))
 
 
@@ -214,8 +225,10 @@ def check_dask_cluster(address: str, shared_paths: Sequence[str], timeout_s: flo
     problem = _tcp_unreachable(address, timeout_s)
     if problem:
         raise RunnerError(f"cannot reach the Dask scheduler at {address} ({problem}); {fix}")
+    from wmx.pipelines.interrupt import deferred_signals
     try:
-        client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+        with deferred_signals():          # a Ctrl-C here would leave it half-connected
+            client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
     except Exception as e:  # noqa: BLE001 - OSError/TimeoutError/ValueError alike
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RunnerError(f"cannot reach the Dask scheduler at {address} ({msg}); "
@@ -275,15 +288,20 @@ def quiet_dask_logs(level: int = logging.ERROR) -> Iterator[None]:
 def local_dask_cluster(workers: int) -> Iterator[str]:
     """A `distributed.LocalCluster` of `workers` processes (1 thread each, on
     127.0.0.1, no dashboard) for the duration of the block; yields the
-    scheduler address. Closed on exit, also on an exception."""
+    scheduler address. Closed on exit, also on an exception; a SIGINT / SIGTERM while it
+    starts stops the build once it has started (`wmx.pipelines.interrupt`)."""
+    from wmx.pipelines.interrupt import deferred_signals
     distributed = _import_distributed()
-    cluster = distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR)
+    cluster = None
     try:
+        with deferred_signals():          # a Ctrl-C here would leave it half-started
+            cluster = distributed.LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR)
         yield cluster.scheduler_address
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager

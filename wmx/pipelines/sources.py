@@ -292,12 +292,15 @@ def build_failure(err: BaseException) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
     """What `run_build_result` did. path: the dataset directory; runner: the
-    Beam runner class name; seconds: wall time of the pipeline (cluster start
-    included); writers: `<host>:<pid>` of each process that wrote shards."""
+    runner's name ("DirectRunner", "DaskRunner", ...); seconds: wall time of the
+    pipeline (cluster start included); writers: `<host>:<pid>` of each process that
+    wrote shards; late_signal: the number of a SIGINT / SIGTERM that came while the
+    finished dataset was renamed into place (it is complete and kept), else None."""
     path: Path
     runner: str
     seconds: float
     writers: tuple[str, ...]
+    late_signal: int | None = None
 
 
 def run_build(plan: BuildPlan, beam_args: Iterable[str] = (),
@@ -306,28 +309,54 @@ def run_build(plan: BuildPlan, beam_args: Iterable[str] = (),
     return run_build_result(plan, beam_args, dask_workers).path
 
 
+def check_writable_root(plan: BuildPlan) -> None:
+    """Raise BuildInputError (one line: bad input) when the plan's datasets folder cannot be
+    written (a read-only filesystem, missing permissions), before the build writes anything.
+    A probe file owned by this process is written there and removed."""
+    root = Path(plan.datasets_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / temporaries.owned_name("probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise BuildInputError(f"cannot write to the data root {root.parent} (--home / "
+                              f"WMX_HOME): {e.strerror or e}; give a writable "
+                              "directory") from None
+
+
 def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
                      dask_workers: int | None = None) -> BuildResult:
     """Run the Beam build of `plan` with Beam pipeline options `beam_args`.
 
-    Runners (wmx.pipelines.runners): the DirectRunner by default
-    (["--direct_num_workers=2", "--direct_running_mode=multi_processing"]);
+    Runners (wmx.pipelines.runners): the DirectRunner by default, Beam's
+    FnApiRunner without the Prism attempt (`wmx.pipelines.direct_runner`; in
+    memory, or ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]);
     "--runner=dask" on a local cluster of `dask_workers` processes started for
     the build (default: the CPU count), or with "--dask_client_address=HOST:PORT"
     on an existing cluster; "--runner=flink|spark|dataflow ..." (untested). With
     a cluster, the store must be on a filesystem every worker sees.
-    The manifest records the runner's class name. Returns a BuildResult.
+    The manifest's builder records the runner's name and the dotted path of the runner
+    class that ran (``runner``, ``runner_class``). The pipeline leaves the complete
+    dataset in the staging folder; this process renames it into the store
+    (`place_dataset`). Returns a BuildResult.
 
-    First the staging folders and temporaries that dead builds of this host
-    left are removed. Raises RunnerError (a ValueError) before anything is
-    written for an unknown runner, bad Dask options, or a cluster that cannot
-    be used; on any failure of the pipeline itself the staging directory is
-    removed, so no partial dataset is left, and the error re-raised."""
+    First the data root is checked writable and the staging folders and temporaries
+    that dead builds of this host left are removed. Raises BuildInputError (a
+    ValueError) for a data root that cannot be written and RunnerError (a ValueError)
+    for an unknown runner, bad Dask options, or a cluster that cannot be used, before
+    anything is written; on any failure of the pipeline itself the staging directory
+    is removed, so no partial dataset is left, and the error re-raised. A SIGINT or
+    SIGTERM (`wmx.pipelines.interrupt`) stops the build: the staging directory is
+    removed and `BuildInterrupted` (a KeyboardInterrupt) raised, also where Beam
+    turned the signal into another error or finished anyway."""
     import time
 
+    from wmx.pipelines.interrupt import BuildInterrupted, guard_build, signal_name
     from wmx.pipelines.runners import parse_runner_args, runner_session
     ra = parse_runner_args(list(beam_args), dask_workers)
-    plan = dataclasses.replace(plan, runner=ra.name)
+    plan = dataclasses.replace(plan, runner=ra.name, runner_class=ra.path)
+    check_writable_root(plan)
     # what the workers must see: the episode-set roots and the data root
     shared = sorted({str(Path(s.path).parent.parent) for s in plan.sources}
                     | {os.path.dirname(plan.datasets_root)})
@@ -336,23 +365,43 @@ def run_build_result(plan: BuildPlan, beam_args: Iterable[str] = (),
     temporaries.sweep(root)
     temporaries.sweep(root / plan.name)
     t0 = time.perf_counter()
-    try:
-        with _beam_tempdir(root / ".staging"), \
-                runner_session(ra, shared, default_partitions=len(plan.sources)) as args:
-            os.makedirs(plan.staging_dir, exist_ok=False)
-            _run_pipeline(plan, args)
-    except BaseException:
-        # after runner_session's exit: a local cluster's workers are stopped
-        shutil.rmtree(plan.staging_dir, ignore_errors=True)
-        _remove(plan.staging_dir + ".result")
-        raise
-    seconds = time.perf_counter() - t0
     result = Path(plan.staging_dir + ".result")
-    info = json.loads(result.read_text())
+    with guard_build(plan.staging_dir, result) as guard:
+        try:
+            with _beam_tempdir(root / ".staging") as tmp, \
+                    runner_session(ra, shared, default_partitions=len(plan.sources)) as args:
+                guard.paths.append(str(tmp))
+                os.makedirs(plan.staging_dir, exist_ok=False)
+                _run_pipeline(plan, args)
+                guard.armed = False          # from here a signal is only recorded
+            guard.check()
+            seconds = time.perf_counter() - t0
+            info = json.loads(result.read_text())
+            path = place_dataset(plan, info["path"])
+        except BaseException:
+            guard.armed = False
+            # after runner_session's exit: a local cluster's workers are stopped
+            shutil.rmtree(plan.staging_dir, ignore_errors=True)
+            _remove(str(result))
+            if guard.signum is not None:   # whatever Beam made of it: the signal's error
+                raise BuildInterrupted(f"interrupted by {signal_name(guard.signum)}",
+                                       guard.signum) from None
+            raise
     result.unlink()
-    if os.path.exists(plan.staging_dir):
-        shutil.rmtree(plan.staging_dir, ignore_errors=True)
-    return BuildResult(Path(info["path"]), ra.name, seconds, tuple(info["writers"]))
+    return BuildResult(path, ra.name, seconds, tuple(info["writers"]), guard.signum)
+
+
+def place_dataset(plan: BuildPlan, dest: str) -> Path:
+    """Rename the finished dataset in the plan's staging folder to ``dest``
+    (``<datasets_root>/<name>/<content hash>``, from the pipeline's ``.result``); when that
+    dataset exists already (the same content hash), the staging folder is removed and the
+    existing one kept. Returns ``dest``."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if os.path.exists(dest):
+        shutil.rmtree(plan.staging_dir)
+    else:
+        os.rename(plan.staging_dir, dest)
+    return Path(dest)
 
 
 @contextlib.contextmanager
@@ -365,14 +414,15 @@ def _beam_tempdir(parent: Path):
     Why process globals: no Beam option or argument places these temporaries.
     wmx's pipeline has no file sink (``--temp_location`` only serves those; the
     shards are written by `wmx.pipelines.transforms` into the plan's staging
-    directory). Beam's DirectRunner first tries the Prism runner, and that
-    attempt calls ``tempfile.mkdtemp()`` without a directory (the SDK
-    dependency staging of ``environments.python_sdk_dependencies``, the job
-    server's ``beam-temp*`` root) and creates ``beam-requirements-cache`` in
-    ``tempfile.gettempdir()``; where Prism cannot start (no binary, no
-    network) they are left behind. The processes a build starts inherit
-    ``TMPDIR`` (the DirectRunner's SDK workers; a local Dask cluster's
-    workers, which put their scratch space in the temporary directory).
+    directory). A runner that tries Prism (Beam's own switching DirectRunner, given
+    by its dotted path; wmx's `direct` never does) calls ``tempfile.mkdtemp()``
+    without a directory (the SDK dependency staging of
+    ``environments.python_sdk_dependencies``, the job server's ``beam-temp*``
+    root) and creates ``beam-requirements-cache`` in ``tempfile.gettempdir()``;
+    where Prism cannot start (no binary, no network) they are left behind. The
+    processes a build starts inherit ``TMPDIR`` (the DirectRunner's SDK workers in
+    multi_processing mode; a local Dask cluster's workers, which put their scratch
+    space in the temporary directory).
 
     Both values are set inside the ``try`` and restored exactly in its
     ``finally`` (``TMPDIR`` unset again when it was unset), on success, on an

@@ -3,7 +3,8 @@
 read episode sets -> check each episode against its set's manifest -> pad to
 the TaskSet's max dims + task id -> shard by episode digest (sorted within a
 shard) -> ArrayRecord shards written by a DoFn -> counts, statistics, manifest
--> the staging directory renamed into the store.
+-> the manifest in the staging directory, which the launching process
+(`wmx.pipelines.sources.run_build_result`) renames into the store.
 """
 from __future__ import annotations
 
@@ -191,7 +192,7 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
              for t in plan.tasks}
     builder = {"pipeline": "wmx.pipelines.transforms.BuildPooled",
                "code_version": plan.code_version, "num_shards": plan.num_shards,
-               "runner": plan.runner,
+               "runner": plan.runner, "runner_class": plan.runner_class,
                "source_sets": [{"task": s.task, "set_id": s.set_id,
                                 "content_hash": s.content_hash,
                                 "episodes": s.num_episodes} for s in plan.sources]}
@@ -208,21 +209,15 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
 
 
 def finalize(shards: list[dict], plan: BuildPlan) -> str:
-    """Write manifest.json into the staging dir and rename the dir to
-    <datasets_root>/<name>/<content hash>. If that dataset already exists (same
-    content hash), the staging dir is removed and the existing path returned.
-    Writes `<staging dir>.result` (JSON: path, writers: the `writer_id`s of
-    the processes that wrote shards) for `run_build` on the launching machine."""
-    import shutil
+    """Write manifest.json into the staging dir and `<staging dir>.result` (JSON: path,
+    the dataset's place ``<datasets_root>/<name>/<content hash>``; writers: the
+    `writer_id`s of the processes that wrote shards) for `run_build_result`, which
+    renames the staging dir into place on the launching machine (after the pipeline
+    ends, so an interrupted build writes nothing). Returns that path."""
     man = build_manifest(plan, shards)
     man.write(plan.staging_dir)
     failpoints.hit("build.finalize")
     dest = os.path.join(plan.datasets_root, plan.name, man.content_hash)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    if os.path.exists(dest):
-        shutil.rmtree(plan.staging_dir)
-    else:
-        os.rename(plan.staging_dir, dest)
     with open(plan.staging_dir + ".result", "w") as f:
         json.dump({"path": dest, "writers": sorted({s.get("writer", "?") for s in shards})}, f)
     return dest

@@ -178,15 +178,18 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
 
     RUN_DIR is a run directory, or the bare name of one under ``<home>/runs/``
     (as `wmx runs ls` lists it) when no such directory is in the working folder.
-    The data root becomes the run's ``<home>`` (``<home>/runs/<name>``) unless
+    The data root becomes the run's ``<home>`` (``<home>/runs/<name>``, also where
+    RUN_DIR is a symbolic link there to a run kept elsewhere: `home_of_run`) unless
     ``--home`` was given. Raises FileNotFoundError when RUN_DIR holds no
-    config.json, ValueError when it is not JSON, not an object, or another
-    trainer's run config (naming the trainer that continues it)."""
-    run_dir = Path(resume).expanduser().resolve()
+    config.json, ValueError when it is not JSON, not an object
+    (`wmx.runs.listing.damaged_config_message`), or another trainer's run config
+    (naming the trainer that continues it)."""
+    given = Path(os.path.abspath(Path(resume).expanduser()))   # a link kept as given
+    run_dir = given.resolve()
     named = Path(home) / "runs" / resume
     if (not run_dir.exists() and "/" not in resume and resume not in (".", "..")
             and (named / "config.json").is_file()):
-        run_dir = named.resolve()
+        given, run_dir = Path(os.path.abspath(named)), named.resolve()
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
         what = "no config.json there" if run_dir.is_dir() else "no such directory"
@@ -195,11 +198,10 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
         raise FileNotFoundError(f"--resume {run_dir}: {what}; pass a run "
                                 f"directory written by {prog}, or the name of one under "
                                 f"{Path(home) / 'runs'} (`wmx runs ls`)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise ValueError(f"--resume {run_dir}: config.json is not readable JSON ({e}); it "
-                         "was not written by this wmx") from None
+    from wmx.runs.listing import config_problem, damaged_config_message, home_of_run
+    if config_problem(cfg_path) not in (None, "is not a JSON object"):   # that: below
+        raise ValueError(f"--resume: {damaged_config_message(run_dir)}")
+    cfg = json.loads(cfg_path.read_text())
     key = RUN_KIND_KEYS.get(prog)
     if not isinstance(cfg, dict) or (key is not None and key not in cfg):
         other = next((p for p, k in RUN_KIND_KEYS.items()
@@ -208,8 +210,8 @@ def resume_config(resume: str, home_flag: str | None, home: Path,
                else f"pass a run directory written by {prog}")
         raise ValueError(f"--resume {run_dir}: not a {prog} run (its config.json has no "
                          f"'{key}'); {fix}")
-    if home_flag is None and run_dir.parent.name == "runs":
-        home = run_dir.parent.parent
+    if home_flag is None and home_of_run(given) is not None:
+        home = home_of_run(given)
     return run_dir, cfg, home
 
 
@@ -344,14 +346,14 @@ def rewrite_config(run_dir: Path, config: dict[str, Any]) -> None:
 
 def run_has_finished(run_dir: Path) -> bool:
     """Whether the run wrote its end: summary.json, or a newest checkpoint marked
-    ``finished`` (a trainer killed between that checkpoint and summary.json). Such a run
-    cannot be extended exactly (its restored state says finished)."""
-    from wmx.checkpoint import list_checkpoints
+    ``finished`` (a trainer killed between that checkpoint and summary.json; the newest
+    intact one, `wmx.checkpoint.newest_intact`). Such a run cannot be extended exactly
+    (its restored state says finished)."""
+    from wmx.checkpoint import newest_intact
     if (Path(run_dir) / "summary.json").exists():
         return True
-    ckpts = list_checkpoints(run_dir)
-    return bool(ckpts) and bool(json.loads((ckpts[-1] / "host.json").read_text()).get(
-        "finished"))
+    found = newest_intact(run_dir)
+    return found is not None and bool(found[1].get("finished"))
 
 
 RUN_NAME_MAX = 200

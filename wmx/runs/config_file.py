@@ -120,13 +120,34 @@ def _convert(action: argparse.Action, key: str, value: Any, path: str) -> Any:
     return out
 
 
+PATH_FLAGS = frozenset({"home", "resume", "init_from", "run", "runs", "out"})
+"""Dests of the flags that take a path or a run name: a config file must give them a
+string (a number there is a mistake: ``home: 3``)."""
+
+_KIND = {bool: "a boolean", int: "an integer", float: "a number", list: "a list",
+         dict: "a mapping"}
+
+
 def _typed(action: argparse.Action, v: Any, bad: str) -> Any:
     """One value through the flag's ``type`` (numbers kept as they are, booleans refused
-    where a number or a name is expected)."""
-    if v is None or action.type is None:
+    where a number or a name is expected). A flag without a type takes text: a string,
+    or a number as its digits (``model_size: 5``), except a path flag (`PATH_FLAGS`),
+    which takes a string only."""
+    flag = action.option_strings[-1]
+    if v is None:
         return v
+    if action.type is None:
+        if isinstance(v, str):
+            return v
+        kind = _KIND.get(type(v), type(v).__name__)
+        if action.dest in PATH_FLAGS:
+            raise ValueError(bad + f"{flag} takes a path (a string), got {v!r} ({kind}); "
+                                   "write the path, in quotes where it looks like a number")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return str(v)
+        raise ValueError(bad + f"{flag} takes a name (a string), got {v!r} ({kind})")
     if isinstance(v, bool):
-        raise ValueError(bad + f"expected a value for {action.option_strings[-1]}, got {v!r}")
+        raise ValueError(bad + f"expected a value for {flag}, got {v!r}")
     if action.type is int and isinstance(v, int):
         return v
     if action.type is float and isinstance(v, (int, float)):

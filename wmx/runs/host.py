@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from wmx import temporaries
 from wmx.runs.interrupt import requested
@@ -37,6 +37,8 @@ class HostState:
     Offline (train_offline): updates (done), training_hash and dataset (the
     run the checkpoint belongs to), streams (the streaming feed's iterator
     states, one per seed, or None).
+    Both: metrics_rows, the data rows metrics.csv held when the checkpoint was saved
+    (None in a checkpoint written before it was recorded; `wmx.metrics_csv.check_resume`).
     """
 
     eval_index: int = 0
@@ -50,6 +52,7 @@ class HostState:
     training_hash: str = ""
     dataset: str = ""
     streams: list[dict] | None = None
+    metrics_rows: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -63,6 +66,25 @@ class HostState:
             raise ValueError(f"host.json has unknown counters {unknown}: written by another "
                              "version of wmx; start a new run")
         return cls(**d)
+
+
+def resume_points(run_dir: Path, ckpt: Path, host: dict[str, Any],
+                  keep_until: Callable[[dict[str, Any]], int]) -> list[tuple[Path, int,
+                                                                         int | None]]:
+    """`wmx.metrics_csv.check_resume`'s points of a resume from checkpoint ``ckpt`` (host.json
+    ``host``): it, then the run's older checkpoints whose host.json reads, newest first,
+    each with ``keep_until(host dict)`` (the last metrics step it keeps) and its recorded
+    ``metrics_rows``."""
+    from wmx.checkpoint import CheckpointDamagedError, list_checkpoints, read_host
+    points = [(Path(ckpt), keep_until(host), host.get("metrics_rows"))]
+    for older in reversed([c for c in list_checkpoints(run_dir)
+                           if int(c.name) < int(Path(ckpt).name)]):
+        try:
+            h = read_host(older)
+        except CheckpointDamagedError:
+            continue
+        points.append((older, keep_until(h), h.get("metrics_rows")))
+    return points
 
 
 class EvalPoint(NamedTuple):

@@ -27,23 +27,24 @@ from typing import Any
 
 import jax
 
-from wmx.checkpoint import list_checkpoints, restore_checkpoint
+from wmx.checkpoint import newest_intact, restore_checkpoint
 
 
 def resolve_source(path: str | Path) -> Path:
     """The checkpoint folder ``--init-from PATH`` names, resolved: PATH itself when it is
-    a checkpoint (``<run>/checkpoints/<step>``), else the newest complete checkpoint of
-    the run directory PATH. Raises ValueError when there is none."""
+    a checkpoint (``<run>/checkpoints/<step>``), else the newest intact checkpoint of
+    the run directory PATH (`wmx.checkpoint.newest_intact`). Raises ValueError when
+    there is none (CheckpointDamagedError when none is intact)."""
     p = Path(path).expanduser().resolve()
     if (p / "host.json").is_file() and (p / "items").is_dir():
         return p
     if not (p / "config.json").is_file():
         raise ValueError(f"--init-from {path}: not a run directory (no config.json) nor a "
                          "checkpoint folder")
-    ckpts = list_checkpoints(p)
-    if not ckpts:
+    found = newest_intact(p, ("agent",))
+    if found is None:
         raise ValueError(f"--init-from {path}: the run has no complete checkpoint yet")
-    return ckpts[-1]
+    return found[0]
 
 
 @dataclasses.dataclass(frozen=True)

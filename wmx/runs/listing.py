@@ -22,6 +22,7 @@ past its newest checkpoint (a resume drops those rows and redoes them).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -45,7 +46,11 @@ class RunInfo:
     "updates"; done / total: progress on that axis (total from the config,
     None when unknown); last_eval: the trainer's newest evaluation (`LastEval`) or
     None; owner: the live trainer when running; checkpoints: [(step folder name,
-    host.json dict)], oldest first; size: bytes on disk (files under the run, links not followed).
+    host.json dict)], oldest first; damaged: [(step folder name, what is wrong)] of
+    the checkpoints whose host.json cannot be read; size: bytes on disk (files under
+    the run, links not followed); link: where the entry leads when it is a symbolic
+    link (None for a directory); aliases: the names of the links under
+    ``<home>/runs`` that lead to this run (`list_runs` lists a run once).
     """
 
     name: str
@@ -64,6 +69,9 @@ class RunInfo:
     owner: Owner | None = None
     checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     error: str = ""
+    damaged: list[tuple[str, str]] = field(default_factory=list)
+    link: Path | None = None
+    aliases: tuple[str, ...] = ()
 
 
 def runs_dir(home: Path) -> Path:
@@ -73,24 +81,46 @@ def runs_dir(home: Path) -> Path:
 
 def list_runs(home: Path) -> list[RunInfo]:
     """Every run directory under ``<home>/runs`` (hidden names skipped: temporaries),
-    sorted by name. A missing ``runs/`` is an empty list."""
+    sorted by name, each run once: a symbolic link to a run listed under its own name is
+    that run's alias (``aliases``), a link to a run elsewhere is listed under its name
+    with its ``link``. A missing ``runs/`` is an empty list."""
     root = runs_dir(home)
     try:
         entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except FileNotFoundError:
         return []
-    return [read_run(p) for p in entries]
+    by_target: dict[Path, list[Path]] = {}
+    for p in entries:
+        by_target.setdefault(p.resolve(), []).append(p)
+    out = []
+    for same in by_target.values():       # the directory itself first, then links
+        same.sort(key=lambda p: (p.is_symlink(), p.name))
+        r = read_run(same[0])
+        out.append(dataclasses.replace(r, aliases=tuple(p.name for p in same[1:])))
+    return sorted(out, key=lambda r: r.name)
+
+
+def home_of_run(run_dir: str | Path) -> Path | None:
+    """``<home>`` of a run directory ``<home>/runs/<name>``: from the path as given (a
+    symbolic link ``<home>/runs/linked`` to a run kept elsewhere names its home), else
+    from the path it resolves to; None when neither lies in a ``runs`` folder."""
+    given = Path(os.path.abspath(Path(run_dir).expanduser()))
+    for p in (given, given.resolve()):
+        if p.parent.name == "runs":
+            return p.parent.parent
+    return None
 
 
 def resolve_run(ref: str, home: Path) -> Path:
-    """The run directory of ``ref``: a run name under ``<home>/runs`` or a path.
+    """The run directory of ``ref``: a run name under ``<home>/runs`` or a path, absolute
+    (a symbolic link to a run is kept as given, so `home_of_run` still finds its home).
 
     Raises FileNotFoundError naming both places when neither holds a
     config.json."""
     named = runs_dir(home) / ref
     for cand in (named, Path(ref).expanduser()):
         if (cand / "config.json").is_file():
-            return cand.resolve()
+            return Path(os.path.abspath(cand))
     where = (f"neither {named} nor {ref} is" if named != Path(ref).expanduser() else
              f"{ref} is not")
     raise FileNotFoundError(f"no run {ref!r}: {where} a run directory (one with config.json); "
@@ -198,23 +228,63 @@ def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
 
 
 def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """[(folder name, host.json)] of the run's complete checkpoints, oldest first."""
+    """[(folder name, host.json)] of the run's complete checkpoints, oldest first (those
+    whose host.json cannot be read left out: `damaged_checkpoints`)."""
+    return _checkpoint_entries(run_dir)[0]
+
+
+def damaged_checkpoints(run_dir: Path) -> list[tuple[str, str]]:
+    """[(folder name, what is wrong)] of the run's checkpoints with a host.json that is not
+    a readable JSON object (evaluate and ``--resume`` use an older one)."""
+    return _checkpoint_entries(run_dir)[1]
+
+
+def _checkpoint_entries(run_dir: Path):
     root = Path(run_dir) / "checkpoints"
     try:
         names = sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int)
     except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
+        return [], []
+    out, damaged = [], []
     for n in names:
-        h = _json(root / n / "host.json")
-        if h is not None:
-            out.append((n, h))
-    return out
+        if not (root / n / "host.json").is_file():
+            continue                                  # not complete: not a checkpoint
+        why = config_problem(root / n / "host.json")
+        if why is None:
+            out.append((n, _json(root / n / "host.json")))
+        else:
+            damaged.append((n, f"host.json {why}"))
+    return out, damaged
+
+
+def config_problem(path: Path) -> str | None:
+    """What is wrong with a JSON file that must hold an object (a run's config.json, a
+    checkpoint's host.json): "is missing", "is not valid JSON (<parser's message>)",
+    "cannot be read (...)", "is not a JSON object"; None when it reads."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return "is missing"
+    except ValueError as e:
+        return f"is not valid JSON ({e})"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    return None if isinstance(d, dict) else "is not a JSON object"
+
+
+def damaged_config_message(run_dir: Path) -> str | None:
+    """The one line `evaluate`, ``--resume`` and `wmx runs info` give for a run whose
+    config.json does not read, None when it does."""
+    why = config_problem(Path(run_dir) / "config.json")
+    if why is None:
+        return None
+    return (f"{Path(run_dir) / 'config.json'} {why}: the run directory is damaged (its "
+            "config cannot be rebuilt); put config.json back from a copy, or start a new run")
 
 
 def read_run(run_dir: Path) -> RunInfo:
     """Read one run directory (never raises for a damaged one: ``kind`` "?" and
-    ``error`` say what is wrong)."""
+    ``error`` say what is wrong; its checkpoints and metrics are read all the same)."""
     run_dir = Path(run_dir)
     cfg = _json(run_dir / "config.json")
     summary = _json(run_dir / "summary.json")
@@ -227,10 +297,13 @@ def read_run(run_dir: Path) -> RunInfo:
         status = INTERRUPTED
     size = disk_size(run_dir)
     error = ""
+    ckpts, damaged = _checkpoint_entries(run_dir)
+    link = run_dir.resolve() if run_dir.is_symlink() else None
     if cfg is None:
-        error = "config.json missing or unreadable"
+        error = f"config.json {config_problem(run_dir / 'config.json')}"
         return RunInfo(run_dir.name, run_dir, "?", "?", "?", status, "", 0, None, None, size,
-                       summary=summary, owner=owner, error=error)
+                       summary=summary, owner=owner, checkpoints=ckpts, error=error,
+                       damaged=damaged, link=link)
     if "dataset" in cfg:
         kind, unit, step_col, target = "offline", "updates", "updates", str(cfg["dataset"])
         total = _int(cfg.get("updates"))
@@ -243,7 +316,6 @@ def read_run(run_dir: Path) -> RunInfo:
     rows = read_metrics(run_dir / "metrics.csv")
     steps = [s for s in (_int(r.get(step_col)) for r in rows) if s is not None]
     done = max(steps, default=0)
-    ckpts = checkpoints(run_dir)
     if kind == "online" and ckpts:        # a checkpoint inside a round (--chunk-ticks)
         done = max(done, _online_env_steps(cfg, ckpts[-1][1]) or 0)
     if summary is not None and _int(summary.get(step_col)) is not None:
@@ -254,7 +326,8 @@ def read_run(run_dir: Path) -> RunInfo:
         status = NOT_STARTED
     return RunInfo(run_dir.name, run_dir, kind, str(cfg.get("agent", "?")), target, status,
                    unit, done, total, last_eval(rows, kind), size, config=cfg,
-                   summary=summary, owner=owner, checkpoints=ckpts, error=error)
+                   summary=summary, owner=owner, checkpoints=ckpts, error=error,
+                   damaged=damaged, link=link)
 
 
 
@@ -281,6 +354,16 @@ def resume_text(r: RunInfo) -> str | None:
                        and r.last_eval else "")
         return f"{cmd.strip()} {path}{report_only}"
     return f"the {r.agent} {r.kind} learning check's --resume {path}"
+
+
+def name_text(r: RunInfo) -> str:
+    """The run's name as `wmx runs ls` shows it: ``linked -> /data/run`` for a symbolic
+    link to a run kept elsewhere, ``run (also linked as other)`` for a run that links
+    under ``<home>/runs`` lead to as well."""
+    text = f"{r.name} -> {r.link}" if r.link is not None else r.name
+    if r.aliases:
+        text += f" (also linked as {', '.join(r.aliases)})"
+    return text
 
 
 def target_text(r: RunInfo) -> str:

@@ -290,6 +290,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
                          "finished (final evaluation written), so it cannot be extended "
                          "exactly; start a new run")
     new = dataclasses.replace(rc, **changes)
+    from wmx.train_offline.loop import check_resume_metrics
+    check_resume_metrics(rc, run_dir)        # a refused resume leaves its config as it was
     if not args.dry_run:
         hold_run_dir(args, run_dir, primary=_primary())   # no other trainer while it changes
         rewrite_config(run_dir, {**cfg, **changes})

@@ -22,13 +22,14 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
 from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
-from wmx.metrics_csv import MetricsCSV
+from wmx.metrics_csv import MetricsCSV, check_resume
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import HostState, eval_point, stop_reason, write_json_atomic
+from wmx.runs.host import (HostState, eval_point, resume_points, stop_reason,
+                           write_json_atomic)
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
 
@@ -149,6 +150,28 @@ class _Feed:
         return None if self.streams is None else [s.get_state() for s in self.streams]
 
 
+def check_resume_metrics(rc: OfflineRunConfig, run_dir: Path, found=None) -> None:
+    """Refuse a resume of ``run_dir`` whose metrics.csv lost rows or gained some
+    (`wmx.metrics_csv.check_resume`), before anything is written. Past one process only
+    process 0 checks (the others keep their own metrics.csv under processes/).
+
+    Args:
+        rc: the run's config; run_dir: the run.
+        found: (checkpoint folder, host.json dict) the resume starts from (default: the
+            newest whose host.json reads, `wmx.checkpoint.newest_intact` for no item);
+            nothing to check when None and the run has no checkpoint.
+    Raises:
+        wmx.metrics_csv.MetricsLostError: a ValueError, one line.
+    """
+    if jax.process_index() != 0:
+        return
+    found = found if found is not None else newest_intact(run_dir, (), log)
+    if found is not None:
+        check_resume(Path(run_dir) / "metrics.csv", metrics_columns(rc), "updates",
+                     resume_points(run_dir, found[0], found[1],
+                                   lambda h: int(h.get("updates", 0))))
+
+
 def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,
         stop_after_chunks: int | None = None, deadline: float | None = None,
         env_fn: Callable[[str, int, int], Any] | None = None, loggers=None,
@@ -156,9 +179,10 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     """Train (or continue) the run in ``run_dir`` until ``rc.updates`` updates.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
-    continues from the newest one exactly. After each chunk a NaN or inf in
-    its summed metrics or the agents' states stops the run before the chunk's
-    metrics or checkpoint are written (`wmx.runs.finite.NonFiniteError`
+    continues from the newest intact one exactly (`wmx.checkpoint.newest_intact`:
+    a damaged newer one is said in one warning line and written again). After
+    each chunk a NaN or inf in its summed metrics or the agents' states stops the
+    run before the chunk's metrics or checkpoint are written (`wmx.runs.finite.NonFiniteError`
     naming the update range and the terms; the last checkpoint is kept).
     ``stop_after_chunks`` stops early
     after that many chunks of this call (tests of resume); ``deadline`` (a
@@ -185,21 +209,21 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     mesh = program.data_mesh(rc.devices)     # None: one device, the single-device program
 
     host = HostState(training_hash=rc.training_hash(), dataset=rc.dataset)
-    ckpts = list_checkpoints(run_dir)
-    last_ckpt = ckpts[-1] if ckpts else None
+    found = newest_intact(run_dir, log=log)     # a damaged newer one: said, and skipped
+    last_ckpt = found[0] if found else None
     like = program.checkpoint_items(
         jax.eval_shape(lambda: program.init_carries(agent, cfg, rc.seeds)))
-    if ckpts:
-        h = json.loads((ckpts[-1] / "host.json").read_text())
+    if found:
+        ckpt, h = found
         if h.get("training_hash") != rc.training_hash() or h.get("dataset") != rc.dataset:
             raise ValueError(
-                f"checkpoint {ckpts[-1]} belongs to another run (dataset {h.get('dataset')}, "
+                f"checkpoint {ckpt} belongs to another run (dataset {h.get('dataset')}, "
                 f"training hash {h.get('training_hash')}; this run: {rc.dataset}, "
                 f"{rc.training_hash()}): a checkpoint of another TaskSet, dataset or config "
                 "cannot be resumed here")
-        items, h = restore_checkpoint(ckpts[-1], like)
+        items, h = restore_checkpoint(ckpt, like, verify=False)
         carries, host = program.from_checkpoint_items(items), HostState.from_json(h)
-        log.info("resuming %s from %s (update %d)", run_dir, ckpts[-1].name, host.updates)
+        log.info("resuming %s from %s (update %d)", run_dir, ckpt.name, host.updates)
     else:
         carries = program.init_carries(agent, cfg, rc.seeds)
     # Committed to one device either way (replicated over the mesh past one device): a
@@ -210,11 +234,12 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
 
+    if found:
+        check_resume_metrics(rc, run_dir, found)
     feed = _Feed(rc, ds, host.streams, mesh)
-    metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
-                         keep_until=host.updates)
-    if loggers is not None:
-        metrics = loggers.attach(metrics, "updates")
+    csv_file = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "updates",
+                          keep_until=host.updates)
+    metrics = csv_file if loggers is None else loggers.attach(csv_file, "updates")
     tasks_ctx = agent.task_context(cfg, rc.train_task_set)
     if mesh is not None:
         tasks_ctx = program.replicate(tasks_ctx, mesh)
@@ -265,7 +290,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
             host.finished = True
         saved = final or end % rc.checkpoint_every == 0
         if saved or stop is not None:
-            host.streams = feed.states()
+            host.streams, host.metrics_rows = feed.states(), csv_file.rows
             last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
                                         host.to_json())
         if bar is not None:

@@ -213,6 +213,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     new = dataclasses.replace(rc, **changes)
     if "env_steps" in changes:
         _check_extension(rc, new, run_dir)
+    from wmx.train_online.loop import check_resume_metrics
+    check_resume_metrics(rc, run_dir)        # a refused resume leaves its config as it was
     if not args.dry_run:
         hold_run_dir(args, run_dir)          # no other trainer of the run while it changes
         rewrite_config(run_dir, {**cfg, **new.to_json()})

@@ -21,14 +21,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from wmx.checkpoint import list_checkpoints, restore_checkpoint, save_checkpoint
+from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
 from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
-from wmx.metrics_csv import MetricsCSV
+from wmx.metrics_csv import MetricsCSV, check_resume
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import (HostState, env_steps_at_tick, eval_point, stop_reason,
-                           write_json_atomic)
+from wmx.runs.host import (HostState, env_steps_at_tick, eval_point, resume_points,
+                           stop_reason, write_json_atomic)
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -94,6 +94,32 @@ def _pending_like(rc: OnlineRunConfig, env, filled: int):
     return _round_rows_like(rc, env, filled)
 
 
+def _keep_until(rc: OnlineRunConfig, host: dict) -> int:
+    """The agent steps (all envs) of the whole rounds before a checkpoint's ``next_tick``:
+    the last metrics.csv ``agent_steps`` a resume from it keeps."""
+    T = rc.task_spec.T
+    return (int(host.get("next_tick", 0)) // (T + 1)) * T * rc.n_envs
+
+
+def check_resume_metrics(rc: OnlineRunConfig, run_dir: Path, found=None) -> None:
+    """Refuse a resume of ``run_dir`` whose metrics.csv lost rows or gained some
+    (`wmx.metrics_csv.check_resume`), before anything is written.
+
+    Args:
+        rc: the run's config; run_dir: the run.
+        found: (checkpoint folder, host.json dict) the resume starts from (default: the
+            newest whose host.json reads, `wmx.checkpoint.newest_intact` for no item);
+            nothing to check when None and the run has no checkpoint.
+    Raises:
+        wmx.metrics_csv.MetricsLostError: a ValueError, one line.
+    """
+    found = found if found is not None else newest_intact(run_dir, (), log)
+    if found is not None:
+        check_resume(Path(run_dir) / "metrics.csv", metrics_columns(rc), "agent_steps",
+                     resume_points(run_dir, found[0], found[1],
+                                   lambda h: _keep_until(rc, h)))
+
+
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         progress: bool = True, stop_after_chunks: int | None = None,
         deadline: float | None = None, loggers=None,
@@ -101,12 +127,14 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     """Train (or continue) the run in ``run_dir`` until its last round.
 
     ``run_dir`` holds config.json already. If it holds a checkpoint the run
-    continues from the newest one exactly. After each chunk, a NaN or inf in its
-    metrics, the agents' states or the rows it collected stops the run before
-    anything of the chunk is written (`wmx.runs.finite.NonFiniteError`; the
-    last checkpoint is kept). ``stop_after_chunks`` stops early
-    after that many chunks of this call (tests of resume); ``deadline`` (a
-    ``time.monotonic()`` value) stops after the first chunk that ends past it,
+    continues from the newest intact one exactly (`wmx.checkpoint.newest_intact`:
+    a damaged newer one is said in one warning line and written again). After
+    each chunk, a NaN or inf in its metrics, the agents' states or the rows it
+    collected stops the run before anything of the chunk is written
+    (`wmx.runs.finite.NonFiniteError`; the last checkpoint is kept).
+    ``stop_after_chunks`` stops early after that many chunks of this call (tests of
+    resume); ``deadline`` (a ``time.monotonic()`` value) stops after the first chunk
+    that ends past it,
     evaluating there (budgeted runs; continue later with ``--resume``: the
     schedule and keys of later evaluations are unchanged by the stop; with
     ``rc.chunk_ticks`` a stop inside a round checkpoints without evaluating, the round's
@@ -124,34 +152,36 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
 
     agent = rc.agent_module
     host = HostState(next_eval_env_steps=rc.eval_every)
-    ckpts = list_checkpoints(run_dir)
-    last_ckpt = ckpts[-1] if ckpts else None
+    found = newest_intact(run_dir, log=log)     # a damaged newer one: said, and skipped
+    last_ckpt = found[0] if found else None
     pending = None      # rows of the round in progress (chunk_ticks runs), [S, T+1, ...]
-    if not ckpts:
+    if not found:
         carries = initial_carries(rc, env)
     else:
+        ckpt, h = found
         like = program.checkpoint_items(jax.eval_shape(lambda: program.init_carries(rc, env)))
-        host = HostState.from_json(json.loads((ckpts[-1] / "host.json").read_text()))
+        host = HostState.from_json(h)
         filled = host.next_tick % ticks_per_round
         if filled:
             like["pending"] = _pending_like(rc, env, filled)
-        items, _ = restore_checkpoint(ckpts[-1], like)
+        items, _ = restore_checkpoint(ckpt, like, verify=False)
         if filled:
             pending = _round_rows(rc, env)
             _write_rows(pending, 0, jax.tree.map(np.asarray, items.pop("pending")))
         carries = program.from_checkpoint_items(items)
-        log.info("resuming %s from %s (tick %d)", run_dir, ckpts[-1].name, host.next_tick)
+        log.info("resuming %s from %s (tick %d)", run_dir, ckpt.name, host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
     carries = jax.device_put(carries, jax.devices()[0])
-    # rows past the checkpoint (all rows when there is none: the run starts over) go
-    metrics = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "agent_steps",
-                         keep_until=(host.next_tick // ticks_per_round) * T * n_envs)
     if host.finished and (run_dir / "summary.json").exists():
         log.info("run %s is finished already", run_dir)
         return json.loads((run_dir / "summary.json").read_text())
-    if loggers is not None:
-        metrics = loggers.attach(metrics, "env_steps")
+
+    check_resume_metrics(rc, run_dir, found)
+    # rows past the checkpoint (all rows when there is none: the run starts over) go
+    csv_file = MetricsCSV(run_dir / "metrics.csv", metrics_columns(rc), "agent_steps",
+                          keep_until=_keep_until(rc, host.to_json()))
+    metrics = csv_file if loggers is None else loggers.attach(csv_file, "env_steps")
 
     chunk_fn = program.make_chunk_fn(rc, env) if rc.chunk_ticks is None else None
     part_fn = None if rc.chunk_ticks is None else program.make_part_fn(rc, env)
@@ -171,6 +201,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                    desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
 
     def save(with_pending: bool) -> Path:
+        host.metrics_rows = csv_file.rows
         items = program.checkpoint_items(carries)
         if with_pending:            # the round's rows so far (a view: no copy)
             filled = host.next_tick % ticks_per_round
