@@ -34,6 +34,13 @@ loop the driver only adds what short, killable calls need:
   checkpoint's replay chunks are on disk when the save returns);
 - XLA's persistent compilation cache in ``<logdir>/jax_cache`` (a second call
   on a warm machine loads the programs instead of compiling them);
+- the official env processes (``run.driver_parallel``, on as in the config:
+  the official code spawns one per env) start with ``JAX_PLATFORMS=cpu``: they
+  import JAX with the official packages but never use it, and on the TPU
+  machine a second process that opened the chip would die (libtpu's lockfile);
+  a wait for an env whose process died ends with an error instead of blocking
+  (``--set run.driver_parallel=False`` steps the envs in the training process
+  instead: no env processes at all);
 - ``--out DIR`` gets metrics.csv, the summary and ``official_logs.tar.gz`` (the
   official jsonl logs, config.yaml and the driver's records): three files, as
   the device brings back eight at most.
@@ -400,6 +407,71 @@ def _make_env_fn(official_make_env, render: bool):
     return make_env
 
 
+ENV_PROCESS_ENVIRON = {"JAX_PLATFORMS": "cpu", "MUJOCO_GL": "off"}
+"""The environment the official env processes start with (`env_process_environ`): JAX,
+which they import with the official packages but never use, kept on the CPU (on the TPU
+machine one process at a time may open the chip: a second one dies with a libtpu lockfile
+error); MUJOCO_GL off unless set (no OpenGL there)."""
+
+
+class env_process_environ:
+    """Context: ``os.environ`` as the official env processes need it while they start (the
+    official driver spawns them; a spawned process copies the environment at its start),
+    restored on exit. ``JAX_PLATFORMS`` is set to "cpu" whatever its value (this process's
+    JAX read it when imported: changing it now changes nothing here); ``MUJOCO_GL`` only
+    when unset."""
+
+    def __enter__(self):
+        self._saved = {k: os.environ.get(k) for k in ENV_PROCESS_ENVIRON}
+        os.environ["JAX_PLATFORMS"] = ENV_PROCESS_ENVIRON["JAX_PLATFORMS"]
+        os.environ.setdefault("MUJOCO_GL", ENV_PROCESS_ENVIRON["MUJOCO_GL"])
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        return False
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended, in words, from its exit status (negative: the signal that ended
+    it, as Python's subprocess and multiprocessing report it; 128 + N: a shell's report of
+    signal N)."""
+    if code is None:
+        return "has not ended"
+    sig = -code if code < 0 else (code - 128 if 128 < code < 160 else None)
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"was ended by {name} (status {code})"
+    return f"exited with status {code}"
+
+
+def wait_for_answer(pipe, proc, index: int, poll_s: float = 1.0) -> None:
+    """Wait until ``pipe`` holds an answer of env process ``index``; raise RuntimeError when
+    the process ended without one (the official driver's ``pipe.recv`` would block for
+    ever: this process keeps the other end of the pipe open).
+
+    Args:
+      pipe: the driver's end of the env's pipe (``poll(timeout)``).
+      proc: the env's official ``StoppableProcess`` (``running``, ``exitcode``, ``name``).
+      index: the env's index (for the message).
+      poll_s: how often to look at the process.
+    """
+    while not pipe.poll(poll_s):
+        if not proc.running:
+            if pipe.poll(0):   # it answered just before it ended
+                return
+            how = exit_text(proc.exitcode)
+            raise RuntimeError(f"env process {index} ({proc.name}) {how} without answering "
+                               "the driver; its own output, above in the log, says why")
+
+
 def check_official(src: Path) -> Path:
     """The official source folder; exits (2) with one line when it is not one.
 
@@ -631,11 +703,26 @@ def train(args) -> None:
                 "progress_offset": progress_path.stat().st_size, "time": time.time()})
 
     class Driver(embodied.Driver):
-        """The official env driver, kept so that its env processes can be stopped."""
+        """The official env driver, kept so that its env processes can be stopped; its
+        env processes start with JAX kept off the accelerator (`env_process_environ`),
+        and a wait for an env's answer ends with an error when that env's process has
+        died (`wait_for_answer`) instead of blocking for ever."""
 
         def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
+            with env_process_environ():
+                super().__init__(*a, **kw)
             state["driver"] = self
+
+        def _receive(self, pipe):
+            if self.parallel:
+                index = self.pipes.index(pipe)
+                try:
+                    wait_for_answer(pipe, self.procs[index], index)
+                except RuntimeError:
+                    print("Terminating workers due to an exception.", flush=True)
+                    [proc.kill() for proc in self.procs]
+                    raise
+            return super()._receive(pipe)
 
     def make_agent(config):
         agent = official_main.make_agent(config)

@@ -196,3 +196,40 @@ def test_slim_wheel_drops_paths_and_rewrites_record(tmp_path):
     digest = base64.urlsafe_b64encode(hashlib.sha256(b"<a/>").digest()).rstrip(b"=").decode()
     assert ["pkg/keep.xml", f"sha256={digest}", "4"] in record
     assert ["pkg-1.0.dist-info/RECORD", "", ""] in record
+
+
+# ==== the training call's process handling (no official code needed) ====================
+def test_exit_text_names_signals():
+    assert off.exit_text(0) == "exited with status 0"
+    assert off.exit_text(1) == "exited with status 1"
+    assert off.exit_text(-9) == "was ended by SIGKILL (status -9)"
+    assert off.exit_text(143) == "was ended by SIGTERM (status 143)"
+    assert off.exit_text(None) == "has not ended"
+
+
+class _FakeProc:
+    def __init__(self, running, exitcode=None):
+        self.running, self.exitcode, self.name = running, exitcode, "_env_server"
+
+
+def test_wait_for_answer_ends_when_the_env_process_died():
+    import multiprocessing as mp
+    mine, theirs = mp.Pipe()
+    theirs.send(("result", 1))
+    off.wait_for_answer(mine, _FakeProc(False, -9), 0, poll_s=0.01)   # answered, then ended
+    assert mine.recv() == ("result", 1)
+    with pytest.raises(RuntimeError, match=r"env process 3 .* was ended by SIGKILL"):
+        off.wait_for_answer(mine, _FakeProc(False, -9), 3, poll_s=0.01)
+    with pytest.raises(RuntimeError, match="exited with status 1"):
+        off.wait_for_answer(mine, _FakeProc(False, 1), 0, poll_s=0.01)
+
+
+def test_env_processes_start_with_jax_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    with off.env_process_environ():
+        assert os.environ["JAX_PLATFORMS"] == "cpu" and os.environ["MUJOCO_GL"] == "off"
+    assert os.environ["JAX_PLATFORMS"] == "tpu" and "MUJOCO_GL" not in os.environ
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    with off.env_process_environ():
+        assert os.environ["MUJOCO_GL"] == "egl"
