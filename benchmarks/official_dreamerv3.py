@@ -41,9 +41,19 @@ loop the driver only adds what short, killable calls need:
   a wait for an env whose process died ends with an error instead of blocking
   (``--set run.driver_parallel=False`` steps the envs in the training process
   instead: no env processes at all);
-- ``--out DIR`` gets metrics.csv, the summary and ``official_logs.tar.gz`` (the
-  official jsonl logs, config.yaml and the driver's records): three files, as
-  the device brings back eight at most.
+- the call trains in a child process (this script again) and records its whole
+  output, the official code's, the env processes' and any runtime's, in
+  ``official_run.log`` (appended, in the logdir and in ``--out``), with a
+  header and how the child ended: a crash or a kill leaves its message there,
+  not only in a terminal's tail. An error in the loop prints its traceback,
+  stops the envs, converts the logs so far and ends the call with status 1; a
+  child that died without converting has its logs converted by the parent.
+  Python's stacks of all threads are written there on a fatal signal, and
+  every 180 s from 180 s after the budget (or a stop signal) while the call
+  has not ended (a stuck stop shows where it is stuck);
+- ``--out DIR`` gets metrics.csv, the summary, ``official_logs.tar.gz`` (the
+  official jsonl logs, config.yaml and the driver's records) and
+  ``official_run.log``: four files, as the device brings back eight at most.
 
 Units. The official step counter counts policy steps of all envs (its reset
 steps included, one per episode and env); its logs multiply it by the action
@@ -84,15 +94,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import faulthandler
 import io
 import json
 import math
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tarfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -112,6 +126,12 @@ LOGS_TAR = "official_logs.tar.gz"
 LOG_FILES = ("scores.jsonl", "metrics.jsonl", PROGRESS, CALLS, RUN_RECORD, "config.yaml")
 SUMMARY = "official_summary.json"
 METRICS_CSV = "metrics.csv"
+RUN_LOG = "official_run.log"
+"""The whole output of each training call (its stdout and stderr, the official code's, the
+env processes' and any runtime's), appended in the logdir and, with --out, there too."""
+WORKER_ENV = "WMX_OFFICIAL_DV3_WORKER"
+"""Set in the process that trains (`supervise` starts it); without it a training call
+starts that process and records its output (`tee_process`)."""
 SIZES = ("12m", "1m", "25m", "50m", "100m", "200m", "400m", "debug")
 RUN_FIELDS = ("task", "seed", "size", "compute_dtype", "envs", "train_ratio", "sets")
 """Settings of a run that a resumed call must not change (``--env-steps``, ``--budget-s``,
@@ -604,6 +624,55 @@ def build_config(embodied, agt, settings: dict, logdir: Path, platform: str,
     return config, int(target)
 
 
+def _report_error(what: str, error: BaseException) -> None:
+    """Print ``error``'s traceback to stderr (the run log), naming ``what`` raised it."""
+    print(f"[official_dreamerv3] {what} raised {type(error).__name__}: {error}",
+          file=sys.stderr, flush=True)
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _say(text: str) -> None:
+    """Write one line to stderr without Python's buffered streams (safe in a signal
+    handler: a print there can land inside another print and raise)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+STOP_GRACE_S = 180.0
+"""After the loop was asked to stop (budget, signal), seconds until the stacks of all
+threads are written to the log, and again every as many seconds while the process lives
+(`faulthandler`: shows where a stop that never ends is stuck)."""
+
+
+class _OnSignal:
+    """The worker's SIGTERM/SIGINT handler: the first asks the loop to stop (it then saves);
+    a second one restores the default action, so a third ends the process. The same signal
+    again within ``window_s`` counts once: the process group's copy and the supervisor's
+    forwarded copy of one signal arrive together."""
+
+    def __init__(self, stop: _Stop, window_s: float = 2.0):
+        self.stop, self.window_s = stop, window_s
+        self.n, self.last = 0, None
+
+    def __call__(self, signum, frame=None) -> None:
+        now = time.monotonic()
+        if self.last is not None and self.last[0] == signum and now - self.last[1] < self.window_s:
+            return
+        self.last = (signum, now)
+        self.n += 1
+        name = signal.Signals(signum).name
+        self.stop.reason = self.stop.reason or f"signal {name}"
+        _say(f"[official_dreamerv3] {name}: stopping after the loop's current iteration, "
+             "then saving")
+        if self.n == 1:
+            faulthandler.dump_traceback_later(STOP_GRACE_S, repeat=True)
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+
+
 def _append_jsonl(path: Path, obj: dict) -> None:
     with path.open("a") as f:
         f.write(json.dumps(obj) + "\n")
@@ -616,23 +685,20 @@ def train(args) -> None:
     Args:
       args: the parsed flags (`parse`).
     Returns:
-      Nothing: the process ends with status 0 once everything is written (re-raises the
-      loop's error otherwise).
+      Nothing: the process ends (``os._exit``: the official loop's threads are not waited
+      for) once everything is written, with status 0, or 1 after an error in the loop, its
+      final save or the env processes (its traceback printed, the logs so far converted).
     """
     t0 = time.monotonic()
     stop = _Stop(None if args.budget_s is None else t0 + args.budget_s)
-    signals = {"n": 0}
-
-    def on_signal(signum, frame):
-        signals["n"] += 1
-        stop.reason = stop.reason or f"signal {signal.Signals(signum).name}"
-        print(f"[official_dreamerv3] {signal.Signals(signum).name}: stopping after the "
-              "loop's current iteration, then saving", flush=True)
-        if signals["n"] > 1:
-            signal.signal(signum, signal.SIG_DFL)
-
+    on_signal = _OnSignal(stop)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # a crash (SIGSEGV, SIGABRT from a runtime's fatal error) prints every thread's Python
+    # stack; a call still running STOP_GRACE_S after its budget prints them too, repeatedly
+    faulthandler.enable(all_threads=True)
+    if args.budget_s is not None:
+        faulthandler.dump_traceback_later(args.budget_s + STOP_GRACE_S, repeat=True)
 
     logdir = Path(args.logdir).expanduser().resolve()
     settings, saved = resolve_settings(args, logdir)
@@ -772,23 +838,30 @@ def train(args) -> None:
             bind(make_agent, config), bind(official_main.make_replay, config, "replay"),
             bind(make_env, config), bind(make_logger, config),
             _Args(run_args, _Steps(target, stop)))
-    except BaseException as e:   # noqa: BLE001 - saved below, re-raised after the envs stop
+    except BaseException as e:   # noqa: BLE001 - reported below, after the envs stop
         error = e
+        _report_error("the official training loop", e)
     try:
         ckpt = state["checkpoint"]
         if error is None and ckpt is not None and state["last_save_step"] != int(counter):
             ckpt.save()
-    finally:
-        if state["driver"] is not None:
+    except BaseException as e:   # noqa: BLE001
+        error = error or e
+        _report_error("the final checkpoint save", e)
+    if state["driver"] is not None:
+        try:
             state["driver"].close()
+        except BaseException as e:   # noqa: BLE001 - an env process that had failed
+            error = error or e
+            _report_error("stopping the env processes", e)
     t_end = time.monotonic()
-    if error is not None and not isinstance(error, KeyboardInterrupt):
-        raise error
-    call = {"stop": stop.reason or ("error" if error else "target"),
+    call = {"stop": "error" if error is not None else (stop.reason or "target"),
             "wall_s": round(t_end - t0, 2),
             "env_steps_start": state["step0"] * repeat, "env_steps_end": int(counter) * repeat,
             "train_steps_this_call": state["trains"], "platform": platform,
             "jax": jax.__version__, "devices": [str(d) for d in jax.devices()][:4]}
+    if error is not None:
+        call["error"] = f"{type(error).__name__}: {error}"[:2000]
     call["env_steps_per_s"] = (call["env_steps_end"] - call["env_steps_start"]) / call["wall_s"]
     call["train_steps_per_s"] = state["trains"] / call["wall_s"]
     if state["first_train"] is not None:
@@ -799,13 +872,132 @@ def train(args) -> None:
                 "s": round(dt, 2), "env_steps_per_s": (int(counter) - s1) * repeat / dt,
                 "train_steps_per_s": (state["trains"] - n1) / dt}
         call["until_first_train_s"] = round(t1 - t0, 2)
-    _append_jsonl(logdir / CALLS, call)
-    finish(logdir, record, call, args.out)
+    status = 1 if error is not None else 0
+    try:
+        _append_jsonl(logdir / CALLS, call)
+        finish(logdir, record, call, args.out)
+    except BaseException as e:   # noqa: BLE001
+        _report_error("writing the logs", e)
+        status = 1
+    if error is not None:
+        print(f"[official_dreamerv3] FAILED: {call['error'].splitlines()[0]} (the traceback "
+              "is above; the logs so far are converted)", flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     # the official loop leaves non-daemon threads (replay workers, prefetch) and the logger's
     # executors behind; everything is written, so leave without waiting for them
-    os._exit(0)
+    os._exit(status)
+
+
+def tee_process(cmd: list[str], env: dict, logs: list[Path], echo=None,
+                drain_s: float = 10.0) -> int:
+    """Run ``cmd`` with its stdout and stderr together copied, as they come, to ``echo`` and
+    appended to every file of ``logs``; SIGTERM and SIGINT sent to this process are passed
+    on to it. A header (time, command, the environment that matters) and a footer (how it
+    ended) are written to the logs.
+
+    Args:
+      cmd: the command (its first item the program).
+      env: its environment.
+      logs: files to append to (their folders must exist).
+      echo: a binary stream for the copy (default this process's stdout); write errors on
+        it are ignored.
+      drain_s: after the process ended, how long to keep reading what the processes it left
+        (which hold the pipe) still write.
+    Returns:
+      Its exit status (negative: the signal that ended it).
+    """
+    echo = echo if echo is not None else sys.stdout.buffer
+    files = [open(path, "ab", buffering=0) for path in logs]
+
+    def write(data: bytes, to_echo: bool = True) -> None:
+        if to_echo:
+            try:
+                echo.write(data)
+                echo.flush()
+            except (OSError, ValueError):
+                pass
+        for f in files:
+            try:
+                f.write(data)
+            except (OSError, ValueError):   # ValueError: closed (a reader left behind)
+                pass
+
+    keep = ("JAX_PLATFORMS", "MUJOCO_GL", "PYTHONPATH", "XLA_FLAGS", "TPU_VISIBLE_CHIPS")
+    write(("==== " + time.strftime("%Y-%m-%d %H:%M:%S %Z") + ": " + " ".join(cmd) + "\n"
+           + "".join(f"==== {k}={env[k]}\n" for k in keep if k in env)).encode(), False)
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+    def forward(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def pump() -> None:
+        fd = proc.stdout.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            write(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        status = proc.wait()
+        reader.join(drain_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    write((f"==== {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: the training process "
+           f"{exit_text(status)}\n").encode(), status != 0)
+    for f in files:
+        f.close()
+    return status
+
+
+def supervise(args, argv: list[str]) -> int:
+    """The training mode's outer process: check the flags, then train in a child process
+    (this script again, with `WORKER_ENV` set) whose whole output goes to the terminal and
+    to `RUN_LOG` in the logdir and in --out (`tee_process`), so that a failure's message
+    is kept even when the child dies in a runtime's fatal error or is killed. When the child
+    ended without writing its summary (killed, crashed), the logs it left are converted
+    here (metrics.csv, summary and the logs' tar into --out).
+
+    Args:
+      args: the parsed flags.
+      argv: the command line's arguments, passed on unchanged.
+    Returns:
+      The child's exit status, as a shell reports it (128 + N for signal N).
+    """
+    logdir = Path(args.logdir).expanduser().resolve()
+    resolve_settings(args, logdir)     # a wrong flag fails here, in one line
+    check_official(args.official)
+    logdir.mkdir(parents=True, exist_ok=True)
+    logs = [logdir / RUN_LOG]
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        logs.append(Path(args.out) / RUN_LOG)
+    env = {**os.environ, WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
+    started = time.time()
+    status = tee_process([sys.executable, "-u", str(Path(__file__).resolve()), *argv], env,
+                         logs)
+    summary = logdir / SUMMARY
+    wrote = summary.is_file() and summary.stat().st_mtime >= started - 1   # coarse clocks
+    record = run_record(logdir)
+    if status != 0 and not wrote and record is not None:
+        print("[official_dreamerv3] converting the logs the training process left",
+              flush=True)
+        try:
+            finish(logdir, record, None, args.out)
+        except Exception as e:   # noqa: BLE001 - the run's own failure matters more
+            _report_error("converting the logs", e)
+    return 128 - status if status < 0 else status
 
 
 def finish(logdir: Path, record: dict, call: dict | None, out: str | None) -> dict:
@@ -817,8 +1009,8 @@ def finish(logdir: Path, record: dict, call: dict | None, out: str | None) -> di
       record: its settings (wmx_run.json, or the flags' for a plain official logdir).
       call: this call's figures (None for --convert-only).
       out: a folder to copy metrics.csv and the summary to, with the official logs and
-        the driver's records in one `LOGS_TAR` (three files: the device brings back 8 at
-        most), or None.
+        the driver's records in one `LOGS_TAR` (three files; four with a training call's
+        `RUN_LOG`: the device brings back 8 at most), or None.
     Returns:
       The summary dict.
     """
@@ -960,8 +1152,9 @@ def parse(argv=None):
                    "(needs OpenGL; default: black frames)")
     p.add_argument("--compile-cache", help="XLA compilation cache folder (default "
                    "<logdir>/jax_cache; 'off' for none)")
-    p.add_argument("--out", help="also write metrics.csv, the summary and official_logs.tar.gz "
-                   "(the official logs and the driver's records) here (e.g. $OUT on the device)")
+    p.add_argument("--out", help="also write metrics.csv, the summary, official_logs.tar.gz "
+                   "(the official logs and the driver's records) and, when training, "
+                   f"{RUN_LOG} (the call's whole output) here (e.g. $OUT on the device)")
     p.add_argument("--convert-only", metavar="LOGDIR", help="only convert LOGDIR's official "
                    "logs to metrics.csv and official_summary.json (no official code needed)")
     p.add_argument("--time-train", type=int, metavar="N", help="only time N official "
@@ -989,13 +1182,16 @@ def main(argv=None) -> None:
     Args:
       argv: the arguments (default sys.argv[1:]).
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
     if args.convert_only is not None:
         convert_only(args)
     elif args.time_train is not None:
         time_train(args)
-    else:
+    elif os.environ.get(WORKER_ENV) == "1":
         train(args)
+    else:
+        raise SystemExit(supervise(args, argv))
 
 
 if __name__ == "__main__":

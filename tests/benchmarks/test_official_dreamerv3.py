@@ -207,6 +207,27 @@ def test_exit_text_names_signals():
     assert off.exit_text(None) == "has not ended"
 
 
+def test_tee_process_keeps_the_whole_output_and_how_it_ended(tmp_path):
+    import io
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    logs[1].write_text("earlier call\n")
+    echo = io.BytesIO()
+    code = ("import os, signal, sys; print('to stdout'); print('to stderr', file=sys.stderr); "
+            "sys.stdout.flush(); sys.stderr.flush(); os.kill(os.getpid(), signal.SIGKILL)")
+    status = off.tee_process([sys.executable, "-c", code], dict(os.environ), logs, echo=echo)
+    assert status == -9
+    for log in logs:
+        text = log.read_text()
+        assert "to stdout" in text and "to stderr" in text
+        assert text.rstrip().endswith("the training process was ended by SIGKILL (status -9)")
+    assert logs[1].read_text().startswith("earlier call\n==== ")     # appended
+    shown = echo.getvalue().decode()
+    assert "to stdout" in shown and "SIGKILL" in shown and "====" in shown.splitlines()[-1]
+    status = off.tee_process([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ),
+                             logs[:1], echo=io.BytesIO())
+    assert status == 3 and logs[0].read_text().count("==== ") >= 4
+
+
 class _FakeProc:
     def __init__(self, running, exitcode=None):
         self.running, self.exitcode, self.name = running, exitcode, "_env_server"
@@ -233,3 +254,65 @@ def test_env_processes_start_with_jax_on_the_cpu(monkeypatch):
     monkeypatch.setenv("MUJOCO_GL", "egl")
     with off.env_process_environ():
         assert os.environ["MUJOCO_GL"] == "egl"
+
+
+def test_signal_handler_counts_one_signal_sent_twice_once(monkeypatch):
+    import faulthandler
+    import signal
+    monkeypatch.setattr(off, "_say", lambda text: None)
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        stop = off._Stop(deadline=None)
+        handler = off._OnSignal(stop, window_s=60.0)
+        signal.signal(signal.SIGUSR1, handler)
+        handler(signal.SIGUSR1)
+        handler(signal.SIGUSR1)      # the process group's copy and the supervisor's
+        assert handler.n == 1 and stop.reason == "signal SIGUSR1"
+        assert signal.getsignal(signal.SIGUSR1) is handler
+        handler.window_s = 0.0
+        handler(signal.SIGUSR1)      # a second signal: the next one ends the process
+        assert handler.n == 2 and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _fake_official(root: Path, agent_source: str) -> Path:
+    """An official tree whose dreamerv3/agent.py runs ``agent_source`` when imported."""
+    for name in ("dreamerv3/main.py", "dreamerv3/configs.yaml", "embodied/run/train.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    (root / "dreamerv3" / "agent.py").write_text(agent_source)
+    return root
+
+
+def test_a_failing_training_call_leaves_its_error_in_the_run_log(tmp_path):
+    src = _fake_official(tmp_path / "src", "raise RuntimeError('made-up failure at import')\n")
+    out, logdir = tmp_path / "out", tmp_path / "run"
+    r = subprocess.run([sys.executable, str(DRIVER), "--official", str(src), "--logdir",
+                        str(logdir), "--out", str(out), "--platform", "cpu"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    for log in (out / off.RUN_LOG, logdir / off.RUN_LOG):
+        text = log.read_text()
+        assert "made-up failure at import" in text and "Traceback" in text
+        assert text.rstrip().endswith("the training process exited with status 1")
+    assert "made-up failure at import" in r.stdout
+
+
+def test_a_killed_training_call_has_its_logs_converted(tmp_path):
+    src = _fake_official(tmp_path / "src",
+                         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    out, logdir = tmp_path / "out", tmp_path / "run"
+    _made_up_run(logdir)
+    r = subprocess.run([sys.executable, str(DRIVER), "--official", str(src), "--logdir",
+                        str(logdir), "--out", str(out), "--platform", "cpu"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 128 + 9, r.stdout + r.stderr
+    assert "was ended by SIGKILL" in (out / off.RUN_LOG).read_text()
+    assert {p.name for p in out.iterdir()} == {off.RUN_LOG, off.METRICS_CSV, off.SUMMARY,
+                                              off.LOGS_TAR}
+    summary = json.loads((out / off.SUMMARY).read_text())
+    assert summary["env_steps"] == 4800 and summary["episodes"] == 8
