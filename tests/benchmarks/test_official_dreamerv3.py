@@ -316,3 +316,42 @@ def test_a_killed_training_call_has_its_logs_converted(tmp_path):
                                               off.LOGS_TAR}
     summary = json.loads((out / off.SUMMARY).read_text())
     assert summary["env_steps"] == 4800 and summary["episodes"] == 8
+
+
+# ==== with the bundle: the official loop itself, on the CPU =============================
+BUNDLE_PYTHON = os.environ.get("WMX_OFFICIAL_DV3_PYTHON")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / ".official-dv3" / "setup.sh").is_file() or not BUNDLE_PYTHON,
+                    reason="needs the bundle (tools/official_dreamerv3_bundle.py) and "
+                    "WMX_OFFICIAL_DV3_PYTHON, a Python 3.11 with JAX 0.10.2")
+def test_official_loop_trains_saves_resumes_and_converts(tmp_path):
+    """Two calls of the official loop (the debug model, 2 env processes) in one logdir: the
+    second continues from the first's checkpoint; then the logs are converted."""
+    logdir, out = tmp_path / "run", tmp_path / "out"
+
+    def call(env_steps, budget_s):
+        cmd = ('export PATH="$(dirname "$PY"):$PATH"; source .official-dv3/setup.sh; '
+               f'python benchmarks/official_dreamerv3.py --task reacher-easy --logdir {logdir} '
+               f'--out {out} --platform cpu --size debug --envs 2 --env-steps {env_steps} '
+               f'--budget-s {budget_s} --set run.driver_parallel=True')
+        env = {**os.environ, "PY": BUNDLE_PYTHON, "JAX_PLATFORMS": "cpu",
+               "DV3_SITE": os.environ.get("DV3_SITE", str(tmp_path / "dv3site"))}
+        env.pop(off.WORKER_ENV, None)
+        r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=budget_s + 300)
+        assert r.returncode == 0, (out / off.RUN_LOG).read_text()[-5000:]
+        return [json.loads(line) for line in (logdir / off.CALLS).read_text().splitlines()]
+
+    first = call(400, 240)[-1]
+    assert first["env_steps_end"] >= 400 and first["train_steps_this_call"] > 0
+    second = call(1200, 240)[-1]
+    assert second["env_steps_start"] == first["env_steps_end"]
+    assert second["env_steps_end"] >= 1200 and second["stop"] == "target"
+    with (out / off.METRICS_CSV).open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows and rows[-1]["episodes"] and int(rows[-1]["env_steps"]) <= 1400
+    log = (logdir / off.RUN_LOG).read_text()
+    assert log.count("the training process exited with status 0") == 2
+    assert "Loading checkpoint" in log
