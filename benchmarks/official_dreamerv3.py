@@ -49,8 +49,9 @@ loop the driver only adds what short, killable calls need:
   stops the envs, converts the logs so far and ends the call with status 1; a
   child that died without converting has its logs converted by the parent.
   Python's stacks of all threads are written there on a fatal signal, and
-  every 180 s from 180 s after the budget (or a stop signal) while the call
-  has not ended (a stuck stop shows where it is stuck);
+  30 s after the budget ran out (or a stop signal came, without a budget) and
+  repeatedly after that while the call has not ended (a stuck stop shows where
+  it is stuck: keep ``--budget-s`` 40 s or more under an outer ``timeout``);
 - ``--out DIR`` gets metrics.csv, the summary, ``official_logs.tar.gz`` (the
   official jsonl logs, config.yaml and the driver's records) and
   ``official_run.log``: four files, as the device brings back eight at most.
@@ -641,10 +642,11 @@ def _say(text: str) -> None:
         pass
 
 
-STOP_GRACE_S = 180.0
+STOP_GRACE_S = 30.0
 """After the loop was asked to stop (budget, signal), seconds until the stacks of all
-threads are written to the log, and again every as many seconds while the process lives
-(`faulthandler`: shows where a stop that never ends is stuck)."""
+threads are written to the log, and repeatedly after that while the process lives
+(`faulthandler`: shows where a stop that never ends is stuck; a stop takes the loop's
+current iteration, a save and the conversion: seconds)."""
 
 
 class _OnSignal:
@@ -668,7 +670,9 @@ class _OnSignal:
         _say(f"[official_dreamerv3] {name}: stopping after the loop's current iteration, "
              "then saving")
         if self.n == 1:
-            faulthandler.dump_traceback_later(STOP_GRACE_S, repeat=True)
+            if self.stop.deadline is None or time.monotonic() >= self.stop.deadline:
+                faulthandler.dump_traceback_later(STOP_GRACE_S, repeat=True)
+            # else the budget's watchdog (armed at the start) fires first
         else:
             signal.signal(signum, signal.SIG_DFL)
 
