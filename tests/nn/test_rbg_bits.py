@@ -1,4 +1,14 @@
-"""`wmx.nn.rbg_bits` gives the same bits and masks as jax.random on "rbg" keys."""
+"""`wmx.nn.rbg_bits` gives the same bits and masks as jax.random on "rbg" keys (CPU, GPU),
+and the same bits on every backend.
+
+XLA documents RngBitGenerator's default algorithm as backend-dependent: the CPU and the GPU
+expand it to Philox-4x32-10, which `rbg_bits` computes; the TPU does not, so on a TPU
+jax.random's "rbg" bits differ from wmx's, which stay the CPU's (the pinned digests below,
+taken on the CPU where the jax.random comparison holds). wmx's TD-MPC2 dropout masks are
+therefore the same on every backend; nothing compares them with the TPU's generator.
+"""
+import hashlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,15 +17,63 @@ import pytest
 from wmx.nn.rbg_bits import rbg_bernoulli, rbg_bits
 
 
-def _keys():
-    ks = [jax.random.bits(jax.random.key(i), (4,), jnp.uint32) for i in range(6)]
+KEYS = (
+    (0xF29A4FA7, 0xFA843692, 0x55110E28, 0x77FAA835),
+    (0x704A38B7, 0x88A4083E, 0x7227B57A, 0x703ABFF1),
+    (0xA40AE269, 0xE68DDB64, 0x3AE385E9, 0xE1B135C9),
+    (0x12F51D7E, 0xF02A3AC5, 0xA6220CDE, 0xF9C24C30),
+    (0xE16B826B, 0xC5177154, 0x23D96AE9, 0xA1885339),
+    (0x7764AC86, 0xEBBEDC64, 0xBC5E0F90, 0x185742C5),
     # counters that carry out of word 0 (and words 0-1) within the array
-    ks.append(ks[0].at[2].set(np.uint32(0xFFFFFFFF - 100)))
-    ks.append(ks[1].at[2].set(np.uint32(0xFFFFFFFF - 100)).at[3].set(np.uint32(0xFFFFFFFF)))
-    ks.append(jnp.full((4,), 0xFFFFFFFF, jnp.uint32))
-    return ks
+    (0xF29A4FA7, 0xFA843692, 0xFFFFFF9B, 0x77FAA835),
+    (0x704A38B7, 0x88A4083E, 0xFFFFFF9B, 0xFFFFFFFF),
+    (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+)
+"""rbg key data u32[4]: the bits of jax.random.key(0..5) and three carry cases."""
+
+BITS_SHA256 = {(512, 512): "914a1792a584dd6f", (3, 7, 384): "e61464808eb20400",
+               (5,): "1f8375adbcf97541", (1,): "2be7002f9ab9e4f3", (2, 3): "522df9a16862d6d4"}
+"""sha256 (first 16 hex digits) of `rbg_bits(k, shape)` over `KEYS`, little-endian u32, on the CPU."""
+
+BERNOULLI_SHA256 = {0.99: "c96710e49bb0a69a", 0.9: "327d2127fc422353",
+                    0.5: "39ddf765ae42f27b", 0.01: "3f7c47433431899d", 1.0: "8628b73b72503302",
+                    0.0: "89b5774618e6adf6", 1.0 - 2.0 ** -25: "8628b73b72503302"}
+"""sha256 (first 16 hex digits) of the packed `rbg_bernoulli(k, p, (4, 300))` masks over `KEYS`."""
+
+ON_TPU = jax.default_backend() == "tpu"
+tpu_generator_differs = pytest.mark.skipif(
+    ON_TPU, reason="the TPU's RngBitGenerator is not Philox: jax.random's rbg bits differ there "
+                   "(wmx's are the CPU's: test_*_pinned)")
 
 
+def _keys():
+    return [jnp.asarray(np.array(k, np.uint32)) for k in KEYS]
+
+
+@pytest.mark.parametrize("shape", sorted(BITS_SHA256))
+def test_bits_pinned(shape):
+    h = hashlib.sha256()
+    for k in _keys():
+        h.update(np.asarray(jax.jit(lambda k: rbg_bits(k, shape))(k)).astype("<u4").tobytes())
+    assert h.hexdigest()[:16] == BITS_SHA256[shape]
+
+
+@pytest.mark.parametrize("p", list(BERNOULLI_SHA256))
+def test_bernoulli_pinned(p):
+    h = hashlib.sha256()
+    for k in _keys():
+        h.update(np.packbits(np.asarray(jax.jit(
+            lambda k: rbg_bernoulli(k, p, (4, 300)))(k))).tobytes())
+    assert h.hexdigest()[:16] == BERNOULLI_SHA256[p]
+
+
+def test_keys_are_jax_random_key_bits():
+    for i, k in enumerate(_keys()[:6]):
+        np.testing.assert_array_equal(
+            np.asarray(k), np.asarray(jax.random.bits(jax.random.key(i), (4,), jnp.uint32)))
+
+
+@tpu_generator_differs
 @pytest.mark.parametrize("shape", [(512, 512), (3, 7, 384), (5,), (1,), (2, 3)])
 def test_bits_match_jax_random(shape):
     f = jax.jit(lambda k: rbg_bits(k, shape))
@@ -25,6 +83,7 @@ def test_bits_match_jax_random(shape):
         np.testing.assert_array_equal(np.asarray(f(k)), np.asarray(g(k)))
 
 
+@tpu_generator_differs
 @pytest.mark.parametrize("p", [0.99, 0.9, 0.5, 0.01, 1.0, 0.0, 1.0 - 2.0 ** -25])
 def test_bernoulli_matches_jax_random(p):
     shape = (4, 300)
@@ -44,6 +103,7 @@ def test_bernoulli_threshold_is_exact():
         assert (u < p32) == (bits < (m << 9))
 
 
+@tpu_generator_differs
 @pytest.mark.parametrize("shape", [(512, 384), (3, 5), (1,)])
 def test_batched_keys_match_one_key_at_a_time(shape):
     """Keys u32[2, 3, 4] share one loop; each slice equals the single-key bits."""

@@ -10,8 +10,10 @@ per output word (and unrolled jnp code is worse: each round's fusion
 re-evaluates its inputs). Here the rounds run in a `fori_loop`, two rounds a
 step, so the four words are materialised every other round, and several keys
 share the loop: the same bits at a third to a half of the CPU time
-(`tests/nn/test_rbg_bits.py` checks them against `jax.random.bits` on the
-running backend; docs/performance.md "Rows").
+(`tests/nn/test_rbg_bits.py` checks them against `jax.random.bits` on the CPU
+and the GPU, and against digests pinned on the CPU on every backend: the TPU's
+RngBitGenerator is another algorithm, so there these bits are the CPU's, not
+jax.random's; docs/performance.md "Rows").
 """
 from __future__ import annotations
 
