@@ -9,9 +9,9 @@ margin; ``--plan`` prints the stages, budgets and commands). The default run:
   probe                 jax's platform, devices and versions (nothing else runs without a
                         GPU or a TPU)
   device_tests          tests/nn/test_rbg_bits.py on the device: wmx's Philox kernel for the
-                        Q-dropout masks gives jax.random's "rbg" bits on this backend too
-                        (XLA documents those bits as backend-dependent: a failure says the
-                        device's generator differs, and wmx's masks are the CPU's bits there)
+                        Q-dropout masks gives the CPU's bits (digests pinned on the CPU) and,
+                        on a GPU, jax.random's "rbg" bits (a TPU's RngBitGenerator is
+                        another algorithm: those comparisons skip there)
   parity                the whole parity suite (the tests of the *parity* modules, recordings
                         of the official code) on the device at
                         JAX_DEFAULT_MATMUL_PRECISION=highest; needs the shared folder's
@@ -64,6 +64,12 @@ measurement.
     python benchmarks/device_check.py --out DIR            # on the GPU or TPU machine
     python benchmarks/device_check.py --plan               # stages, limits, commands
     python benchmarks/device_check.py --only parity tdmpc2_speed --shared SHARED --out DIR
+
+On a TPU the default stages need two 10-minute calls (XLA compiles the 12m programs for
+minutes there); the second continues the first's JSON:
+
+    python benchmarks/device_check.py --only device_tests parity tdmpc2_speed --out DIR
+    python benchmarks/device_check.py --continue --out DIR
 """
 from __future__ import annotations
 
@@ -162,8 +168,10 @@ def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
         dv_learn = ["--task", dreamerv3_task, "--preset", "paper", "--seeds", "0", "1",
                     "--env-steps", "64000", "--eval-every", "16000", "--eval-episodes", "10",
                     "--chunk-ticks", "100"]
-        # parity: the whole suite took 195 s on a TPU v5e
-        budgets = (20, 30, 210, 60, 110, 110, 140, 185)
+        # parity: 108 of the suite's 128 tests (17 skipped) took 208 s on a TPU v5e, the
+        # device tests ~40 s; on a TPU the speed stages compile for minutes, so the default
+        # stages take two calls there (--only ... then --continue, docs/accelerators.md)
+        budgets = (20, 45, 235, 70, 110, 110, 140, 185)
     learn_out = ["--home", str(home), "--out", str(raw / "learning")]
     # pytest: -v so that a stage killed before its junit XML is written still names its
     # tests in the log; the parity tests at the default optimisation level (tests/conftest.py)
@@ -187,8 +195,8 @@ def stages(raw: Path, home: Path, smoke: bool, tdmpc2_task: str = TASK,
               default=False, learning="dreamerv3_offline", tail_s=60)]
     return [
         Stage("probe", budgets[0], probe),
-        # wmx.nn.rbg_bits reproduces XLA's RngBitGenerator bits on the backend it runs on;
-        # the device's generator is checked here (the test suite runs on the CPU only)
+        # wmx.nn.rbg_bits gives the CPU's bits on every backend (and jax.random's on a GPU);
+        # checked here on the device (the test suite runs on the CPU only)
         Stage("device_tests", budgets[1],
               [*pytest, "--junitxml", str(raw / "device_tests.xml"),
                str(ROOT / "tests" / "nn" / "test_rbg_bits.py")]),
@@ -594,10 +602,26 @@ def plot(results: dict, path: Path, title: str = "device_check") -> bool:
     return True
 
 
-def write_json(path: Path, obj: dict) -> None:
+def write_json(path: Path, obj: dict, places: dict[str, str] | None = None) -> None:
+    """Write ``obj`` as JSON (atomically); ``places`` {absolute path: its name} renames
+    the machine's folders in every string, so the record reads the same on any machine."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.write_text(json.dumps(portable(obj, places or {}), indent=1))
     os.replace(tmp, path)
+
+
+def portable(obj, places: dict[str, str]):
+    """``obj`` with every string's absolute folders (`places`' keys, longest first) renamed:
+    ``<out>``, ``<home>``, ``<shared>``, the checkout as a relative path, ``python``."""
+    if isinstance(obj, dict):
+        return {k: portable(v, places) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v, places) for v in obj]
+    if isinstance(obj, str):
+        for old in sorted(places, key=len, reverse=True):
+            obj = obj.replace(old, places[old])
+        return obj
+    return obj
 
 
 def git_commit() -> str | None:
@@ -703,6 +727,11 @@ def main(argv=None) -> int:
                         "benchmarks/learning/dreamerv3_offline.py --prepare-only (its home "
                         "folder, two levels up, copied with it; --pack DIR copies only what "
                         "training needs), trained with --resume")
+    p.add_argument("--continue", dest="continue_", action="store_true",
+                   help="continue the check in --out: keep the stages an earlier call there "
+                        "finished (status ok or failed, on the same kind of device) and run the "
+                        "others that are selected; one JSON holds every stage (a TPU needs two "
+                        "10-minute calls for the default stages, docs/accelerators.md)")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -722,12 +751,12 @@ def main(argv=None) -> int:
     if args.dreamerv3_offline_run:
         offline_run = Path(args.dreamerv3_offline_run).expanduser().resolve()
         sys.path.insert(0, str(HERE / "learning"))
-        from check_run import read_json
+        from check_run import read_json as read_check_json
         from offline_check import resumable_run, source_run   # the check's own; no jax
         check = "benchmarks/learning/dreamerv3_offline.py"
         try:
             resumable_run(offline_run, "dreamerv3", report_only=False)
-            bench = read_json(offline_run / "benchmark.json", "--resume")
+            bench = read_check_json(offline_run / "benchmark.json", "--resume")
             for src in bench.get("sources") or []:      # a copied home needs its sources
                 source_run(offline_run.parent.parent / src)
         except (SystemExit, ValueError) as e:       # the check's own one-line refusals
@@ -735,6 +764,12 @@ def main(argv=None) -> int:
             p.error(f"--dreamerv3-offline-run {offline_run}: {why} (the stage trains "
                     f"DreamerV3 offline check runs, made by {check} --prepare-only)")
     only = set(args.only) if args.only else None
+    earlier = None
+    if args.continue_:
+        earlier = read_json(out / "device_check.json")
+        if earlier is None or not isinstance(earlier.get("stages"), list):
+            p.error(f"--continue: no device_check.json in {out} to continue; run the check "
+                    "once without --continue")
 
     def make_plan(home: Path) -> list[Stage]:
         return scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run,
@@ -797,6 +832,22 @@ def main(argv=None) -> int:
               "devices); nothing run")
         return 0
 
+    kept: dict[str, dict] = {}
+    if earlier is not None:
+        if (earlier.get("platform"), earlier.get("device_kind")) != (info["platform"],
+                                                                     info["device_kind"]):
+            print(f"device_check: --continue: {out / 'device_check.json'} is of a "
+                  f"{earlier.get('device_kind')} ({earlier.get('platform')}), this device is "
+                  f"a {info['device_kind']}; give another --out")
+            return 2
+        kept = finished_stages(earlier)
+        if only is None:
+            only = {s.name for s in selected(unscaled, None)[1:]}
+        only -= set(kept)
+        if not only:
+            print(f"device_check: --continue: every selected stage is already finished in "
+                  f"{out / 'device_check.json'}; nothing run")
+            return 0
     raw.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="wmx_device_check_home_"))
     plan = make_plan(home)
@@ -817,10 +868,19 @@ def main(argv=None) -> int:
         "total_budget_s": args.total_s, "kill_grace_s": KILL_GRACE_S,
         "shared": str(shared) if any(s.name == "parity" for s in runs) else None,
         "stages": []}
+    if earlier is not None:      # the calls so far, oldest first; this call's fields on top
+        record["calls"] = [*(earlier.get("calls") or [call_of(earlier)]), call_of(record)]
+        if record["shared"] is None:
+            record["shared"] = earlier.get("shared")
     record["stages"].append({"name": "probe", "status": "ok", "budget_s": plan[0].budget_s,
                              "wall_s": r["wall_s"]})
     json_path = out / "device_check.json"
-    write_json(json_path, record)
+    places = {str(out): "<out>", str(ROOT) + os.sep: "", sys.executable: "python"}
+    if not args.keep_home:           # a kept home is named as it is, to be found
+        places[str(home)] = "<home>"
+    if fixtures_found(shared):       # a folder without fixtures is named in the refusal
+        places[str(shared)] = "<shared>"
+    write_json(json_path, record, places)
     print(f"device_check: {info['device_count']} x {record['device_kind']} ({info['platform']}),"
           f" jax {info['jax']}; budget {args.total_s:.0f} s -> {json_path}", flush=True)
     learning: dict = {}
@@ -828,6 +888,9 @@ def main(argv=None) -> int:
         for i, st in enumerate(plan[1:], 1):
             entry = {"name": st.name, "budget_s": st.budget_s,
                      "command": list(st.argv), "env": st.env}
+            if st.name in kept:
+                record["stages"].append(kept[st.name])
+                continue
             record["stages"].append(entry)
             if st not in runs:
                 entry["status"] = "skipped"
@@ -879,7 +942,7 @@ def main(argv=None) -> int:
                 entry["log_tail"] = log_tail(log)
             print(f"[{time.monotonic() - t_start:5.0f} s] {st.name}: {entry['status']} "
                   f"in {res['wall_s']:.0f} s", flush=True)
-            write_json(json_path, record)
+            write_json(json_path, record, places)
     finally:
         for entry in record["stages"]:
             entry.setdefault("status", "interrupted")   # the check itself was stopped
@@ -889,13 +952,30 @@ def main(argv=None) -> int:
         if learning and plot(learning, out / "device_check.png", title):
             record["plot"] = "device_check.png"
         record["wall_s"] = round(time.monotonic() - t_start, 1)
+        if "calls" in record:
+            record["calls"][-1]["wall_s"] = record["wall_s"]
         if args.keep_home:
             record["home"] = str(home)
         else:
             shutil.rmtree(home, ignore_errors=True)
-        write_json(json_path, record)
+        write_json(json_path, record, places)
     summarise(record)
     return 0
+
+
+def finished_stages(record: dict) -> dict[str, dict]:
+    """{name: entry} of the stages an earlier call finished (status ok or failed), each
+    marked with the call that ran it (``call``: its start time); a stage that timed out,
+    was not run, skipped or interrupted runs again."""
+    started = record.get("started")
+    return {e["name"]: {**e, "call": e.get("call", started)}
+            for e in record.get("stages", [])[1:]
+            if isinstance(e, dict) and e.get("status") in ("ok", "failed")}
+
+
+def call_of(record: dict) -> dict:
+    """One call of a check continued over several: its start, commit, budget and wall time."""
+    return {k: record.get(k) for k in ("started", "git_commit", "total_budget_s", "wall_s")}
 
 
 def summarise(record: dict) -> None:

@@ -115,7 +115,7 @@ def test_device_check_commands_name_its_stages_and_options():
                 named.add(args[i])
                 i += 1
         parser_opts = {"--plan", "--shared", "--out", "--only", "--dreamerv3-offline-run",
-                       "--force-cpu", "--total-s"}
+                       "--force-cpu", "--total-s", "--continue"}
         assert {a for a in args if a.startswith("--")} <= parser_opts, cmd
     assert named and named <= names, named - names
     default = [st.name for st in plan if st.default]

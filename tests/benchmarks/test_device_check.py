@@ -430,3 +430,51 @@ def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
     assert "the stage trains DreamerV3 offline check runs" in r.stderr
     r = _run("--plan", "--only", "dreamerv3_offline")
     assert r.returncode == 2 and "needs --dreamerv3-offline-run" in r.stderr
+
+
+def test_finished_stages_keeps_ok_and_failed_and_names_their_call():
+    rec = {"started": "T0", "stages": [
+        {"name": "probe", "status": "ok"}, {"name": "device_tests", "status": "ok"},
+        {"name": "parity", "status": "timeout"}, {"name": "tdmpc2_speed", "status": "failed"},
+        {"name": "dreamerv3_speed_f32", "status": "not run"},
+        {"name": "dreamerv3_speed_bf16", "status": "interrupted"},
+        {"name": "tdmpc2_learning", "status": "skipped"}]}
+    kept = device_check.finished_stages(rec)
+    assert sorted(kept) == ["device_tests", "tdmpc2_speed"]
+    assert kept["device_tests"] == {"name": "device_tests", "status": "ok", "call": "T0"}
+    rec["stages"][1]["call"] = "T-1"         # kept from a call before that one
+    assert device_check.finished_stages(rec)["device_tests"]["call"] == "T-1"
+
+
+def test_continue_keeps_the_finished_stages_and_refuses_another_device(tmp_path):
+    """--continue: no JSON -> one line, exit 2; a JSON of another device kind -> exit 2,
+    nothing changed; the stages already finished are not run again."""
+    out = tmp_path / "out"
+    r = _run("--force-cpu", "--continue", "--out", str(out), "--total-s", "120")
+    assert r.returncode == 2 and "--continue: no device_check.json in" in r.stderr
+    assert not out.exists()
+    env = {"WMX_SHARED": str(tmp_path)}
+    r = _run("--force-cpu", "--only", "parity", "--out", str(out), "--total-s", "120", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = (out / "device_check.json").read_text()
+    r = _run("--force-cpu", "--continue", "--only", "parity", "--out", str(out),
+             "--total-s", "120", env=env)
+    assert r.returncode == 0 and "every selected stage is already finished" in r.stdout
+    assert (out / "device_check.json").read_text() == first
+    other = json.loads(first)
+    other["device_kind"] = "TPU v5 lite"
+    (out / "device_check.json").write_text(json.dumps(other))
+    r = _run("--force-cpu", "--continue", "--out", str(out), "--total-s", "120", env=env)
+    assert r.returncode == 2 and "is of a TPU v5 lite" in r.stdout, r.stdout + r.stderr
+    assert json.loads((out / "device_check.json").read_text()) == other
+
+
+def test_portable_renames_the_machines_folders_longest_first():
+    places = {"/m/repo/out": "<out>", "/m/repo/": "", "/m/repo/.venv/bin/python": "python",
+              "/t/home_x": "<home>"}
+    rec = {"command": ["/m/repo/.venv/bin/python", "/m/repo/benchmarks/x.py", "--out",
+                       "/m/repo/out/device_check/x.json", "--home", "/t/home_x"],
+           "n": 3, "nested": [{"log": "/m/repo/out/logs/a.log"}]}
+    assert device_check.portable(rec, places) == {
+        "command": ["python", "benchmarks/x.py", "--out", "<out>/device_check/x.json",
+                    "--home", "<home>"], "n": 3, "nested": [{"log": "<out>/logs/a.log"}]}
