@@ -25,6 +25,7 @@ from episode_fixtures import synthetic_episode, taskset_of, write_set  # noqa: E
 
 import wmx.pipelines.runners as runners  # noqa: E402
 from wmx.cli.beam import main as beam_main  # noqa: E402
+from wmx.cli.main import main as wmx_main  # noqa: E402
 from wmx.datasets.store import Store  # noqa: E402
 from wmx.datasets.validate import validate_dataset  # noqa: E402
 from wmx.pipelines.runners import (RUNNERS, RunnerError, check_dask_cluster,  # noqa: E402
@@ -87,7 +88,7 @@ def test_dask_runner_class_imports():
     assert runner.__name__ == "DaskRunner"
 
 
-def test_direct_runner_is_the_fnapi_runner_and_never_tries_prism(home, monkeypatch):
+def test_direct_runner_is_the_fnapi_runner_and_never_tries_prism(home, monkeypatch, capsys):
     """`direct` runs Beam's FnApiRunner (wmx.pipelines.direct_runner), never Prism (which
     Beam's own DirectRunner tries first, downloading it where the network allows), in
     memory and with multi_processing SDK workers; the manifest records the class that ran.
@@ -109,6 +110,10 @@ def test_direct_runner_is_the_fnapi_runner_and_never_tries_prism(home, monkeypat
         assert builder["runner_class"] == RUNNERS["direct"]
         me = f"{socket.gethostname()}:{os.getpid()}"
         assert (me in r.writers) != bool(args) and validate_dataset(r.path).ok
+        capsys.readouterr()
+        assert wmx_main(["dataset", "info", f"tst@{r.path.name[:10]}", "--home",
+                         str(home)]) == 0
+        assert f"runner=DirectRunner ({RUNNERS['direct']})" in capsys.readouterr().out
         shutil.rmtree(r.path)
     assert tried == []
     beams = "apache_beam.runners.direct.direct_runner.DirectRunner"

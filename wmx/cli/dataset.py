@@ -154,7 +154,8 @@ def cmd_info(args) -> int:
     for h in m.sources:
         print(f"    {h}")
     b = dict(m.builder)
-    print(f"  builder: {b.get('pipeline')} runner={b.get('runner')} "
+    ran = f" ({b['runner_class']})" if b.get("runner_class") else ""
+    print(f"  builder: {b.get('pipeline')} runner={b.get('runner')}{ran} "
           f"code={b.get('code_version')}")
     return 0
 
