@@ -80,6 +80,19 @@ wmx speed benchmark's program) at the chosen size and compute dtype, the
 task's observation and action sizes; one JSON object on stdout and in
 ``--out``.
 
+``--check-finite N`` instead diagnoses non-finite policy outputs (the official
+``jaxagent.py`` assertion ``isfinite.all()``): it builds the official agent as the
+loop does and writes, into ``--out``, ``official_check_finite.json`` (rewritten after
+every step, so a killed call keeps what it found) and ``official_check_finite.log``
+(the whole output): the initialisers' random and special functions alone on the
+device; every parameter's finiteness (and whether the policy's copies equal the
+parameters); N policy calls on the task's envs, per output key; where a call is not
+finite, the same call on fresh parameter buffers, on the CPU, at the highest matmul
+precision and under ``jax_debug_nans`` (which names the first primitive that made a
+NaN); two official train calls and N policy calls after them; then the same for a
+float32-compute agent and for an agent built without buffer donation (see
+`check_finite`).
+
 On the TPU machine (one process may open the chip: run the modes one after
 another, never together; LOGDIR in the machine's temporary folder, which lasts
 while the machine stays warm, so the next call continues the run only then):
@@ -87,6 +100,7 @@ while the machine stays warm, so the next call continues the run only then):
     source .official-dv3/setup.sh; timeout -k 20 540 python benchmarks/official_dreamerv3.py \\
         --task reacher-easy --seed 0 --logdir LOGDIR --budget-s 500 --out $OUT
     python benchmarks/official_dreamerv3.py --time-train 20 --out $OUT
+    timeout -k 20 300 python benchmarks/official_dreamerv3.py --check-finite 4 --out $OUT
 
 Source: danijar/dreamerv3 29eb964 (dreamerv3/main.py, embodied/run/train.py,
 embodied/core/checkpoint.py, embodied/core/logger.py, configs.yaml).
@@ -105,6 +119,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import traceback
@@ -1111,6 +1126,546 @@ def time_train(args) -> None:
         (Path(args.out) / f"official_train_step_{size}_{platform}.json").write_text(text)
 
 
+
+# ==== --check-finite: where a policy output stops being finite ===========================
+CHECK_JSON = "official_check_finite.json"
+CHECK_LOG = "official_check_finite.log"
+CHECK_VARIANTS = ("loop", "float32", "nodonate")
+"""The agents `check_finite` builds, in this order: ``loop`` (the run's config, built as
+the loop builds it: the official ``make_agent``, its train and report programs compiled,
+donation on), ``float32`` (the same with ``jax.compute_dtype`` float32) and ``nodonate``
+(the loop's dtype, built with the jit adapter's donation dropped). The variants other than
+``loop`` skip compiling the train and report programs at build (`_skip_train_compile`):
+the train program compiles at its first call, when the variant trains."""
+
+
+class _Uncompiled:
+    """Stands in for a lowered program whose ``compile()`` should return the jit itself
+    (compiled at its first call, if ever)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def compile(self):
+        return self.fn
+
+
+def _skip_train_compile(jaxagent) -> None:
+    """Make the official JAXAgent's constructor run what its ``_lower_train`` and
+    ``_lower_report`` execute (``init_train``, ``init_report``) but not lower or compile
+    the train and report programs (a train call then compiles at its first call)."""
+    def lower_train(self):
+        self.init_train(self.config.batch_size)
+        self._train = _Uncompiled(self._train)
+
+    def lower_report(self):
+        self.init_report(self.config.batch_size)
+        self._report = _Uncompiled(self._report)
+
+    jaxagent.JAXAgent._lower_train = lower_train
+    jaxagent.JAXAgent._lower_report = lower_report
+
+
+def _to_float_np(value):
+    """``value`` (an array of any backend) as a numpy array, bfloat16 as float32."""
+    import numpy as np
+    a = np.asarray(value)
+    if a.dtype.name == "bfloat16":
+        a = a.astype(np.float32)
+    return a
+
+
+def param_report(params: dict, limit: int = 12) -> dict:
+    """Finiteness of every floating parameter of ``params`` (name -> array).
+
+    Returns:
+      (an entry that is a tree of arrays counts each leaf, named ``name[path]``)
+      {"params", "values", "nonfinite_params", "nonfinite_values", "nan_values",
+      "inf_values", "first": [{"name", "nonfinite", "nan", "size", "dtype", "shape"}] (at
+      most ``limit``, in name order), "by_module": {module: non-finite values},
+      "by_kind": {last name part (kernel, bias, scale, ...): [non-finite, all values]}, "absmax":
+      the largest finite magnitude, "absmax_name"}.
+    """
+    import jax
+    import numpy as np
+    host = jax.device_get(params)
+    leaves = []
+    for name in sorted(host):   # an entry may be a tree of arrays (optimizer states)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(host[name]):
+            leaves.append((name + jax.tree_util.keystr(path), leaf))
+    out = {"params": 0, "values": 0, "nonfinite_params": 0, "nonfinite_values": 0,
+           "nan_values": 0, "inf_values": 0, "first": [], "by_module": {}, "by_kind": {},
+           "absmax": 0.0, "absmax_name": None}
+    for name, leaf in leaves:
+        a = _to_float_np(leaf)
+        if not np.issubdtype(a.dtype, np.floating):
+            continue
+        out["params"] += 1
+        out["values"] += int(a.size)
+        finite = np.isfinite(a)
+        bad = int(a.size - finite.sum())
+        kind = out["by_kind"].setdefault(name.split("[")[0].split("/")[-1], [0, 0])
+        kind[0] += bad
+        kind[1] += int(a.size)
+        if finite.any():
+            m = float(np.abs(a[finite]).max())
+            if m > out["absmax"]:
+                out["absmax"], out["absmax_name"] = m, name
+        if not bad:
+            continue
+        nan = int(np.isnan(a).sum())
+        out["nonfinite_params"] += 1
+        out["nonfinite_values"] += bad
+        out["nan_values"] += nan
+        out["inf_values"] += bad - nan
+        module = "/".join(name.split("/")[:2])
+        out["by_module"][module] = out["by_module"].get(module, 0) + bad
+        if len(out["first"]) < limit:
+            out["first"].append({"name": name, "nonfinite": bad, "nan": nan,
+                                 "size": int(a.size), "dtype": str(np.asarray(leaf).dtype),
+                                 "shape": list(a.shape)})
+    return out
+
+
+def primitive_report(seed: int = 0) -> dict:
+    """The random and special functions the official initialisers use, jitted on JAX's
+    default device at a 12m kernel's shape, each: {"nonfinite", "min", "max"} (the
+    ``Initializer("normal")`` chain: ``truncated_normal(-2, 2)`` from an ``nj.seed()``-style
+    split key, and its parts ``uniform``, ``erf_inv``, ``nextafter``; ``normal``)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    shape = (1024, 256)
+
+    def fns(key):
+        key = jax.random.split(key, 16)[1]
+        u = jax.random.uniform(key, shape, jnp.float32, -0.9545, 0.9545)
+        return {"truncated_normal": jax.random.truncated_normal(key, -2, 2, shape),
+                "uniform": u, "erf_inv": jax.lax.erf_inv(u),
+                "nextafter": jax.lax.nextafter(jnp.full(shape, -2.0, jnp.float32),
+                                               jnp.full(shape, jnp.inf, jnp.float32)),
+                "normal": jax.random.normal(key, shape, jnp.float32),
+                "bf16_matmul": (u.astype(jnp.bfloat16) @ u.T.astype(jnp.bfloat16))}
+    key = jax.device_put(np.array([seed, 0], np.uint32))
+    with jax.transfer_guard("allow"):
+        host = jax.device_get(jax.jit(fns)(key))
+    out = {}
+    for name, v in host.items():
+        a = _to_float_np(v)
+        out[name] = {"nonfinite": int(a.size - np.isfinite(a).sum()),
+                     "min": float(np.nanmin(a)) if np.isfinite(a).any() else None,
+                     "max": float(np.nanmax(a)) if np.isfinite(a).any() else None}
+    out["device"] = str(jax.devices()[0])
+    return out
+
+
+def _copies_differ(params: dict, policy_params: dict) -> dict:
+    """How far the policy's copies of the parameters are from the parameters themselves
+    (they are ``.copy()`` of them before any training): {"compared", "differ": names of
+    those not bitwise equal (at most 12), "n_differ"}."""
+    import jax
+    import numpy as np
+    keys = sorted(policy_params)
+    a = jax.device_get({k: params[k] for k in keys})
+    b = jax.device_get(dict(policy_params))
+    differ = [k for k in keys if not np.array_equal(np.asarray(a[k]), np.asarray(b[k]),
+                                                    equal_nan=True)]
+    return {"compared": len(keys), "n_differ": len(differ), "differ": differ[:12]}
+
+
+def finite_report(finite: dict) -> dict:
+    """The official policy's ``finite`` output (key -> (isfinite per env, min, max)) as
+    {key: {"finite_envs", "envs", "min", "max"}} (min and max over the envs, NaN as
+    null)."""
+    import numpy as np
+    out = {}
+    for key, (isfinite, lo, hi) in sorted(finite.items()):
+        isfinite, lo, hi = (np.asarray(x) for x in (isfinite, lo, hi))
+        lo = np.asarray(lo, np.float64)
+        hi = np.asarray(hi, np.float64)
+        out[key] = {"finite_envs": int(isfinite.sum()), "envs": int(isfinite.size),
+                    "min": None if np.isnan(lo).all() else float(np.nanmin(lo)),
+                    "max": None if np.isnan(hi).all() else float(np.nanmax(hi))}
+    return out
+
+
+def bad_keys(report: dict) -> list[str]:
+    """The keys of a `finite_report` with a non-finite env."""
+    return [k for k, v in report.items() if v["finite_envs"] < v["envs"]]
+
+
+def _official_frames(tb, src: Path, limit: int = 8) -> list[str]:
+    """The last ``limit`` frames of a traceback that lie in the official source, as
+    "file:line function: code"."""
+    src = str(Path(src).resolve())
+    frames = [f for f in traceback.extract_tb(tb) if str(Path(f.filename).resolve())
+              .startswith(src)]
+    return [f"{Path(f.filename).resolve().relative_to(src)}:{f.lineno} {f.name}: "
+            f"{(f.line or '').strip()}" for f in frames[-limit:]]
+
+
+class _CheckLog:
+    """The check's JSON result, rewritten whole after every step (a killed call keeps what
+    it found), and its one-line progress messages (stdout)."""
+
+    def __init__(self, out: Path | None, result: dict):
+        self.out, self.result, self.t0 = out, result, time.monotonic()
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+
+    def say(self, text: str) -> None:
+        print(f"[check-finite {time.monotonic() - self.t0:7.1f} s] {text}", flush=True)
+
+    def save(self) -> None:
+        self.result["elapsed_s"] = round(time.monotonic() - self.t0, 2)
+        text = json.dumps(self.result, indent=1, default=str)
+        if self.out is not None:
+            tmp = self.out / (CHECK_JSON + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.out / CHECK_JSON)
+
+
+def _policy_call(agent, obs: dict, carry, mode: str = "train", params=None):
+    """One official policy call (``JAXAgent.policy``'s steps, its parameter swap included)
+    without its finiteness assertions.
+
+    Returns:
+      (acts, outs without "finite", carry, finite) as host arrays (carry: the official
+      per-env list).
+    """
+    import jax
+    from dreamerv3.jaxagent import fetch_async
+    obs = agent._filter_data(obs)
+    with agent.policy_lock:
+        carry = agent._stack(carry)
+        obs, carry = jax.device_put((obs, carry), agent.policy_sharded)
+        seed = agent._next_seeds(agent.policy_sharded)
+        acts, outs, carry = agent._policy(
+            agent.policy_params if params is None else params, obs, carry, seed, mode)
+        if agent.pending_sync and params is None:
+            old = agent.policy_params
+            agent.policy_params = agent.pending_sync
+            jax.tree.map(lambda x: x.delete(), old)
+            agent.pending_sync = None
+    carry = agent._split(carry)
+    acts, outs = agent._take_outs(fetch_async((acts, outs)))
+    finite = outs.pop("finite", {})
+    return acts, outs, carry, finite
+
+
+class _Envs:
+    """The run's official envs stepped in this process as the official driver steps them
+    (reset actions first; each next action the policy's, NaN as 0; reset where an episode
+    ended)."""
+
+    def __init__(self, make_env, n: int):
+        import numpy as np
+        self.np = np
+        self.envs = [make_env(i) for i in range(n)]
+        self.act_space = self.envs[0].act_space
+        self.reset()
+
+    def reset(self) -> None:
+        np = self.np
+        n = len(self.envs)
+        self.acts = {k: np.zeros((n,) + v.shape, v.dtype) for k, v in self.act_space.items()}
+        self.acts["reset"] = np.ones(n, bool)
+
+    def step(self) -> dict:
+        np = self.np
+        acts = [{k: v[i] for k, v in self.acts.items()} for i in range(len(self.envs))]
+        obs = [env.step(a) for env, a in zip(self.envs, acts)]
+        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+
+    def act(self, acts: dict, obs: dict) -> None:
+        np = self.np
+        new = {}
+        for k, v in acts.items():
+            v = np.asarray(v)
+            if np.issubdtype(v.dtype, np.floating):
+                v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
+            if v.ndim:   # the official driver's mask: no action where an episode ended
+                mask = ~obs["is_last"].reshape((-1,) + (1,) * (v.ndim - 1))
+                v = v * mask.astype(v.dtype)
+            new[k] = v
+        new["reset"] = obs["is_last"].copy()
+        self.acts = new
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:   # noqa: BLE001
+                pass
+
+
+def _probe(log: _CheckLog, entry: dict, name: str, fn) -> None:
+    """Run one probe ``fn()`` (returns a dict), store its result (or its error) as
+    ``entry[name]`` with its wall time, save the JSON."""
+    t = time.monotonic()
+    log.say(f"{name} ...")
+    try:
+        value = fn()
+    except Exception as e:   # noqa: BLE001 - a probe's failure is a finding
+        value = {"error": f"{type(e).__name__}: {e}"[:3000]}
+        traceback.print_exc()
+    value["wall_s"] = round(time.monotonic() - t, 2)
+    entry[name] = value
+    log.say(f"{name}: {json.dumps(value, default=str)[:600]}")
+    log.save()
+
+
+def check_finite(args) -> None:
+    """The --check-finite mode: build the official agent as the training loop does, then
+    report where its outputs stop being finite (JSON `CHECK_JSON` in --out, rewritten
+    after every step; progress on stdout, which the supervising process copies to
+    `CHECK_LOG`). First ``primitives`` (`primitive_report`: the initialisers' random and
+    special functions alone on the default device); then for each agent of
+    ``--check-variants`` (`CHECK_VARIANTS`):
+
+    - ``build``: its wall time; ``params`` and ``policy_params``: `param_report` of the
+      parameters and of the policy's copies, and whether the copies equal them;
+    - ``policy``: ``--check-finite`` N official policy calls on the run's envs (stepped in
+      this process as the official driver steps them: reset first, then the policy's
+      actions), the `finite_report` of each call's official ``finite`` output (inputs,
+      embed, latents, actions: per key the envs where it is finite, min, max) and the
+      actions' finiteness;
+    - where a call was not finite, on the first such call's inputs: ``fresh_buffers``
+      (the same program on a host round trip of the policy parameters), ``cpu_policy``
+      (the same policy function jitted on the CPU with the same parameters, inputs and
+      seed), ``matmul_highest`` (retraced under ``jax.default_matmul_precision("highest")``)
+      and ``debug_nans`` (the call again under ``jax_debug_nans``: JAX reruns it op by op
+      and names the first primitive that made a NaN, or says only the compiled program
+      does);
+    - ``train`` (``--check-train-steps`` K > 0; the ``loop`` variant, and ``nodonate``
+      only where the loop variant's training left something non-finite or did not run):
+      K official train calls on the official dummy batch, the parameters' finiteness
+      after them, the metrics' finiteness (on the all-zero dummy batch four are NaN by
+      construction, means over no positive rewards or terminations: ``rewstats/pos_*``,
+      ``constats/neg_*``), and then ``policy_after_train``: N more policy calls with the
+      trained parameters (the official swap, after its first call).
+
+    Args:
+      args: the parsed flags (task, seed, size, envs, platform, compute dtype of the
+        ``loop`` variant, ``--set``, ``--out``, ``--check-*``).
+    """
+    import numpy as np
+    src = check_official(args.official)
+    sys.path.insert(0, str(HERE))
+    embodied, agt, official_main = _import_official(src)
+    import _official_compat
+    import jax
+    from dreamerv3 import jaxagent
+    from dreamerv3 import ninjax as nj
+    out = Path(args.out) if args.out else None
+    variants = [v.strip() for v in args.check_variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in CHECK_VARIANTS:
+            fail(f"--check-variants {args.check_variants}: {v!r} is not one of "
+                 f"{', '.join(CHECK_VARIANTS)}")
+    platform = args.platform or jax.default_backend()
+    cache = None
+    if args.compile_cache and args.compile_cache != "off":
+        cache = Path(args.compile_cache)
+        cache.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(cache))
+    logdir = Path(args.logdir).expanduser().resolve() if args.logdir else \
+        Path(tempfile.mkdtemp(prefix="dv3check_"))
+    settings, _ = resolve_settings(args, logdir)
+    result = {"official_commit": OFFICIAL_COMMIT, "mode": "check-finite",
+              "argv": sys.argv[1:], "platform": platform, "jax": jax.__version__,
+              "devices": [str(d) for d in jax.devices()][:4],
+              "adapters": list(_official_compat.APPLIED), "settings": settings,
+              "calls": args.check_finite, "variants": {}, "summary": {}}
+    try:
+        import jaxlib
+        result["jaxlib"] = jaxlib.__version__
+    except ImportError:
+        pass
+    log = _CheckLog(out, result)
+    log.save()
+    _probe(log, result, "primitives", primitive_report)
+    os.environ.setdefault("MUJOCO_GL", "off")
+    make_env_official = _make_env_fn(official_main.make_env, args.render)
+    official_main.make_env = make_env_official
+    envs = None
+    original_lower = (jaxagent.JAXAgent._lower_train, jaxagent.JAXAgent._lower_report)
+    loop_train_bad = None   # after the loop variant trained: anything non-finite?
+    for index, variant in enumerate(variants):
+        entry = result["variants"].setdefault(variant, {})
+        vset = dict(settings)
+        if variant == "float32":
+            vset["compute_dtype"] = "float32"
+        config, _ = build_config(embodied, agt, vset, logdir / variant, platform, None,
+                                 args.save_every, args.log_every)
+        entry["compute_dtype"] = str(config.jax.compute_dtype)
+        # nodonate trains only where the loop variant's training left something non-finite
+        # (or did not run): donation acts in the train program alone
+        train_steps = args.check_train_steps if variant == "loop" or (
+            variant == "nodonate" and loop_train_bad is not False) else 0
+        entry["donation"] = variant != "nodonate"
+        entry["train_and_report_compiled_at_build"] = variant == "loop"
+        _official_compat.set_donation(variant != "nodonate")
+        jaxagent.JAXAgent._lower_train, jaxagent.JAXAgent._lower_report = original_lower
+        if variant != "loop":
+            _skip_train_compile(jaxagent)
+        t = time.monotonic()
+        log.say(f"{variant}: building the official agent ({entry['compute_dtype']}, "
+                f"donation {'on' if entry['donation'] else 'off'})")
+        try:
+            agent = official_main.make_agent(config)
+        except Exception as e:   # noqa: BLE001
+            entry["build"] = {"error": f"{type(e).__name__}: {e}"[:3000]}
+            traceback.print_exc()
+            log.save()
+            continue
+        entry["build"] = {"wall_s": round(time.monotonic() - t, 2)}
+        log.say(f"{variant}: built in {entry['build']['wall_s']} s")
+        _probe(log, entry, "params", lambda: param_report(agent.params))
+        _probe(log, entry, "policy_params", lambda: {
+            **param_report(agent.policy_params),
+            "copies": _copies_differ(agent.params, agent.policy_params)})
+        if envs is None:
+            envs = _Envs(lambda i: make_env_official(config, i), int(config.run.num_envs))
+        else:
+            envs.reset()
+
+        first_bad = {}
+
+        def run_policy(n: int, label: str) -> dict:
+            carry = agent.init_policy(int(config.run.num_envs))
+            calls, bad_calls = [], []
+            for i in range(n):
+                obs = envs.step()
+                inputs = (obs, carry)
+                acts, outs, carry, finite = _policy_call(agent, obs, carry)
+                rep = finite_report(finite)
+                keys = bad_keys(rep)
+                act_ok = {k: bool(np.isfinite(np.asarray(v, np.float64)).all())
+                          for k, v in acts.items()}
+                calls.append({"call": i, "bad_keys": keys, "acts_finite": act_ok,
+                              "finite": rep if (i == 0 or keys) and len(calls) < 4 else None})
+                if keys:
+                    bad_calls.append(i)
+                    if "inputs" not in first_bad:
+                        first_bad["inputs"] = inputs
+                        first_bad["label"] = f"{label} call {i}"
+                envs.act(acts, obs)
+            return {"calls": n, "nonfinite_calls": bad_calls, "per_call": calls}
+
+        _probe(log, entry, "policy", lambda: run_policy(args.check_finite, "policy"))
+        if "inputs" in first_bad:
+            obs0, carry0 = first_bad["inputs"]
+            entry["probes_on"] = first_bad["label"]
+
+            def fresh():
+                fresh_params = jax.device_put(jax.device_get(agent.policy_params),
+                                              agent.policy_mirrored)
+                _, _, _, finite = _policy_call(agent, obs0, carry0, params=fresh_params)
+                return {"bad_keys": bad_keys(finite_report(finite))}
+
+            def on_cpu():
+                cpu = jax.devices("cpu")[0]
+                pure = nj.pure(agent.agent.policy)
+
+                def fn(params, obs, carry, seed):
+                    return pure(params, obs, carry, "train", seed=seed)[1]
+                with jax.transfer_guard("allow"):
+                    params = jax.device_put(jax.device_get(agent.policy_params), cpu)
+                    obs = jax.device_put(agent._filter_data(obs0), cpu)
+                    carry = jax.device_put(jax.device_get(agent._stack(carry0)), cpu)
+                    seed = jax.device_put(agent._next_seeds(agent.policy_sharded), cpu)
+                    _, outs, _ = jax.jit(fn)(params, obs, carry, seed)
+                    finite = jax.device_get(outs["finite"])
+                return {"device": str(cpu), "bad_keys": bad_keys(finite_report(finite))}
+
+            def highest():
+                with jax.default_matmul_precision("highest"):
+                    _, _, _, finite = _policy_call(agent, obs0, carry0,
+                                                   params=agent.policy_params)
+                return {"bad_keys": bad_keys(finite_report(finite))}
+
+            def debug_nans():
+                try:
+                    with jax.debug_nans(True), jax.transfer_guard("allow"):
+                        _, _, _, finite = _policy_call(agent, obs0, carry0,
+                                                       params=agent.policy_params)
+                except FloatingPointError as e:
+                    return {"raised": "FloatingPointError", "message": str(e)[:3000],
+                            "official_frames": _official_frames(e.__traceback__, src)}
+                return {"raised": None, "bad_keys": bad_keys(finite_report(finite))}
+
+            _probe(log, entry, "fresh_buffers", fresh)
+            if platform != "cpu":
+                _probe(log, entry, "cpu_policy", on_cpu)
+            _probe(log, entry, "matmul_highest", highest)
+            _probe(log, entry, "debug_nans", debug_nans)
+
+        if train_steps > 0:
+            def train():
+                B, T = config.batch_size, config.batch_length
+                data = agent._dummy_batch(agent.spaces, (B, T))
+                carry = agent.init_train(B)
+                mets_bad, steps = [], []
+                for i in range(train_steps):
+                    batch = {**jax.device_put(data, agent.train_sharded),
+                             "seed": agent._next_seeds(agent.train_sharded)}
+                    t1 = time.monotonic()
+                    _, carry, mets = agent.train(batch, carry)
+                    jax.block_until_ready(agent.params)
+                    steps.append(round(time.monotonic() - t1, 3))
+                    for k, v in mets.items():
+                        a = np.asarray(v, np.float64) if np.asarray(v).dtype.kind == "f" \
+                            else None
+                        if a is not None and not np.isfinite(a).all():
+                            mets_bad.append(k)
+                return {"steps": train_steps, "step_s": steps,
+                        "nonfinite_metrics": sorted(set(mets_bad))[:20],
+                        "params_after": param_report(agent.params)}
+            _probe(log, entry, "train", train)
+            if "error" not in entry["train"]:
+                envs.reset()
+                first_bad.clear()
+                _probe(log, entry, "policy_after_train",
+                       lambda: run_policy(args.check_finite, "after train"))
+        if variant == "loop" and "train" in entry:
+            loop_train_bad = bool(entry["train"].get("error")
+                                  or entry["train"].get("params_after", {})
+                                  .get("nonfinite_values")
+                                  or entry.get("policy_after_train", {})
+                                  .get("nonfinite_calls", True))
+        nonfinite = {
+            "params": entry.get("params", {}).get("nonfinite_values"),
+            "policy_params": entry.get("policy_params", {}).get("nonfinite_values"),
+            "policy_calls": entry.get("policy", {}).get("nonfinite_calls"),
+            "first_bad_keys": next((c["bad_keys"] for c in entry.get("policy", {})
+                                    .get("per_call", []) if c["bad_keys"]), []),
+        }
+        for probe in ("fresh_buffers", "cpu_policy", "matmul_highest", "debug_nans"):
+            if probe in entry:   # the output keys still non-finite, or what went wrong
+                p = entry[probe]
+                nonfinite[probe] = p.get("error") or p.get("message") or p.get("bad_keys")
+        if "train" in entry:
+            p = entry["train"]
+            nonfinite["train"] = p.get("error") or {
+                "params_after": p["params_after"]["nonfinite_values"],
+                "metrics": p["nonfinite_metrics"]}
+        if "policy_after_train" in entry:
+            p = entry["policy_after_train"]
+            nonfinite["policy_after_train"] = p.get("error") or p["nonfinite_calls"]
+        result["summary"][variant] = nonfinite
+        log.say(f"{variant}: {json.dumps(nonfinite, default=str)[:800]}")
+        log.save()
+        del agent
+        import gc
+        gc.collect()
+    if envs is not None:
+        envs.close()
+    _official_compat.set_donation(True)
+    log.say("done")
+    log.save()
+
+
 def parse(argv=None):
     """The command line (see --help).
 
@@ -1164,12 +1719,30 @@ def parse(argv=None):
     p.add_argument("--time-train", type=int, metavar="N", help="only time N official "
                    "training steps (and policy steps) at --size (12m, 1m, or debug) and "
                    "--compute-dtype (default bfloat16), in this process")
+    p.add_argument("--check-finite", type=int, metavar="N", help="only diagnose non-finite "
+                   "outputs: build the official agent as the loop does and report the "
+                   "parameters' finiteness and N policy calls' (per output key), for each "
+                   "of --check-variants; JSON and log in --out")
+    p.add_argument("--check-variants", default=",".join(CHECK_VARIANTS),
+                   help="agents --check-finite builds, in order (default "
+                   f"{','.join(CHECK_VARIANTS)}; float32: jax.compute_dtype float32, "
+                   "nodonate: the jit adapter drops donation)")
+    p.add_argument("--check-train-steps", type=int, default=2, metavar="K",
+                   help="--check-finite: official train calls (dummy batch) in the loop "
+                   "variant (and in nodonate where the loop's left something non-finite), "
+                   "then N policy calls again (default 2; 0: none)")
     args = p.parse_args(argv)
-    modes = [m for m in ("convert_only", "time_train") if getattr(args, m) is not None]
+    modes = [m for m in ("convert_only", "time_train", "check_finite")
+             if getattr(args, m) is not None]
     if len(modes) > 1:
-        fail("--convert-only and --time-train are separate modes; give one")
+        fail("--convert-only, --time-train and --check-finite are separate modes; give one")
     if not modes and not args.logdir:
-        fail("--logdir is required to train (or give --convert-only LOGDIR / --time-train N)")
+        fail("--logdir is required to train (or give --convert-only LOGDIR / --time-train N "
+             "/ --check-finite N)")
+    if args.check_finite is not None and args.check_finite < 1:
+        fail(f"--check-finite {args.check_finite}: give at least one policy call")
+    if args.check_train_steps < 0:
+        fail(f"--check-train-steps {args.check_train_steps}: give 0 or more")
     if args.budget_s is not None and args.budget_s <= 0:
         fail(f"--budget-s {args.budget_s}: give a positive number of seconds")
     if args.time_train is not None and args.time_train < 1:
@@ -1192,6 +1765,15 @@ def main(argv=None) -> None:
         convert_only(args)
     elif args.time_train is not None:
         time_train(args)
+    elif args.check_finite is not None:
+        if os.environ.get(WORKER_ENV) == "1" or not args.out:
+            check_finite(args)
+        else:   # the whole output (the official code's, any runtime's) into --out too
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
+            status = tee_process([sys.executable, "-u", str(Path(__file__).resolve()), *argv],
+                                 env, [Path(args.out) / CHECK_LOG])
+            raise SystemExit(128 - status if status < 0 else status)
     elif os.environ.get(WORKER_ENV) == "1":
         train(args)
     else:

@@ -180,6 +180,110 @@ def test_jit_adapter_passes_positional_shardings(tmp_path):
     assert r.stdout.strip().endswith("12")
 
 
+def test_jit_adapter_can_drop_donation():
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import jax, jax.numpy as jnp, "
+            "_official_compat as c; c.apply(); "
+            "f = jax.jit(lambda x, y: x * y, donate_argnums=[1]); y = jnp.ones(3); f(2.0, y); "
+            "c.set_donation(False); "
+            "g = jax.jit(lambda x, y: x * y, donate_argnums=[1]); z = jnp.ones(3); g(2.0, z); "
+            "c.set_donation(True); "
+            "h = jax.jit(lambda x, y: x * y, donate_argnames=['y']); w = jnp.ones(3); h(2.0, y=w); "
+            "print(y.is_deleted(), z.is_deleted(), w.is_deleted())")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False", "True"]
+
+
+def test_param_report_counts_nonfinite_leaves():
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("jax")
+    import ml_dtypes
+    params = {
+        "agent/enc/mlp0/kernel": np.array([[1.0, np.nan], [np.inf, -3.0]], np.float32),
+        "agent/enc/mlp0/norm/scale": np.ones(4, ml_dtypes.bfloat16),
+        "agent/dyn/dyncore/bias": np.array([np.nan] * 3, ml_dtypes.bfloat16),
+        "agent/opt/state": {"mu": np.zeros(2, np.float32), "count": np.array(3, np.int32)},
+        "agent/actor/out/kernel": np.array([0.5, -7.0], np.float32),
+    }
+    rep = off.param_report(params)
+    assert rep["params"] == 5 and rep["values"] == 4 + 4 + 3 + 2 + 2
+    assert rep["nonfinite_params"] == 2 and rep["nonfinite_values"] == 5
+    assert rep["nan_values"] == 4 and rep["inf_values"] == 1
+    assert [f["name"] for f in rep["first"]] == ["agent/dyn/dyncore/bias",
+                                                 "agent/enc/mlp0/kernel"]
+    assert rep["by_module"] == {"agent/dyn": 3, "agent/enc": 2}
+    assert rep["by_kind"]["kernel"] == [2, 6] and rep["by_kind"]["scale"] == [0, 4]
+    assert rep["absmax"] == 7.0 and rep["absmax_name"] == "agent/actor/out/kernel"
+
+
+def test_finite_report_names_keys_with_a_nonfinite_env():
+    np = pytest.importorskip("numpy")
+    finite = {"embed": (np.array([True, False]), np.array([-1.0, np.nan]),
+                        np.array([2.0, np.nan])),
+              "obs/position": (np.array([True, True]), np.array([0.0, -1.0]),
+                               np.array([1.0, 3.0])),
+              "lat/deter": (np.array([False, False]), np.array([np.nan, np.nan]),
+                            np.array([np.nan, np.nan]))}
+    rep = off.finite_report(finite)
+    assert rep["obs/position"] == {"finite_envs": 2, "envs": 2, "min": -1.0, "max": 3.0}
+    assert rep["embed"]["finite_envs"] == 1 and rep["embed"]["max"] == 2.0
+    assert rep["lat/deter"]["min"] is None
+    assert off.bad_keys(rep) == ["embed", "lat/deter"]
+
+
+def test_check_envs_step_as_the_official_driver():
+    np = pytest.importorskip("numpy")
+
+    class Space:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, dtype
+
+    class Env:
+        act_space = {"action": Space((2,), np.float32), "reset": Space((), bool)}
+
+        def __init__(self, i):
+            self.i, self.seen = i, []
+
+        def step(self, act):
+            self.seen.append({k: np.array(v) for k, v in act.items()})
+            return {"position": np.full(2, float(self.i)), "is_last": self.i == 1,
+                    "is_first": bool(act["reset"])}
+
+        def close(self):
+            pass
+
+    envs = off._Envs(Env, 2)
+    obs = envs.step()
+    assert obs["position"].shape == (2, 2) and obs["is_first"].all()
+    envs.act({"action": np.array([[0.5, np.nan], [1.0, 1.0]], np.float32)}, obs)
+    envs.step()
+    first, second = envs.envs
+    assert first.seen[0]["reset"] and second.seen[0]["reset"]
+    assert first.seen[1]["action"].tolist() == [0.5, 0.0] and not first.seen[1]["reset"]
+    assert second.seen[1]["action"].tolist() == [0.0, 0.0] and second.seen[1]["reset"]
+
+
+def test_primitive_report_on_the_cpu():
+    pytest.importorskip("jax")
+    rep = off.primitive_report()
+    for name in ("truncated_normal", "uniform", "erf_inv", "nextafter", "normal",
+                 "bf16_matmul"):
+        assert rep[name]["nonfinite"] == 0, (name, rep[name])
+    assert -2.0 < rep["truncated_normal"]["min"] < rep["truncated_normal"]["max"] < 2.0
+
+
+def test_check_finite_flags():
+    args = off.parse(["--check-finite", "3"])
+    assert args.check_finite == 3 and args.check_train_steps == 2
+    assert args.check_variants.split(",") == list(off.CHECK_VARIANTS)
+    for bad in (["--check-finite", "0"], ["--check-finite", "2", "--time-train", "1"],
+                ["--check-finite", "2", "--check-train-steps", "-1"]):
+        with pytest.raises(SystemExit):
+            off.parse(bad)
+
+
 def test_slim_wheel_drops_paths_and_rewrites_record(tmp_path):
     whl = tmp_path / "pkg-1.0-py3-none-any.whl"
     files = {"pkg/__init__.py": b"x = 1\n", "pkg/big/data.bin": b"0" * 1000,
