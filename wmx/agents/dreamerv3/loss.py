@@ -115,13 +115,14 @@ def draw_train_noise(key: jax.Array, cfg: DreamerV3Config, batch: int,
 
 
 def loss_scales(cfg: DreamerV3Config) -> dict[str, float]:
-    """{TERMS and OFFLINE_TERMS: scale} (rec 1, rew 1, con 1, dyn 1, rep 0.1, actor 1,
-    critic 1, replay critic 0.3, spec 4.1; offline_bc: offline_bc_weight, W-D10;
+    """{`loss_terms(cfg)`: scale} (rec 1, rew 1, con 1, dyn 1, rep 0.1, actor 1, critic 1,
+    replay critic 0.3, spec 4.1; when on, offline_bc: offline_bc_weight, W-D10, and
     offline_ensemble: rew_scale, as the reward head's, W-D11)."""
-    return {"vector": cfg.rec_scale, "reward": cfg.rew_scale, "cont": cfg.con_scale,
-            "dyn": cfg.dyn_scale, "rep": cfg.rep_scale, "actor": cfg.policy_scale,
-            "critic": cfg.value_scale, "replay_critic": cfg.repval_scale,
-            "offline_bc": cfg.offline_bc_weight, "offline_ensemble": cfg.rew_scale}
+    scales = {"vector": cfg.rec_scale, "reward": cfg.rew_scale, "cont": cfg.con_scale,
+              "dyn": cfg.dyn_scale, "rep": cfg.rep_scale, "actor": cfg.policy_scale,
+              "critic": cfg.value_scale, "replay_critic": cfg.repval_scale,
+              "offline_bc": cfg.offline_bc_weight, "offline_ensemble": cfg.rew_scale}
+    return {k: scales[k] for k in loss_terms(cfg)}
 
 
 def sequence_carry(seq: TrainSequence) -> Carry:
@@ -172,6 +173,5 @@ def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
     if c.offline_ensemble:               # W-D11: the heads fit the data rewards
         losses["offline_ensemble"] = ensemble_loss(
             params["rew_ens"], c, feat(wm.post.deter, wm.post.stoch), seq.reward)
-    scales = loss_scales(c)
-    total = sum(jnp.mean(scales[k] * losses[k]) for k in loss_terms(c))
+    total = sum(jnp.mean(scale * losses[k]) for k, scale in loss_scales(c).items())
     return total, LossAux(losses, wm, imag, ac, replay_ret, task)
