@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 
@@ -20,11 +21,11 @@ import pytest
 
 from wmx.agents.dreamerv3 import agent, offline
 from wmx.agents.dreamerv3.ac_loss import imagination_loss, imagine, retnorm
-from wmx.agents.dreamerv3.actor_critic import actor_dist
 from wmx.agents.dreamerv3.config import DreamerV3Config
-from wmx.agents.dreamerv3.loss import TERMS, draw_train_noise, loss_terms
+from wmx.agents.dreamerv3.loss import TERMS, draw_train_noise, loss_terms, sequence_carry
 from wmx.agents.dreamerv3.params import MODULES, modules
 from wmx.agents.dreamerv3.train import TrainState, optimizer, train_step_full
+from wmx.agents.dreamerv3.wm_loss import world_model_loss
 from wmx.envs.registry import get_task
 
 TASK = get_task("probe-action").replace(T=12)        # O = 2, A = 2
@@ -205,6 +206,33 @@ def test_bc_in_the_step(runs):
     assert all(np.all(x == 0) for x in _leaves(g_zero))
 
 
+def test_bc_multitask_ignores_padded_action_dims():
+    """Multi-task (W-D8): the BC term sums over each row's task's action dims, so a padded
+    action dimension of the data changes neither the term nor any gradient of the step."""
+    from wmx.schemas.taskset import TaskInfo, TaskSet
+    infos = tuple(TaskInfo.from_spec(get_task(t).replace(T=20))
+                  for t in ("cartpole-balance", "cheetah-run"))       # action dims 1, 6
+    ts = TaskSet("mt", infos, (None, None), "none")
+    cfg = agent.make_config("tiny", {"compute_dtype": "float32", "offline_bc_weight": BC},
+                            taskset=ts)
+    tasks = agent.task_context(cfg, ts)
+    B, L = cfg.batch_size, cfg.seq_length
+    batch = _batch(cfg)
+    batch["task"] = jnp.repeat(jnp.arange(B) % 2, L).reshape(B, L)
+    padded = (batch["task"] == 0)[..., None] & (jnp.arange(cfg.action_dim) >= 1)
+    moved = {**batch, "action": jnp.where(padded, 0.77, batch["action"])}
+    state = agent.init(jax.random.key(0), cfg)
+    noise = draw_train_noise(jax.random.key(3), cfg, B, cfg.batch_length)
+    step = jax.jit(lambda b: train_step_full(state, agent.window_sequence(b, cfg), noise, cfg,
+                                             tasks))
+    _, _, _, g, aux = step(batch)
+    _, _, _, g_moved, aux_moved = step(moved)
+    assert float(jnp.abs(moved["action"] - batch["action"]).max()) > 0.5
+    np.testing.assert_array_equal(np.asarray(aux.losses["offline_bc"]),
+                                  np.asarray(aux_moved.losses["offline_bc"]))
+    assert _same(g, g_moved)
+
+
 # ---- W-D11: ensemble disagreement --------------------------------------------------------
 def test_penalty_is_weight_times_the_heads_std():
     r = jnp.array([[0.0, 1.0], [1.0, 1.0], [2.0, 1.0], [3.0, 1.0]])      # K = 4 heads
@@ -232,8 +260,6 @@ def test_penalty_lowers_the_imagined_rewards_hand_made():
     B, T = c_pen.batch_size, c_pen.batch_length
     seq = agent.window_sequence(_batch(c_pen), c_pen)
     noise = draw_train_noise(jax.random.key(3), c_pen, B, T)
-    from wmx.agents.dreamerv3.loss import sequence_carry
-    from wmx.agents.dreamerv3.wm_loss import world_model_loss
     wm = world_model_loss(params, c_pen, sequence_carry(seq), seq.obs, seq.action, seq.reward,
                           seq.is_first, seq.is_terminal, noise.post)
     imag = imagine(params, c_pen, wm.post, noise.start, noise.imag_prior, noise.imag_policy)
@@ -343,7 +369,6 @@ def test_runs_saved_before_the_fields_read_them_as_off_and_keep_their_hash():
         del old["resolved_agent_config"][k]
     loaded = type(rc).from_json(old)
     assert loaded == rc and loaded.training_hash() == rc.training_hash()
-    import hashlib
     keep = {k: old[k] for k in ("dataset", "taskset", "agent", "seeds", "stream",
                                 "stream_chunk", "resolved_agent_config")}
     del keep["resolved_agent_config"]["compute_dtype"]   # pinned float32: also left out
