@@ -37,6 +37,14 @@ writes the run directory here (Beam runs here); copy the home folder (or, with
 ``--pack DIR``, the folder holding only what training needs), train there with ``--resume``, and bring the run directory back for ``--resume RUN
 --report-only [--tdmpc2-run ...]``, which writes the result from its metrics.csv.
 
+``--set KEY=VALUE`` gives the model other settings, recorded in the result's
+``agent_overrides`` beside the verdict (``passed``): among them the offline terms
+against model exploitation, off by default (wmx extensions; deviations W-D10,
+W-D11): ``--set offline_bc_weight=0.3`` (behaviour cloning of the dataset's actions
+at the imagination starts), ``--set offline_ensemble=5 --set
+offline_penalty_weight=1`` (imagined rewards lowered by a reward ensemble's
+disagreement).
+
 Nothing here runs in the test suite (a check takes hours of CPU).
 """
 from __future__ import annotations

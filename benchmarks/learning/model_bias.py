@@ -16,7 +16,10 @@ dynamics' (open-loop imagination) error. The decoder on the same posteriors (its
 symexp'd reconstruction against the obs seen) says whether the latent state still knows
 where the system is on the rows where the reward head is wrong ("false successes": the
 env paid 0, the head predicted at least half the largest per-step reward paid); on the
-reacher tasks also as the finger-to-target distance, real and decoded.
+reacher tasks also as the finger-to-target distance, real and decoded. A run trained with
+a reward ensemble (``offline_ensemble``, deviation W-D11) also gets the heads' disagreement
+on the policy's and the imagined states and the bias of the penalised reward
+(``ensemble``); every run records its offline terms (``offline_terms``).
 
     python benchmarks/learning/model_bias.py --run H/runs/<run> [--run H/runs/<run2>] \\
         --episodes 16 --horizon 15 --out benchmarks/results/dreamerv3_model_bias.json
@@ -183,6 +186,37 @@ def decoder_fields(obs: np.ndarray, decoded: np.ndarray, head: np.ndarray,
     return out
 
 
+def ensemble_fields(std_img: np.ndarray, std_now: np.ndarray, r_img: np.ndarray,
+                    reward_after: np.ndarray, r_now: np.ndarray, heads: int,
+                    weight: float) -> dict:
+    """The reward ensemble's readings of a run trained with one (deviation W-D11).
+
+    Args:
+      std_img: f32[E, T, H] the std over the heads' predictions at the imagined states of
+        `aligned`'s r_img; std_now: f32[E, T] the same at the real posteriors.
+      r_img, reward_after, r_now: as `aligned`.
+      heads: K; weight: the run's offline_penalty_weight λ (0: trained, not applied).
+    Returns:
+      {heads, penalty_weight, std_imagined_mean, std_on_policy_mean, the posterior's std
+      where the env paid and at the reward head's false successes (`false_successes`):
+      does the disagreement single out the states the head is wrong on?, and the
+      penalised model's H-step sum and bias (r̂ − λ std, what the actor's returns used;
+      full horizons only, as `bias_summary`)}.
+    """
+    H = r_img.shape[-1]
+    pen, real, counts, head, paid = aligned(r_img - weight * std_img, reward_after, r_now)
+    full = counts == H
+    s_now = std_now[:, 1:]
+    return {"heads": int(heads), "penalty_weight": float(weight),
+            "std_imagined_mean": float(std_img.mean()),
+            "std_on_policy_mean": float(s_now.mean()),
+            "std_on_policy_where_env_paid": _mean_where(s_now, paid > 1e-6),
+            "std_on_policy_where_false_success": _mean_where(s_now,
+                                                             false_successes(head, paid)),
+            "penalised_pred_h_sum_mean": float(pen[:, full].mean()),
+            "penalised_bias_mean": float((pen - real)[:, full].mean())}
+
+
 def bias_summary(pred: np.ndarray, real: np.ndarray, counts: np.ndarray,
                  pred_now: np.ndarray, real_now: np.ndarray, H: int) -> dict:
     """The JSON entries of one run: pred/real f32[E, T] H-step sums (pred cut to the same
@@ -224,6 +258,7 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     from wmx.agents.dreamerv3.ac_loss import imagine
     from wmx.agents.dreamerv3.actor_critic import draw_policy_noise
     from wmx.agents.dreamerv3.heads import decode, feat, reward_logits
+    from wmx.agents.dreamerv3.offline import ensemble_rewards
     from wmx.agents.dreamerv3.rssm import Feat, draw_latent_noise
     from wmx.evaluate.runs import eval_env, open_run, restore_policy
     from wmx.nn.symlog import symexp
@@ -280,11 +315,16 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
         r_img = outputs.twohot_mean(reward_logits(params["rew"], c, imag.feat[:, 1:]), spec)
         r_now = outputs.twohot_mean(reward_logits(params["rew"], c, feat(deter, stoch)), spec)
         decoded = symexp(decode(params["dec"], c, deter, stoch))
-        return r_img.reshape(E, T, H), r_now, decoded
+        ens = None
+        if c.offline_ensemble:                 # the run's reward ensemble (W-D11)
+            ens = (jnp.std(ensemble_rewards(params["rew_ens"], c, imag.feat[:, 1:]),
+                           0).reshape(E, T, H),
+                   jnp.std(ensemble_rewards(params["rew_ens"], c, feat(deter, stoch)), 0))
+        return r_img.reshape(E, T, H), r_now, decoded, ens
 
     t0 = time.perf_counter()
     obs, deter, stoch, rew, actions = rollout(params)
-    r_img, r_now, decoded = jax.device_get(predict(params, deter, stoch))
+    r_img, r_now, decoded, ens = jax.device_get(predict(params, deter, stoch))
     rew = np.asarray(jax.device_get(rew), np.float64)
     obs = np.asarray(jax.device_get(obs), np.float64)
     pred, real, counts, head, paid = aligned(np.asarray(r_img, np.float64), rew,
@@ -292,6 +332,12 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
     out = bias_summary(pred, real, counts, head, paid, H)
     out["decoder_on_policy"] = decoder_fields(obs[:, 1:], np.asarray(decoded, np.float64)[:, 1:],
                                               head, paid, DISTANCE_DIMS.get(task))
+    if ens is not None:
+        out["ensemble"] = ensemble_fields(np.asarray(ens[0], np.float64),
+                                          np.asarray(ens[1], np.float64),
+                                          np.asarray(r_img, np.float64), rew,
+                                          np.asarray(r_now, np.float64), c.offline_ensemble,
+                                          c.offline_penalty_weight)
     if data_episodes and info.kind == "offline":
         out["reward_head_on_data"] = _head_on_data(info, params, c, data_episodes,
                                                    env.obs_dim, A, task)
@@ -309,6 +355,9 @@ def measure(run_dir: Path, episodes: int, H: int, seed_index: int,
                 "episode_return_mean": float(rew.sum(1).mean()),
                 "episode_returns": rew.sum(1).round(2).tolist(),
                 "widths": {k: getattr(c, k) for k in ("units", "hidden", "deter", "classes")},
+                "offline_terms": {k: getattr(c, k) for k in ("offline_bc_weight",
+                                                             "offline_ensemble",
+                                                             "offline_penalty_weight")},
                 "params": int(agent.param_counts(cfg)["total"]),
                 "wall_s": round(time.perf_counter() - t0, 1)})
     return out
@@ -605,6 +654,13 @@ def main(argv=None) -> int:
               f"states: {rh['pred_mean']:.3f} for the env's {rh['real_mean']:.3f} per step, "
               f"{_fmt(rh['pred_mean_where_env_paid_0'])} where it paid 0 "
               f"({rh['rows_env_paid_0']}/{rh['rows']} rows)", flush=True)
+        if "ensemble" in r:
+            en = r["ensemble"]
+            print(f"{label}: reward ensemble of {en['heads']} (λ {en['penalty_weight']:g}): "
+                  f"std {en['std_on_policy_mean']:.3f} on the policy's states, "
+                  f"{_fmt(en['std_on_policy_where_false_success'])} at false successes, "
+                  f"{en['std_imagined_mean']:.3f} imagined; penalised {args.horizon}-step "
+                  f"bias {en['penalised_bias_mean']:+.2f}", flush=True)
         dec = r["decoder_on_policy"]
         td = dec.get("target_distance", {}).get("false_successes")
         if td and td["real"]:

@@ -661,3 +661,33 @@ def test_set_is_checked_against_the_pooled_tasks_model():
             offline_check.check_overrides("tdmpc2", args, tasks, None)
     args.set_ = ["task_dim=32"]
     offline_check.check_overrides("tdmpc2", args, ["cartpole-balance", "reacher-easy"], None)
+
+
+def test_the_offline_terms_pass_through_set_into_the_result(tmp_path):
+    """The offline terms (W-D10, W-D11) are --set fields like any other: a bad value is
+    refused in one line before anything is built, a run made with them records them in
+    the result's agent_overrides beside the verdict, and a resume must keep them."""
+    home = tmp_path / "home"
+    run = _prepared_run(home)
+    out = str(tmp_path / "out")
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
+                    "--set", "offline_bc_weight=-0.5", "--out", out])
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1 and "offline_bc_weight=-0.5: must be >= 0" in msg
+    with pytest.raises(SystemExit, match="offline_penalty_weight=1.0 needs .*offline_ensemble"):
+        bench.main(["--sources", str(home / "runs" / "src"), "--home", str(home),
+                    "--set", "offline_penalty_weight=1.0", "--out", out])
+    assert not (home / "datasets").exists() and not Path(out).exists()
+    terms = {"offline_bc_weight": 0.3, "offline_ensemble": 5, "offline_penalty_weight": 1.0}
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "agent_overrides": terms}))
+    (run / "metrics.csv").write_text(_METRICS)
+    sets = [a for k, v in terms.items() for a in ("--set", f"{k}={v}")]
+    assert bench.main(["--resume", str(run), "--report-only", "--out", out, *sets]) == 0
+    res = json.loads((Path(out) / "dreamerv3_offline.json").read_text())
+    assert res["agent_overrides"] == terms and res["passed"] is True
+    with pytest.raises(SystemExit, match=r"offline_bc_weight=0.5 conflicts with the run's "
+                                         r"saved offline_bc_weight=0.3"):
+        bench.main(["--resume", str(run), "--report-only", "--out", out,
+                    "--set", "offline_bc_weight=0.5"])

@@ -137,3 +137,26 @@ def test_held_short_distances_are_finite_metres():
     for bad in ("", "-0.1", "nan", "inf", "abc"):
         with pytest.raises(argparse.ArgumentTypeError):
             mb._offsets(bad)
+
+
+def test_the_ensembles_disagreement_is_read_where_the_head_is_wrong():
+    """`ensemble_fields` (runs with a reward ensemble, W-D11): the heads' std at the
+    posteriors split by the reward head's false successes, and the penalised H-step bias
+    (r̂ − λ std) over full horizons."""
+    E, T, H = 1, 4, 2
+    r_img = np.ones((E, T, H))
+    std_img = np.full((E, T, H), 0.25)
+    reward_after = np.array([[0.0, 2.0, 0.0, 0.0]])
+    r_now = np.array([[9.0, 1.5, 2.0, 0.1]])     # head[t] = r_now[t + 1]: 1.5, 2.0, 0.1
+    std_now = np.array([[9.0, 0.8, 0.1, 0.2]])
+    f = mb.ensemble_fields(std_img, std_now, r_img, reward_after, r_now, 3, 2.0)
+    assert f["heads"] == 3 and f["penalty_weight"] == 2.0
+    # rows 1..3: paid 0, 2, 0; the head called row 1 paid (1.5 >= 1): a false success
+    assert f["std_on_policy_where_false_success"] == pytest.approx(0.8)
+    assert f["std_on_policy_where_env_paid"] == pytest.approx(0.1)
+    assert f["std_on_policy_mean"] == pytest.approx((0.8 + 0.1 + 0.2) / 3)
+    # full horizons (starts 0..2): each imagined step 1 − 2 · 0.25 = 0.5, two steps
+    assert f["penalised_pred_h_sum_mean"] == pytest.approx(1.0)
+    real = [2.0, 2.0, 0.0]
+    assert f["penalised_bias_mean"] == pytest.approx(1.0 - np.mean(real))
+    assert f["std_imagined_mean"] == 0.25

@@ -12,12 +12,16 @@ import json
 import pytest
 
 from wmx.agents.dreamerv3 import config as dv3_config
+from wmx.agents.dreamerv3.agent import PINNED_FIELDS
 from wmx.envs.registry import get_task
 from wmx.runs.cli_common import resume_changes
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.schemas.taskset import TaskInfo, TaskSet
 from wmx.train_online import cli as online
+
+
+OFFLINE_FIELDS = tuple(k for k in PINNED_FIELDS if k.startswith("offline_"))
 
 
 @pytest.fixture
@@ -33,10 +37,12 @@ def _online(**kw):
 
 
 def _old(d):
-    """``d`` as the code before compute_dtype wrote it: no such key anywhere."""
+    """``d`` as the code before compute_dtype (and the later offline_* fields) wrote it: no
+    such key anywhere."""
     d = copy.deepcopy(d)
-    del d["resolved_agent_config"]["compute_dtype"]
-    d["agent_overrides"].pop("compute_dtype", None)
+    for k in ("compute_dtype", *OFFLINE_FIELDS):
+        del d["resolved_agent_config"][k]
+        d["agent_overrides"].pop(k, None)
     return d
 
 

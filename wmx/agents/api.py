@@ -99,9 +99,10 @@ class Agent(Protocol):
       EVAL_PROTOCOL: how the policy acts with ``eval_mode`` True, in a few words and
         with its spec item (evaluation reports print it).
       PINNED_FIELDS: config fields whose value `make_config` resolves from the machine
-        (e.g. DreamerV3's compute_dtype "auto"), each mapped to the value runs saved
-        before the field existed used; a run keeps the value it was created with on
-        any machine (`wmx.runs.pins`). {} for none.
+        (e.g. DreamerV3's compute_dtype "auto"), or that were added after runs were
+        saved, each mapped to the value runs saved before the field existed used; a
+        run keeps the value it was created with on any machine, and a run at that
+        value keeps its hash (`wmx.runs.pins`). {} for none.
     """
 
     NAME: str

@@ -1,10 +1,13 @@
-"""Agent config fields whose value depends on the machine a run was created on.
+"""Agent config fields whose value depends on the machine a run was created on, or that
+were added after runs were saved.
 
 An agent lists them in its ``PINNED_FIELDS`` (`wmx.agents.api.Agent`): field ->
 the value every run saved before the field existed trained with. DreamerV3's
 ``compute_dtype`` is one: its presets say "auto", which becomes "bfloat16" on an
 accelerator and "float32" on the CPU when the config is built (dreamerv3_spec
-1.12, deviation D4).
+1.12, deviation D4). Its offline terms' fields (``offline_*``, W-D10, W-D11) are
+others: added later, off (0) for every run saved before them; no machine
+resolves them differently, so only the hashes below concern them.
 
 A run resolves such a field once, when it is created, and its config.json
 records the value in ``resolved_agent_config``. Whoever loads the run later

@@ -24,11 +24,15 @@ action dims, imagination masks the padded action dims, and γ_i replaces the
 fixed γ (replay return; the imagination's explicit disc without contdisc).
 ``task=None`` is the reference's computation.
 
+Offline penalty (W-D11, `offline`; off by default): with offline_penalty_weight
+λ > 0 every imagined reward r̂_1..r̂_H is lowered by λ · std of the reward
+ensemble's predictions before the returns are computed.
+
 Precision (spec 1.12): imagined states and actions are in the compute dtype
 cfg.dtype (2411f7d casts each sampled action to it); every head output,
 distribution, return, weight, normaliser statistic and loss is float32.
 
-Source: dreamerv3_spec 3.1-3.20, Algorithms F-H, 1.12; deviations D4, D22, W-D8.
+Source: dreamerv3_spec 3.1-3.20, Algorithms F-H, 1.12; deviations D4, D22, W-D8, W-D11.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from wmx.agents.dreamerv3.actor_critic import actor_dist, actor_sample, critic_l
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import continue_logit, feat, reward_logits
 from wmx.agents.dreamerv3.multitask import TaskInputs, ac_input, broadcast_to_steps
+from wmx.agents.dreamerv3.offline import disagreement_penalty, ensemble_rewards
 from wmx.agents.dreamerv3.returns import imagination_return, replay_return
 from wmx.agents.dreamerv3.rssm import Feat, imagine_with_policy
 from wmx.nn.return_normalizer import ReturnNormalizer, ReturnNormState
@@ -67,10 +72,13 @@ class ImagOut(NamedTuple):
     """`imagination_loss` outputs; [N, H+1] unless said.
 
     actor, critic: f32[N, H] unscaled per-element losses.
-    reward, cont: the r̂ and ĉ used (index 0 from the data); value, slowvalue:
+    reward, cont: the r̂ and ĉ used (index 0 from the data; r̂ after the offline
+    penalty when it is on); value, slowvalue:
     the online and slow critics' expectations; weight: cumulative continuation.
     ret, ret_normed, adv: f32[N, H]; entropy, logp: f32[N, H] of the policy.
     retnorm: the updated normaliser state; offset, scale: f32[] read after it.
+    penalty: f32[N, H] the offline disagreement penalty subtracted from r̂_1..r̂_H
+    (W-D11), or None when it is off.
     """
 
     actor: jnp.ndarray
@@ -88,6 +96,7 @@ class ImagOut(NamedTuple):
     retnorm: ReturnNormState
     offset: jnp.ndarray
     scale: jnp.ndarray
+    penalty: jnp.ndarray | None = None
 
 
 def retnorm(cfg: DreamerV3Config) -> ReturnNormalizer:
@@ -175,7 +184,7 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
       task: multi-task inputs of the N starts (leaves [N, ...]) or None (W-D8).
     Returns:
       ImagOut (losses f32[N, H] unscaled; the normaliser state after its update).
-    Source: dreamerv3_spec 3.5-3.12, 3.17, Algorithms F and H; W-D8.
+    Source: dreamerv3_spec 3.5-3.12, 3.17, Algorithms F and H; W-D8, W-D11.
     """
     c = cfg.resolved()
     spec = outputs.twohot(c)
@@ -183,6 +192,11 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
     heads = sg({"rew": params["rew"], "con": params["con"]})   # only in sg'd quantities
     rew_hat = outputs.twohot_mean(reward_logits(heads["rew"], c, x[:, 1:]), spec)
     con_hat = outputs.binary_prob(continue_logit(heads["con"], c, x[:, 1:]))
+    penalty = None
+    if c.offline_penalty:        # W-D11: r̂ − λ std_k r̂^k on the imagined states
+        penalty = disagreement_penalty(ensemble_rewards(sg(params["rew_ens"]), c, x[:, 1:]),
+                                       c.offline_penalty_weight)
+        rew_hat = rew_hat - penalty
     reward = sg(jnp.concatenate([reward0[:, None], rew_hat], 1))
     cont = sg(jnp.concatenate([cont0[:, None], con_hat], 1))
     xa = ac_input(x, task)
@@ -206,7 +220,8 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
                                + c.slowreg * outputs.twohot_loss(logits, slowvalue, spec)
                                )[:, :-1]
     return ImagOut(actor, critic, reward, cont, sg(value), slowvalue, weight, ret,
-                   (ret - offset) / scale, adv, sg(ent), sg(logp), new_norm, offset, scale)
+                   (ret - offset) / scale, adv, sg(ent), sg(logp), new_norm, offset, scale,
+                   penalty)
 
 
 def replay_critic_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,

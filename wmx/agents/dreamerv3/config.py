@@ -102,6 +102,15 @@ class DreamerV3Config:
     reference's fixed gamma). 0 tasks (the default) is the reference's
     single-task agent, unchanged.
 
+    Offline terms against model exploitation (wmx extensions for training from
+    a dataset, `offline`; off by default, and off they leave the step the
+    reference's): `offline_bc_weight` α (W-D10) adds α · mean(−log π(a_data | s))
+    over the imagination starts, a_data the dataset's action at the start's row;
+    `offline_ensemble` K (0, or >= 2; W-D11) trains K extra reward heads on
+    the stop-gradiented posterior features, and `offline_penalty_weight` λ
+    (needs K >= 2) subtracts λ · std over their predicted rewards from every
+    imagined reward that enters the λ-return.
+
     Numerics (`compute_dtype`, spec 1.12): "bfloat16" computes as 2411f7d's
     `jax.compute_dtype: bfloat16` (matmuls, activations and the RSSM state in
     bfloat16; parameters, gradients, optimizer and normaliser state,
@@ -193,6 +202,10 @@ class DreamerV3Config:
     num_tasks: int = 0
     task_dim: int = 96
     task_discount: str = "taskset"
+    # offline terms (wmx extensions, W-D10, W-D11; 0 = off)
+    offline_bc_weight: float = 0.0
+    offline_ensemble: int = 0
+    offline_penalty_weight: float = 0.0
     # numerics (spec 1.12, D4)
     compute_dtype: str = "auto"
 
@@ -258,6 +271,17 @@ class DreamerV3Config:
         need(self.task_dim >= 1, "task_dim", "must be >= 1")
         need(self.task_discount in ("horizon", "taskset"), "task_discount",
              "must be 'horizon' (1 - 1/return_horizon for every task) or 'taskset'")
+        need(self.offline_bc_weight >= 0, "offline_bc_weight",
+             "must be >= 0 (0: off; e.g. --set offline_bc_weight=0.3)")
+        need(self.offline_ensemble == 0 or self.offline_ensemble >= 2, "offline_ensemble",
+             "must be 0 (off) or >= 2 reward heads (a disagreement needs two; e.g. "
+             "--set offline_ensemble=5)")
+        need(self.offline_penalty_weight >= 0, "offline_penalty_weight",
+             "must be >= 0 (0: off; e.g. --set offline_penalty_weight=1)")
+        if self.offline_penalty_weight > 0:
+            need(self.offline_ensemble >= 2, "offline_ensemble",
+                 f"offline_penalty_weight={self.offline_penalty_weight!r} needs the "
+                 "ensemble's disagreement: set offline_ensemble >= 2 (e.g. 5)")
         need(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype",
              f"must be one of {', '.join(COMPUTE_DTYPES)} (e.g. --set compute_dtype=float32)")
         if self.num_tasks:
@@ -307,6 +331,17 @@ class DreamerV3Config:
     def multitask(self) -> bool:
         """True for a multi-task model (num_tasks > 0; W-D8)."""
         return self.num_tasks > 0
+
+    @property
+    def offline_bc(self) -> bool:
+        """True when the behaviour-cloning term is on (offline_bc_weight > 0; W-D10)."""
+        return self.offline_bc_weight > 0
+
+    @property
+    def offline_penalty(self) -> bool:
+        """True when imagined rewards are penalised by the reward ensemble's
+        disagreement (offline_penalty_weight > 0; W-D11)."""
+        return self.offline_penalty_weight > 0
 
     @property
     def task_width(self) -> int:

@@ -20,7 +20,13 @@ Multi-task (W-D8): with a `multitask.TaskContext` the rows' task ids
 every part of the loss (`multitask.task_inputs`); without one (``tasks=None``)
 the loss is the reference's.
 
-Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws), W-D8.
+Offline terms (`offline`, off by default): ``offline_bc`` [B, T] (W-D10, scale
+offline_bc_weight) and ``offline_ensemble`` [B, T] (W-D11, the reward ensemble's
+fit, scale rew_scale) join the terms only when their config field is nonzero
+(`loss_terms`); the ensemble's penalty acts inside `imagination_loss`.
+
+Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws),
+W-D8, W-D10, W-D11.
 """
 from __future__ import annotations
 
@@ -33,7 +39,10 @@ from wmx.agents.dreamerv3.ac_loss import (Imagination, ImagOut, imagination_loss
                                           replay_critic_loss)
 from wmx.agents.dreamerv3.actor_critic import draw_policy_noise
 from wmx.agents.dreamerv3.config import DreamerV3Config
-from wmx.agents.dreamerv3.multitask import TaskContext, TaskInputs, flatten, task_inputs
+from wmx.agents.dreamerv3.heads import feat
+from wmx.agents.dreamerv3.multitask import (TaskContext, TaskInputs, ac_input, flatten,
+                                            task_inputs)
+from wmx.agents.dreamerv3.offline import bc_nll, ensemble_loss
 from wmx.agents.dreamerv3.replay import TrainSequence
 from wmx.agents.dreamerv3.rssm import Carry, draw_latent_noise
 from wmx.agents.dreamerv3.wm_loss import WorldModelOut, world_model_loss
@@ -42,6 +51,15 @@ from wmx.nn.return_normalizer import ReturnNormState
 Params = dict
 TERMS = ("vector", "reward", "cont", "dyn", "rep", "actor", "critic", "replay_critic")
 """Loss terms in the reference's names (metrics ``<term>_loss``)."""
+OFFLINE_TERMS = ("offline_bc", "offline_ensemble")
+"""The offline extensions' loss terms (W-D10, W-D11), present when switched on."""
+
+
+def loss_terms(cfg: DreamerV3Config) -> tuple[str, ...]:
+    """The terms of the total loss: TERMS, then "offline_bc" when offline_bc_weight > 0
+    (W-D10) and "offline_ensemble" when offline_ensemble > 0 (W-D11)."""
+    return TERMS + (("offline_bc",) if cfg.offline_bc else ()) + \
+        (("offline_ensemble",) if cfg.offline_ensemble else ())
 
 
 class TrainNoise(NamedTuple):
@@ -66,7 +84,7 @@ class TrainNoise(NamedTuple):
 class LossAux(NamedTuple):
     """What the loss forward pass returns besides the total.
 
-    losses: {TERMS: per-element losses, unscaled}; wm: `wm_loss.WorldModelOut`;
+    losses: {`loss_terms`: per-element losses, unscaled}; wm: `wm_loss.WorldModelOut`;
     imag: `ac_loss.Imagination`; ac: `ac_loss.ImagOut` (incl. the updated
     return normaliser); replay_ret: f32[B, T−1] replay λ-returns; task: the
     rows' `multitask.TaskInputs` [B, T] (multi-task) or None.
@@ -97,11 +115,14 @@ def draw_train_noise(key: jax.Array, cfg: DreamerV3Config, batch: int,
 
 
 def loss_scales(cfg: DreamerV3Config) -> dict[str, float]:
-    """{TERMS: scale} (rec 1, rew 1, con 1, dyn 1, rep 0.1, actor 1, critic 1,
-    replay critic 0.3; spec 4.1)."""
-    return {"vector": cfg.rec_scale, "reward": cfg.rew_scale, "cont": cfg.con_scale,
-            "dyn": cfg.dyn_scale, "rep": cfg.rep_scale, "actor": cfg.policy_scale,
-            "critic": cfg.value_scale, "replay_critic": cfg.repval_scale}
+    """{`loss_terms(cfg)`: scale} (rec 1, rew 1, con 1, dyn 1, rep 0.1, actor 1, critic 1,
+    replay critic 0.3, spec 4.1; when on, offline_bc: offline_bc_weight, W-D10, and
+    offline_ensemble: rew_scale, as the reward head's, W-D11)."""
+    scales = {"vector": cfg.rec_scale, "reward": cfg.rew_scale, "cont": cfg.con_scale,
+              "dyn": cfg.dyn_scale, "rep": cfg.rep_scale, "actor": cfg.policy_scale,
+              "critic": cfg.value_scale, "replay_critic": cfg.repval_scale,
+              "offline_bc": cfg.offline_bc_weight, "offline_ensemble": cfg.rew_scale}
+    return {k: scales[k] for k in loss_terms(cfg)}
 
 
 def sequence_carry(seq: TrainSequence) -> Carry:
@@ -125,8 +146,8 @@ def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
       tasks: the multi-task `TaskContext` (then seq.task holds the rows' task ids
         i32[B, T]) or None (single task).
     Returns:
-      (f32[] Σ_k mean(scale_k · loss_k), LossAux).
-    Source: dreamerv3_spec 3.20, 4.1; W-D8.
+      (f32[] Σ_k mean(scale_k · loss_k) over `loss_terms(cfg)`, LossAux).
+    Source: dreamerv3_spec 3.20, 4.1; W-D8, W-D10, W-D11.
     """
     c = cfg.resolved()
     B, T = seq.reward.shape
@@ -143,6 +164,14 @@ def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
                                             seq.is_last, seq.is_terminal,
                                             ac.ret[:, 0].reshape(B, T), task)
     losses = {**wm.losses, "actor": ac.actor, "critic": ac.critic, "replay_critic": repval}
-    scales = loss_scales(c)
-    total = sum(jnp.mean(scales[k] * losses[k]) for k in TERMS)
+    if c.offline_bc:                     # W-D10: the starts' features and the data's actions
+        valid = 1.0 - seq.is_last.reshape(B * T).astype(jnp.float32)
+        mask = None if starts is None else starts.action_mask
+        losses["offline_bc"] = bc_nll(params["actor"], c, ac_input(imag.feat[:, 0], starts),
+                                      seq.action.reshape(B * T, -1), valid,
+                                      mask).reshape(B, T)
+    if c.offline_ensemble:               # W-D11: the heads fit the data rewards
+        losses["offline_ensemble"] = ensemble_loss(
+            params["rew_ens"], c, feat(wm.post.deter, wm.post.stoch), seq.reward)
+    total = sum(jnp.mean(scale * losses[k]) for k, scale in loss_scales(c).items())
     return total, LossAux(losses, wm, imag, ac, replay_ret, task)

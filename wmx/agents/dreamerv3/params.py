@@ -11,6 +11,7 @@ and its parameter counts (dreamerv3_spec 1.5, 2.1; reference_design 6.6).
       "actor":  {"h0".."h2", "mean", "std"} | {"h0".., "logits"},
       "critic": {"h0".."h2", "out"},
       "task_emb": f32[num_tasks, task_dim],                # multi-task only (W-D8)
+      "rew_ens": {"e0".."e{K-1}": reward-head layout},     # offline_ensemble K > 0 (W-D11)
     }
 
 Every layer is {"kernel", "bias"[, "norm_scale"]} (`nets`). WORLD_MODEL names
@@ -28,6 +29,7 @@ from wmx.agents.dreamerv3.actor_critic import init_actor, init_critic
 from wmx.agents.dreamerv3.config import DreamerV3Config
 from wmx.agents.dreamerv3.heads import init_continue, init_decoder, init_encoder, init_reward
 from wmx.agents.dreamerv3.multitask import init_task_embedding
+from wmx.agents.dreamerv3.offline import init_reward_ensemble
 from wmx.agents.dreamerv3.rssm import init_rssm
 
 Params = dict
@@ -36,12 +38,15 @@ MODULES = WORLD_MODEL + ("actor", "critic")
 
 _INITS = {"enc": init_encoder, "rssm": init_rssm, "dec": init_decoder, "rew": init_reward,
           "con": init_continue, "actor": init_actor, "critic": init_critic,
-          "task_emb": init_task_embedding}
+          "task_emb": init_task_embedding, "rew_ens": init_reward_ensemble}
 
 
 def modules(cfg: DreamerV3Config) -> tuple[str, ...]:
-    """The params' modules: MODULES, plus "task_emb" (last) for a multi-task config."""
-    return MODULES + (("task_emb",) if cfg.resolved().multitask else ())
+    """The params' modules: MODULES, plus "task_emb" for a multi-task config and then
+    "rew_ens" when offline_ensemble > 0 (W-D11)."""
+    c = cfg.resolved()
+    return (MODULES + (("task_emb",) if c.multitask else ())
+            + (("rew_ens",) if c.offline_ensemble else ()))
 
 
 def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
@@ -52,9 +57,10 @@ def init_params(key: jax.Array, cfg: DreamerV3Config) -> Params:
     the decoder output, 0.01 for the policy, 1 elsewhere (2411f7d). Every
     kernel is a slice, in MODULES order, of one truncated-normal sample of `key`
     (`nets.sample_kernels`, W-D2); a multi-task config's embedding table is drawn
-    last (unit-variance entries, W-D8).
+    after them (unit-variance entries, W-D8), the offline reward ensemble's heads
+    last (W-D11).
     Pure; jit with `cfg` static.
-    Source: dreamerv3_spec 1.5; W-D8.
+    Source: dreamerv3_spec 1.5; W-D8, W-D11.
     """
     c = cfg.resolved()
     return nets.sample_kernels(key, lambda draw: {m: _INITS[m](draw, c) for m in modules(c)})

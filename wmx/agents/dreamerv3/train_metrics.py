@@ -17,6 +17,9 @@
   |R − v|; ret_rate = mean(|R| >= 1) (inferred from the fixtures: all 378
   hot returns have |R| >= 1.27 and rate 1, all init ones |R| <= 0.21 and rate 0).
 - opt_*: `optim.opt_metrics`.
+- Offline terms, only when on (wmx extensions): ``offline_bc_loss`` (W-D10),
+  ``offline_ensemble_loss`` (W-D11) and the tensorstats of ``offline_penalty``
+  (W-D11).
 
 Source: 29eb964 / 2411f7d agent.py and jaxutils tensorstats / balance_stats
 (reconstructed from the fixtures' values; spec 3.20).
@@ -28,7 +31,7 @@ import jax.numpy as jnp
 from wmx.agents.dreamerv3 import nets, outputs
 from wmx.agents.dreamerv3.ac_loss import entropy_bounds
 from wmx.agents.dreamerv3.config import DreamerV3Config
-from wmx.agents.dreamerv3.loss import TERMS, LossAux
+from wmx.agents.dreamerv3.loss import LossAux, loss_terms
 from wmx.agents.dreamerv3.replay import TrainSequence
 
 
@@ -67,7 +70,7 @@ def train_metrics(aux: LossAux, seq: TrainSequence, cfg: DreamerV3Config) -> dic
     """
     c = cfg.resolved()
     m: dict = {}
-    for k in TERMS:
+    for k in loss_terms(c):
         m[f"{k}_loss"] = jnp.mean(aux.losses[k])
         m[f"{k}_loss_std"] = jnp.std(aux.losses[k])
     ac = aux.ac
@@ -87,6 +90,8 @@ def train_metrics(aux: LossAux, seq: TrainSequence, cfg: DreamerV3Config) -> dic
         x = x.astype(jnp.float32)
         m.update({f"{name}/max": jnp.max(x), f"{name}/mean": jnp.mean(x),
                   f"{name}/std": jnp.std(x)})
+    if ac.penalty is not None:       # W-D11
+        m.update(tensorstats(ac.penalty, "offline_penalty"))
     m["activation/embed"] = jnp.mean(jnp.abs(nets.f32(aux.wm.embed)))
     m["td_error"] = jnp.mean(jnp.abs(ac.ret - ac.value[:, :-1]))
     m["ret_rate"] = jnp.mean((jnp.abs(ac.ret) >= 1.0).astype(jnp.float32))
