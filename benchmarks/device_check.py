@@ -765,11 +765,19 @@ def main(argv=None) -> int:
                     f"DreamerV3 offline check runs, made by {check} --prepare-only)")
     only = set(args.only) if args.only else None
     earlier = None
+    kept: dict[str, dict] = {}
     if args.continue_:
-        earlier = read_json(out / "device_check.json")
-        if earlier is None or not isinstance(earlier.get("stages"), list):
+        path = out / "device_check.json"
+        if not path.is_file():
             p.error(f"--continue: no device_check.json in {out} to continue; run the check "
                     "once without --continue")
+        earlier = read_json(path)
+        if not check_record(earlier):
+            p.error(f"--continue: {path} is not a device_check record (damaged or of another "
+                    "program); give another --out, or move that file away to start again")
+        kept = finished_stages(earlier)
+    if not args.plan and (why := unwritable(out)):
+        p.error(f"--out {out}: {why}; give a folder this user can write")
 
     def make_plan(home: Path) -> list[Stage]:
         return scaled(stages(raw, home, args.force_cpu, **tasks, offline_run=offline_run,
@@ -785,7 +793,15 @@ def main(argv=None) -> int:
         p.error("--only dreamerv3_offline: the stage needs --dreamerv3-offline-run RUN_DIR")
     if only and not only <= set(names):
         p.error(f"--only: unknown stage(s) {sorted(only - set(names))}; stages: {', '.join(names)}")
+    if kept:                        # the stages an earlier call finished do not run again
+        only = {s.name for s in selected(unscaled, only)[1:]} - set(kept)
+    if kept and not only:
+        print(f"device_check: --continue: every selected stage is already finished in "
+              f"{out / 'device_check.json'}; nothing run")
+        return 0
     if args.plan:
+        if kept:
+            print(f"--continue: kept from {out / 'device_check.json'}: {', '.join(kept)}")
         print_plan(make_plan(home), args.total_s, only, shared)
         return 0
 
@@ -832,7 +848,6 @@ def main(argv=None) -> int:
               "devices); nothing run")
         return 0
 
-    kept: dict[str, dict] = {}
     if earlier is not None:
         if (earlier.get("platform"), earlier.get("device_kind")) != (info["platform"],
                                                                      info["device_kind"]):
@@ -840,14 +855,6 @@ def main(argv=None) -> int:
                   f"{earlier.get('device_kind')} ({earlier.get('platform')}), this device is "
                   f"a {info['device_kind']}; give another --out")
             return 2
-        kept = finished_stages(earlier)
-        if only is None:
-            only = {s.name for s in selected(unscaled, None)[1:]}
-        only -= set(kept)
-        if not only:
-            print(f"device_check: --continue: every selected stage is already finished in "
-                  f"{out / 'device_check.json'}; nothing run")
-            return 0
     raw.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="wmx_device_check_home_"))
     plan = make_plan(home)
@@ -880,7 +887,7 @@ def main(argv=None) -> int:
         places[str(home)] = "<home>"
     if fixtures_found(shared):       # a folder without fixtures is named in the refusal
         places[str(shared)] = "<shared>"
-    write_json(json_path, record, places)
+    write_json(json_path, with_kept(record, kept), places)
     print(f"device_check: {info['device_count']} x {record['device_kind']} ({info['platform']}),"
           f" jax {info['jax']}; budget {args.total_s:.0f} s -> {json_path}", flush=True)
     learning: dict = {}
@@ -942,7 +949,7 @@ def main(argv=None) -> int:
                 entry["log_tail"] = log_tail(log)
             print(f"[{time.monotonic() - t_start:5.0f} s] {st.name}: {entry['status']} "
                   f"in {res['wall_s']:.0f} s", flush=True)
-            write_json(json_path, record, places)
+            write_json(json_path, with_kept(record, kept), places)
     finally:
         for entry in record["stages"]:
             entry.setdefault("status", "interrupted")   # the check itself was stopped
@@ -958,9 +965,40 @@ def main(argv=None) -> int:
             record["home"] = str(home)
         else:
             shutil.rmtree(home, ignore_errors=True)
-        write_json(json_path, record, places)
+        write_json(json_path, with_kept(record, kept), places)
     summarise(record)
     return 0
+
+
+def check_record(record) -> bool:
+    """Whether ``record`` reads as a device_check JSON: a mapping whose ``stages`` is a list
+    of mappings, each with a text ``name``."""
+    return (isinstance(record, dict) and isinstance(record.get("stages"), list)
+            and all(isinstance(e, dict) and isinstance(e.get("name"), str)
+                    for e in record["stages"]))
+
+
+def unwritable(out: Path) -> str | None:
+    """Why the check could not write ``out`` (a file on the way, a folder without write
+    permission), or None; nothing is created."""
+    p = out
+    while not p.exists():
+        if p.parent == p:
+            return "no existing folder above it"
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is not a folder"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} is not writable"
+    return None
+
+
+def with_kept(record: dict, kept: dict[str, dict]) -> dict:
+    """``record`` with the kept stages (`finished_stages`) that this call has not reached
+    yet appended, so that a JSON written mid-call, or by a killed call, still holds them."""
+    seen = {e["name"] for e in record["stages"]}
+    rest = [e for name, e in kept.items() if name not in seen]
+    return {**record, "stages": record["stages"] + rest} if rest else record
 
 
 def finished_stages(record: dict) -> dict[str, dict]:

@@ -478,3 +478,45 @@ def test_portable_renames_the_machines_folders_longest_first():
     assert device_check.portable(rec, places) == {
         "command": ["python", "benchmarks/x.py", "--out", "<out>/device_check/x.json",
                     "--home", "<home>"], "n": 3, "nested": [{"log": "<out>/logs/a.log"}]}
+
+
+@pytest.mark.parametrize("text", ["", "hello{", "[]", '{"stages": "x"}',
+                                  '{"stages": [{"status": "ok"}]}',
+                                  '{"stages": [{"name": ["x"], "status": "ok"}]}'])
+def test_continue_refuses_a_damaged_record_in_one_line(tmp_path, text):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "device_check.json").write_text(text)
+    for extra in ([], ["--plan"]):
+        r = _run("--force-cpu", "--continue", *extra, "--out", str(out), "--total-s", "120")
+        assert r.returncode == 2 and "is not a device_check record" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert (out / "device_check.json").read_text() == text and len(list(out.iterdir())) == 1
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_the_probe(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = _run("--force-cpu", "--only", "parity", "--out", str(tmp_path / "afile" / "sub"),
+             "--total-s", "120")
+    assert r.returncode == 2 and "is not a folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_with_kept_holds_the_stages_not_reached_yet():
+    kept = {"dreamerv3_speed_f32": {"name": "dreamerv3_speed_f32", "status": "ok"}}
+    rec = {"stages": [{"name": "probe", "status": "ok"}, {"name": "device_tests"}]}
+    assert [e["name"] for e in device_check.with_kept(rec, kept)["stages"]] == [
+        "probe", "device_tests", "dreamerv3_speed_f32"]
+    rec["stages"].append(kept["dreamerv3_speed_f32"])
+    assert device_check.with_kept(rec, kept) is rec
+
+
+def test_plan_with_continue_leaves_out_the_finished_stages(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "device_check.json").write_text(json.dumps({"platform": "cpu", "stages": [
+        {"name": "probe", "status": "ok"}, {"name": "device_tests", "status": "ok"}]}))
+    r = _run("--force-cpu", "--continue", "--plan", "--out", str(out), "--total-s", "300")
+    assert r.returncode == 0, r.stderr
+    assert "kept from" in r.stdout and "device_tests" in r.stdout
+    budgets = _budgets(r.stdout)
+    assert "device_tests" not in budgets and budgets["parity"] > 0
