@@ -446,6 +446,26 @@ def playground_half(req: dict) -> tuple[dict, dict]:
     return meta, arr
 
 
+def dmc_unusable(python: str | None) -> str | None:
+    """Why dm_control's half cannot run under ``python`` (None: this interpreter), checked
+    before the Playground half so a bad interpreter costs seconds; None when it can."""
+    probe = "import numpy, dm_control.suite"
+    if python is None:
+        try:
+            exec(probe)
+        except Exception as e:            # noqa: BLE001 - any import failure says the same
+            return f"this interpreter cannot import dm_control ({type(e).__name__}: {e})"
+        return None
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        return "no such interpreter"
+    r = subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                       env={**os.environ, "MUJOCO_GL": "disable"})
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["exit status " + str(r.returncode)])[-1]
+        return f"it cannot import dm_control ({last})"
+    return None
+
+
 def run_dmc_half(req: dict, python: str | None) -> tuple[dict, dict]:
     """dm_control's half in this process, or under `python` through .npz files."""
     if python is None:
@@ -736,6 +756,13 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="benchmarks/results/env_compare_reacher-easy.json")
     p.add_argument("--dmc-half", nargs=2, metavar=("REQ", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    for name in ("episodes", "resets", "states", "dyn_states", "dyn_steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} {getattr(args, name)}: give a count of 1 or more")
+    if args.dmc_half is None and (why := dmc_unusable(args.dmc_python)):
+        given = f"--dmc-python {args.dmc_python}" if args.dmc_python else "--dmc-python not given"
+        p.error(f"{given}: {why}; give an interpreter with dm_control "
+                "installed (dm_control 1.0.52 needs mujoco >= 4.0.1: a venv of its own)")
     if args.dmc_half:
         meta, arr = _load(args.dmc_half[0])
         _save(args.dmc_half[1], *dmc_half({**meta, **arr}))

@@ -3,6 +3,7 @@ the controller beside scripted_reacher.py's, the target's polar form, the KS sta
 and the comparison arithmetic. The dm_control half runs only where dm_control is
 installed (CI has none)."""
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -133,3 +134,15 @@ def test_dmc_half_on_a_tiny_request():
     # the observation of a set state is its qpos, target - finger, qvel
     np.testing.assert_allclose(arr["state_obs"][:, [0, 1, 4, 5]],
                                np.concatenate([req["state_qpos"], req["state_qvel"]], 1))
+
+
+def test_an_interpreter_without_dm_control_is_refused_before_any_work(tmp_path):
+    assert ec.dmc_unusable(str(tmp_path / "no-python")) == "no such interpreter"
+    r = subprocess.run([sys.executable, str(_DIR / "env_compare.py"), "--dmc-python", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "o.json")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "no such interpreter" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "o.json").exists()
+    r = subprocess.run([sys.executable, str(_DIR / "env_compare.py"), "--episodes", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--episodes 0: give a count of 1 or more" in r.stderr
