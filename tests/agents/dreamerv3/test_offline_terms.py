@@ -308,8 +308,9 @@ def test_the_penalty_acts_through_the_returns(runs):
 # ---- config fields ---------------------------------------------------------------------
 @pytest.mark.parametrize("over,field,fix", [
     ({"offline_bc_weight": -0.1}, "offline_bc_weight", "must be >= 0"),
-    ({"offline_ensemble": 1}, "offline_ensemble", "0 (off) or >= 2"),
-    ({"offline_ensemble": -2}, "offline_ensemble", "0 (off) or >= 2"),
+    ({"offline_ensemble": 1}, "offline_ensemble", "0 (off) or 2 to 64"),
+    ({"offline_ensemble": -2}, "offline_ensemble", "0 (off) or 2 to 64"),
+    ({"offline_ensemble": 65}, "offline_ensemble", "0 (off) or 2 to 64"),
     ({"offline_penalty_weight": -1.0, "offline_ensemble": 3}, "offline_penalty_weight",
      "must be >= 0"),
     ({"offline_penalty_weight": 1.0}, "offline_ensemble", "set offline_ensemble >= 2"),

@@ -42,6 +42,10 @@ _WIDTHS = ("units", "deter", "hidden", "classes")
 COMPUTE_DTYPES = ("float32", "bfloat16", "auto")
 """Values of `DreamerV3Config.compute_dtype` ("auto": by the backend, `auto_compute_dtype`)."""
 
+MAX_OFFLINE_ENSEMBLE = 64
+"""The most extra reward heads `offline_ensemble` takes (W-D11: MOPO and LOMPO use 5-7;
+each head is a reward head's size, so a larger count is a typo, not a setting)."""
+
 
 def auto_compute_dtype(backend: str | None = None) -> str:
     """What compute_dtype "auto" resolves to: "bfloat16" on an accelerator (the
@@ -106,7 +110,7 @@ class DreamerV3Config:
     a dataset, `offline`; off by default, and off they leave the step the
     reference's): `offline_bc_weight` α (W-D10) adds α · mean(−log π(a_data | s))
     over the imagination starts, a_data the dataset's action at the start's row;
-    `offline_ensemble` K (0, or >= 2; W-D11) trains K extra reward heads on
+    `offline_ensemble` K (0, or 2 to `MAX_OFFLINE_ENSEMBLE`; W-D11) trains K extra reward heads on
     the stop-gradiented posterior features, and `offline_penalty_weight` λ
     (needs K >= 2) subtracts λ · std over their predicted rewards from every
     imagined reward that enters the λ-return.
@@ -273,9 +277,10 @@ class DreamerV3Config:
              "must be 'horizon' (1 - 1/return_horizon for every task) or 'taskset'")
         need(self.offline_bc_weight >= 0, "offline_bc_weight",
              "must be >= 0 (0: off; e.g. --set offline_bc_weight=0.3)")
-        need(self.offline_ensemble == 0 or self.offline_ensemble >= 2, "offline_ensemble",
-             "must be 0 (off) or >= 2 reward heads (a disagreement needs two; e.g. "
-             "--set offline_ensemble=5)")
+        need(self.offline_ensemble == 0 or 2 <= self.offline_ensemble <= MAX_OFFLINE_ENSEMBLE,
+             "offline_ensemble",
+             f"must be 0 (off) or 2 to {MAX_OFFLINE_ENSEMBLE} reward heads (a disagreement "
+             "needs two; e.g. --set offline_ensemble=5)")
         need(self.offline_penalty_weight >= 0, "offline_penalty_weight",
              "must be >= 0 (0: off; e.g. --set offline_penalty_weight=1)")
         if self.offline_penalty_weight > 0:
