@@ -138,11 +138,12 @@ def test_dmc_half_on_a_tiny_request():
 
 def test_an_interpreter_without_dm_control_is_refused_before_any_work(tmp_path):
     assert ec.dmc_unusable(str(tmp_path / "no-python")) == "no such interpreter"
-    r = subprocess.run([sys.executable, str(_DIR / "env_compare.py"), "--dmc-python", str(tmp_path / "nope"),
+    script = str(_DIR / "env_compare.py")
+    r = subprocess.run([sys.executable, script, "--dmc-python", str(tmp_path / "nope"),
                         "--out", str(tmp_path / "o.json")], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "no such interpreter" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "o.json").exists()
-    r = subprocess.run([sys.executable, str(_DIR / "env_compare.py"), "--episodes", "0"], capture_output=True,
+    r = subprocess.run([sys.executable, script, "--episodes", "0"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--episodes 0: give a count of 1 or more" in r.stderr
