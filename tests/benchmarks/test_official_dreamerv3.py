@@ -167,17 +167,23 @@ def test_task_names():
     assert off.official_task("dmc_walker_walk") == "dmc_walker_walk"
 
 
+def _run_with_compat(code: str) -> str:
+    """stdout of ``code`` run in a fresh CPU process with benchmarks/ first on sys.path
+    (argv[1]); the process must exit 0."""
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def test_jit_adapter_passes_positional_shardings(tmp_path):
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import jax, _official_compat; "
             "names = _official_compat.apply(); "
             "s = jax.sharding.SingleDeviceSharding(jax.devices()[0]); "
             "f = jax.jit(lambda x, y: x * y, (s, s), s, donate_argnums=[1]); "
             "print(names, int(f(3, 4)))")
-    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
-                       capture_output=True, text=True,
-                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith("12")
+    assert _run_with_compat(code).strip().endswith("12")
 
 
 def test_jit_adapter_can_drop_donation():
@@ -189,11 +195,7 @@ def test_jit_adapter_can_drop_donation():
             "c.set_donation(True); "
             "h = jax.jit(lambda x, y: x * y, donate_argnames=['y']); w = jnp.ones(3); h(2.0, y=w); "
             "print(y.is_deleted(), z.is_deleted(), w.is_deleted())")
-    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
-                       capture_output=True, text=True,
-                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "False", "True"]
+    assert _run_with_compat(code).split() == ["True", "False", "True"]
 
 
 def test_param_report_counts_nonfinite_leaves():

@@ -87,6 +87,31 @@ def resume_points(run_dir: Path, ckpt: Path, host: dict[str, Any],
     return points
 
 
+def check_metrics_on_resume(run_dir: Path, columns, step_column: str,
+                            keep_until: Callable[[dict[str, Any]], int], found=None,
+                            log=None) -> None:
+    """Refuse a resume of ``run_dir`` whose metrics.csv lost rows or gained some
+    (`wmx.metrics_csv.check_resume` over `resume_points`), before anything is written.
+
+    Args:
+        run_dir: the run; columns, step_column: its metrics.csv's (`MetricsCSV`);
+        keep_until: host.json dict -> the last ``step_column`` value a resume from that
+            checkpoint keeps.
+        found: (checkpoint folder, host.json dict) the resume starts from (default: the
+            newest whose host.json reads, `wmx.checkpoint.newest_intact` for no item);
+            nothing to check when None and the run has no checkpoint.
+        log: the logger for `newest_intact`'s warning line.
+    Raises:
+        wmx.metrics_csv.MetricsLostError: a ValueError, one line.
+    """
+    from wmx.checkpoint import newest_intact
+    from wmx.metrics_csv import check_resume
+    found = found if found is not None else newest_intact(run_dir, (), log)
+    if found is not None:
+        check_resume(Path(run_dir) / "metrics.csv", columns, step_column,
+                     resume_points(run_dir, found[0], found[1], keep_until))
+
+
 class EvalPoint(NamedTuple):
     """evaluate: run an evaluation after this chunk; advance: it is the scheduled
     one (consume its index). Whether the run stops is `stop_reason`'s."""

@@ -25,10 +25,10 @@ import numpy as np
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
 from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
-from wmx.metrics_csv import MetricsCSV, check_resume
+from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import (HostState, eval_point, resume_points, stop_reason,
+from wmx.runs.host import (HostState, check_metrics_on_resume, eval_point, stop_reason,
                            write_json_atomic)
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
@@ -151,25 +151,12 @@ class _Feed:
 
 
 def check_resume_metrics(rc: OfflineRunConfig, run_dir: Path, found=None) -> None:
-    """Refuse a resume of ``run_dir`` whose metrics.csv lost rows or gained some
-    (`wmx.metrics_csv.check_resume`), before anything is written. Past one process only
-    process 0 checks (the others keep their own metrics.csv under processes/).
-
-    Args:
-        rc: the run's config; run_dir: the run.
-        found: (checkpoint folder, host.json dict) the resume starts from (default: the
-            newest whose host.json reads, `wmx.checkpoint.newest_intact` for no item);
-            nothing to check when None and the run has no checkpoint.
-    Raises:
-        wmx.metrics_csv.MetricsLostError: a ValueError, one line.
-    """
-    if jax.process_index() != 0:
-        return
-    found = found if found is not None else newest_intact(run_dir, (), log)
-    if found is not None:
-        check_resume(Path(run_dir) / "metrics.csv", metrics_columns(rc), "updates",
-                     resume_points(run_dir, found[0], found[1],
-                                   lambda h: int(h.get("updates", 0))))
+    """`wmx.runs.host.check_metrics_on_resume` of an offline run (steps: updates; ``found``
+    as there). Past one process only process 0 checks (the others keep their own
+    metrics.csv under processes/). Raises wmx.metrics_csv.MetricsLostError (one line)."""
+    if jax.process_index() == 0:
+        check_metrics_on_resume(run_dir, metrics_columns(rc), "updates",
+                                lambda h: int(h.get("updates", 0)), found, log)
 
 
 def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True,

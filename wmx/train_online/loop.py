@@ -24,11 +24,11 @@ import numpy as np
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
 from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
-from wmx.metrics_csv import MetricsCSV, check_resume
+from wmx.metrics_csv import MetricsCSV
 from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
-from wmx.runs.host import (HostState, env_steps_at_tick, eval_point, resume_points,
-                           stop_reason, write_json_atomic)
+from wmx.runs.host import (HostState, check_metrics_on_resume, env_steps_at_tick,
+                           eval_point, stop_reason, write_json_atomic)
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -102,22 +102,11 @@ def _keep_until(rc: OnlineRunConfig, host: dict) -> int:
 
 
 def check_resume_metrics(rc: OnlineRunConfig, run_dir: Path, found=None) -> None:
-    """Refuse a resume of ``run_dir`` whose metrics.csv lost rows or gained some
-    (`wmx.metrics_csv.check_resume`), before anything is written.
-
-    Args:
-        rc: the run's config; run_dir: the run.
-        found: (checkpoint folder, host.json dict) the resume starts from (default: the
-            newest whose host.json reads, `wmx.checkpoint.newest_intact` for no item);
-            nothing to check when None and the run has no checkpoint.
-    Raises:
-        wmx.metrics_csv.MetricsLostError: a ValueError, one line.
-    """
-    found = found if found is not None else newest_intact(run_dir, (), log)
-    if found is not None:
-        check_resume(Path(run_dir) / "metrics.csv", metrics_columns(rc), "agent_steps",
-                     resume_points(run_dir, found[0], found[1],
-                                   lambda h: _keep_until(rc, h)))
+    """`wmx.runs.host.check_metrics_on_resume` of an online run (steps: agent steps of
+    whole rounds, `_keep_until`; ``found`` as there). Raises
+    wmx.metrics_csv.MetricsLostError (one line)."""
+    check_metrics_on_resume(run_dir, metrics_columns(rc), "agent_steps",
+                            lambda h: _keep_until(rc, h), found, log)
 
 
 def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
