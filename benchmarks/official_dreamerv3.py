@@ -1399,6 +1399,85 @@ class _Envs:
                 pass
 
 
+def train_nan_report(agent, first: dict, src: Path, limit: int = 6) -> dict:
+    """Where the official train step first makes a NaN: the pure train function (as
+    ``JAXAgent._transform`` wraps it) under ``jax.experimental.checkify``'s NaN checks,
+    jitted on the agent's device, on the first train call's parameters, batch and carry.
+    checkify instruments every primitive of the step, the backward pass included, and
+    reports the first whose output is NaN with the user frame that made it.
+
+    Returns:
+      ``nan_at`` (checkify's message, None when the checked step stays finite),
+      ``official_lines`` (the official source lines named in the message), and the
+      parameters' finiteness after the checked step.
+    """
+    import jax
+    from jax.experimental import checkify
+    from dreamerv3 import ninjax as nj
+    pure = nj.pure(agent.agent.train)
+
+    def fn(params, data, carry, seed):
+        return pure(params, data, carry, seed=seed)[0]
+
+    checked = jax.jit(checkify.checkify(fn, errors=checkify.nan_checks))
+    data = dict(first["data"])
+    seed = data.pop("seed")
+    with jax.transfer_guard("allow"):
+        t = time.monotonic()
+        err, params = checked(first["params"], data, first["carry"], seed)
+        jax.block_until_ready(params)
+        wall = time.monotonic() - t
+        message = err.get()
+        after = param_report(jax.device_get(params))
+    lines = []
+    if message:
+        root = str(Path(src).resolve())
+        for part in message.replace("\n", " ").split():
+            if root in part or "dreamerv3/" in part or "embodied/" in part:
+                lines.append(part.replace(root + "/", ""))
+    return {"nan_at": message[:3000] if message else None,
+            "official_lines": lines[:limit], "compile_and_run_s": round(wall, 2),
+            "params_after": {k: after[k] for k in ("nonfinite_values", "first")}}
+
+
+def train_debug_nans_report(agent, first: dict, src: Path) -> dict:
+    """The first train call again (pure train function, jitted, same inputs) under
+    ``jax_debug_nans``: when the compiled step returns a NaN, JAX reruns it op by op and
+    raises at the first primitive whose output is NaN, backward pass included; the
+    official frames of that traceback say which line made it. Much cheaper to build
+    than `train_nan_report` (no instrumented program), slower to run."""
+    import jax
+    from dreamerv3 import ninjax as nj
+    pure = nj.pure(agent.agent.train)
+    data = dict(first["data"])
+    seed = data.pop("seed")
+    step = jax.jit(lambda p, d, c, s: pure(p, d, c, seed=s)[0])
+    try:
+        with jax.debug_nans(True), jax.transfer_guard("allow"):
+            params = jax.device_get(step(first["params"], data, first["carry"], seed))
+    except FloatingPointError as e:
+        return {"raised": "FloatingPointError", "message": str(e)[:3000],
+                "official_frames": _official_frames(e.__traceback__, src, limit=12)}
+    after = param_report(params)
+    return {"raised": None, "params_after": {k: after[k] for k in ("nonfinite_values",)}}
+
+
+def train_highest_report(agent, first: dict) -> dict:
+    """The first train call again (pure train function, jitted, same inputs) with every
+    float32 matmul at full precision (``jax.default_matmul_precision("highest")``; on a
+    TPU the default is one bfloat16 pass): whether the parameters after it are finite."""
+    import jax
+    from dreamerv3 import ninjax as nj
+    pure = nj.pure(agent.agent.train)
+    data = dict(first["data"])
+    seed = data.pop("seed")
+    with jax.default_matmul_precision("highest"), jax.transfer_guard("allow"):
+        step = jax.jit(lambda p, d, c, s: pure(p, d, c, seed=s)[0])
+        params = jax.device_get(step(first["params"], data, first["carry"], seed))
+    after = param_report(params)
+    return {"params_after": {k: after[k] for k in ("nonfinite_values", "first")}}
+
+
 def _probe(log: _CheckLog, entry: dict, name: str, fn) -> None:
     """Run one probe ``fn()`` (returns a dict), store its result (or its error) as
     ``entry[name]`` with its wall time, save the JSON."""
@@ -1502,7 +1581,7 @@ def check_finite(args) -> None:
         # nodonate trains only where the loop variant's training left something non-finite
         # (or did not run): donation acts in the train program alone
         train_steps = args.check_train_steps if variant == "loop" or (
-            variant == "nodonate" and loop_train_bad is not False) else 0
+            variant in ("nodonate", "float32") and loop_train_bad is not False) else 0
         entry["donation"] = variant != "nodonate"
         entry["train_and_report_compiled_at_build"] = variant == "loop"
         _official_compat.set_donation(variant != "nodonate")
@@ -1610,6 +1689,11 @@ def check_finite(args) -> None:
                 for i in range(train_steps):
                     batch = {**jax.device_put(data, agent.train_sharded),
                              "seed": agent._next_seeds(agent.train_sharded)}
+                    if i == 0:   # the first call's inputs, for train_nans
+                        with jax.transfer_guard("allow"):
+                            first_train.update(params=jax.device_get(agent.params),
+                                               data=jax.device_get(batch),
+                                               carry=jax.device_get(carry))
                     t1 = time.monotonic()
                     _, carry, mets = agent.train(batch, carry)
                     jax.block_until_ready(agent.params)
@@ -1622,7 +1706,19 @@ def check_finite(args) -> None:
                 return {"steps": train_steps, "step_s": steps,
                         "nonfinite_metrics": sorted(set(mets_bad))[:20],
                         "params_after": param_report(agent.params)}
+            first_train = {}
             _probe(log, entry, "train", train)
+            bad = entry["train"].get("params_after", {}).get("nonfinite_values")
+            if first_train and (bad or args.check_train_probe == "checkify"):
+                if args.check_train_probe == "checkify":
+                    _probe(log, entry, "train_nans",
+                           lambda: train_nan_report(agent, first_train, src))
+                elif args.check_train_probe == "debug_nans":
+                    _probe(log, entry, "train_debug_nans",
+                           lambda: train_debug_nans_report(agent, first_train, src))
+            if first_train and bad:
+                _probe(log, entry, "train_highest",
+                       lambda: train_highest_report(agent, first_train))
             if "error" not in entry["train"]:
                 envs.reset()
                 first_bad.clear()
@@ -1727,6 +1823,12 @@ def parse(argv=None):
                    help="agents --check-finite builds, in order (default "
                    f"{','.join(CHECK_VARIANTS)}; float32: jax.compute_dtype float32, "
                    "nodonate: the jit adapter drops donation)")
+    p.add_argument("--check-train-probe", choices=("debug_nans", "checkify", "none"),
+                   default="debug_nans",
+                   help="--check-finite: where a train step that left NaN parameters made "
+                        "its first NaN: debug_nans (default; JAX reruns the step op by op), "
+                        "checkify (an instrumented program, run on a finite step too as the "
+                        "control; its build is slow), none")
     p.add_argument("--check-train-steps", type=int, default=2, metavar="K",
                    help="--check-finite: official train calls (dummy batch) in the loop "
                    "variant (and in nodonate where the loop's left something non-finite), "
