@@ -1399,62 +1399,81 @@ class _Envs:
                 pass
 
 
-def train_nan_report(agent, first: dict, src: Path, limit: int = 6) -> dict:
-    """Where the official train step first makes a NaN: the pure train function (as
-    ``JAXAgent._transform`` wraps it) under ``jax.experimental.checkify``'s NaN checks,
-    jitted on the agent's device, on the first train call's parameters, batch and carry.
-    checkify instruments every primitive of the step, the backward pass included, and
-    reports the first whose output is NaN with the user frame that made it.
-
-    Returns:
-      ``nan_at`` (checkify's message, None when the checked step stays finite),
-      ``official_lines`` (the official source lines named in the message), and the
-      parameters' finiteness after the checked step.
-    """
-    import jax
-    from jax.experimental import checkify
+def _pure_train(agent):
+    """The official train step as a pure function ``fn(params, data, carry, seed) ->
+    params`` (``nj.pure`` of the agent's ``train``, as ``JAXAgent._transform`` wraps it)."""
     from dreamerv3 import ninjax as nj
     pure = nj.pure(agent.agent.train)
 
     def fn(params, data, carry, seed):
         return pure(params, data, carry, seed=seed)[0]
+    return fn
 
-    checked = jax.jit(checkify.checkify(fn, errors=checkify.nan_checks))
+
+def _train_inputs(first: dict) -> tuple:
+    """(params, data without its seed, carry, seed) of the first train call."""
     data = dict(first["data"])
     seed = data.pop("seed")
+    return first["params"], data, first["carry"], seed
+
+
+def _source_lines(text: str, src: Path, limit: int) -> list[str]:
+    """The words of ``text`` that name a file of the official source (``src``)."""
+    root = str(Path(src).resolve())
+    lines = []
+    for part in text.split():
+        if root in part or "dreamerv3/" in part or "embodied/" in part:
+            lines.append(part.replace(root + "/", ""))
+    return lines[:limit]
+
+
+def train_nan_report(fn, first: dict, src: Path, limit: int = 6) -> dict:
+    """Where a train step first makes a NaN, by ``jax.experimental.checkify``'s NaN checks:
+    every primitive of the jitted step, the backward pass included, is instrumented, and
+    the first whose output is NaN is reported with the user frame that made it.
+
+    Args:
+      fn: the pure train step, ``fn(params, data, carry, seed) -> params``
+        (`_pure_train`).
+      first: the first train call's ``params``, ``data`` (with its ``seed``), ``carry``.
+      src: the official source folder, to pick its lines out of the message.
+
+    Returns:
+      ``nan_at`` (checkify's message; None when the checked step stays finite),
+      ``official_lines``, ``compile_and_run_s`` and the parameters' finiteness after
+      the checked step.
+    """
+    import jax
+    from jax.experimental import checkify
+    checked = jax.jit(checkify.checkify(fn, errors=checkify.nan_checks))
     with jax.transfer_guard("allow"):
         t = time.monotonic()
-        err, params = checked(first["params"], data, first["carry"], seed)
+        err, params = checked(*_train_inputs(first))
         jax.block_until_ready(params)
         wall = time.monotonic() - t
         message = err.get()
         after = param_report(jax.device_get(params))
-    lines = []
-    if message:
-        root = str(Path(src).resolve())
-        for part in message.replace("\n", " ").split():
-            if root in part or "dreamerv3/" in part or "embodied/" in part:
-                lines.append(part.replace(root + "/", ""))
     return {"nan_at": message[:3000] if message else None,
-            "official_lines": lines[:limit], "compile_and_run_s": round(wall, 2),
+            "official_lines": _source_lines(message or "", src, limit),
+            "compile_and_run_s": round(wall, 2),
             "params_after": {k: after[k] for k in ("nonfinite_values", "first")}}
 
 
-def train_debug_nans_report(agent, first: dict, src: Path) -> dict:
-    """The first train call again (pure train function, jitted, same inputs) under
-    ``jax_debug_nans``: when the compiled step returns a NaN, JAX reruns it op by op and
-    raises at the first primitive whose output is NaN, backward pass included; the
-    official frames of that traceback say which line made it. Much cheaper to build
-    than `train_nan_report` (no instrumented program), slower to run."""
+def train_debug_nans_report(fn, first: dict, src: Path) -> dict:
+    """The first train call again (``fn`` jitted, same inputs) under ``jax_debug_nans``:
+    when the compiled step returns a NaN, JAX reruns it op by op and raises at the first
+    primitive whose output is NaN, backward pass included; the official frames of that
+    traceback say which line made it. Much cheaper to build than `train_nan_report` (no
+    instrumented program), slower to run. Same arguments as `train_nan_report`.
+
+    Returns:
+      ``raised`` ("FloatingPointError" with its ``message`` and ``official_frames``, or
+      None with the parameters' finiteness after the step)."""
     import jax
-    from dreamerv3 import ninjax as nj
-    pure = nj.pure(agent.agent.train)
-    data = dict(first["data"])
-    seed = data.pop("seed")
-    step = jax.jit(lambda p, d, c, s: pure(p, d, c, seed=s)[0])
+    step = jax.jit(fn)
     try:
         with jax.debug_nans(True), jax.transfer_guard("allow"):
-            params = jax.device_get(step(first["params"], data, first["carry"], seed))
+            params = jax.device_get(step(*_train_inputs(first)))
     except FloatingPointError as e:
         return {"raised": "FloatingPointError", "message": str(e)[:3000],
                 "official_frames": _official_frames(e.__traceback__, src, limit=12)}
@@ -1462,18 +1481,13 @@ def train_debug_nans_report(agent, first: dict, src: Path) -> dict:
     return {"raised": None, "params_after": {k: after[k] for k in ("nonfinite_values",)}}
 
 
-def train_highest_report(agent, first: dict) -> dict:
-    """The first train call again (pure train function, jitted, same inputs) with every
-    float32 matmul at full precision (``jax.default_matmul_precision("highest")``; on a
-    TPU the default is one bfloat16 pass): whether the parameters after it are finite."""
+def train_highest_report(fn, first: dict) -> dict:
+    """The first train call again (``fn`` jitted, same inputs) with every float32 matmul
+    at full precision (``jax.default_matmul_precision("highest")``; on a TPU the default
+    is one bfloat16 pass): whether the parameters after it are finite."""
     import jax
-    from dreamerv3 import ninjax as nj
-    pure = nj.pure(agent.agent.train)
-    data = dict(first["data"])
-    seed = data.pop("seed")
     with jax.default_matmul_precision("highest"), jax.transfer_guard("allow"):
-        step = jax.jit(lambda p, d, c, s: pure(p, d, c, seed=s)[0])
-        params = jax.device_get(step(first["params"], data, first["carry"], seed))
+        params = jax.device_get(jax.jit(fn)(*_train_inputs(first)))
     after = param_report(params)
     return {"params_after": {k: after[k] for k in ("nonfinite_values", "first")}}
 
@@ -1516,13 +1530,17 @@ def check_finite(args) -> None:
       and ``debug_nans`` (the call again under ``jax_debug_nans``: JAX reruns it op by op
       and names the first primitive that made a NaN, or says only the compiled program
       does);
-    - ``train`` (``--check-train-steps`` K > 0; the ``loop`` variant, and ``nodonate``
-      only where the loop variant's training left something non-finite or did not run):
+    - ``train`` (``--check-train-steps`` K > 0; the ``loop`` variant, and ``nodonate`` and
+      ``float32`` only where the loop variant's training left something non-finite or
+      did not run):
       K official train calls on the official dummy batch, the parameters' finiteness
       after them, the metrics' finiteness (on the all-zero dummy batch four are NaN by
       construction, means over no positive rewards or terminations: ``rewstats/pos_*``,
       ``constats/neg_*``), and then ``policy_after_train``: N more policy calls with the
-      trained parameters (the official swap, after its first call).
+      trained parameters (the official swap, after its first call). Where a train call left a parameter non-finite, on the
+      first call's inputs: ``train_debug_nans`` or ``train_nans`` (``--check-train-probe``
+      debug_nans or checkify: the first primitive that made a NaN) and
+      ``train_highest`` (the same step with full-precision float32 matmuls).
 
     Args:
       args: the parsed flags (task, seed, size, envs, platform, compute dtype of the
@@ -1578,8 +1596,8 @@ def check_finite(args) -> None:
         config, _ = build_config(embodied, agt, vset, logdir / variant, platform, None,
                                  args.save_every, args.log_every)
         entry["compute_dtype"] = str(config.jax.compute_dtype)
-        # nodonate trains only where the loop variant's training left something non-finite
-        # (or did not run): donation acts in the train program alone
+        # nodonate and float32 train only where the loop variant's training left something
+        # non-finite (or did not run): donation and the compute dtype act in training too
         train_steps = args.check_train_steps if variant == "loop" or (
             variant in ("nodonate", "float32") and loop_train_bad is not False) else 0
         entry["donation"] = variant != "nodonate"
@@ -1712,13 +1730,14 @@ def check_finite(args) -> None:
             if first_train and (bad or args.check_train_probe == "checkify"):
                 if args.check_train_probe == "checkify":
                     _probe(log, entry, "train_nans",
-                           lambda: train_nan_report(agent, first_train, src))
+                           lambda: train_nan_report(_pure_train(agent), first_train, src))
                 elif args.check_train_probe == "debug_nans":
                     _probe(log, entry, "train_debug_nans",
-                           lambda: train_debug_nans_report(agent, first_train, src))
+                           lambda: train_debug_nans_report(_pure_train(agent), first_train,
+                                                           src))
             if first_train and bad:
                 _probe(log, entry, "train_highest",
-                       lambda: train_highest_report(agent, first_train))
+                       lambda: train_highest_report(_pure_train(agent), first_train))
             if "error" not in entry["train"]:
                 envs.reset()
                 first_bad.clear()

@@ -461,3 +461,37 @@ def test_official_loop_trains_saves_resumes_and_converts(tmp_path):
     log = (logdir / off.RUN_LOG).read_text()
     assert log.count("the training process exited with status 0") == 2
     assert "Loading checkpoint" in log
+
+
+def test_check_train_probe_flag():
+    assert off.parse(["--check-finite", "1"]).check_train_probe == "debug_nans"
+    assert off.parse(["--check-finite", "1", "--check-train-probe", "checkify"]) \
+        .check_train_probe == "checkify"
+    with pytest.raises(SystemExit):
+        off.parse(["--check-finite", "1", "--check-train-probe", "gdb"])
+
+
+def _nan_step_inputs():
+    """A toy train step whose log makes a NaN where a parameter is below 2, and its
+    first call's inputs in the form `check_finite` keeps them."""
+    np = pytest.importorskip("numpy")
+    jnp = pytest.importorskip("jax.numpy")
+
+    def step(params, data, carry, seed):
+        return {"w": params["w"] + jnp.log(params["w"] - data["x"]) * carry}
+    first = {"params": {"w": np.array([3.0, 1.0], np.float32)},
+             "data": {"x": np.float32(2.0), "seed": np.zeros(2, np.uint32)},
+             "carry": np.float32(1.0)}
+    return step, first
+
+
+def test_train_nan_probes_name_the_operation(tmp_path):
+    step, first = _nan_step_inputs()
+    found = off.train_nan_report(step, first, tmp_path)
+    assert "log" in found["nan_at"] and found["params_after"]["nonfinite_values"] == 1
+    debug = off.train_debug_nans_report(step, first, tmp_path)
+    assert debug["raised"] == "FloatingPointError" and "log" in debug["message"]
+    assert off.train_highest_report(step, first)["params_after"]["nonfinite_values"] == 1
+    first["params"]["w"][1] = 4.0    # every parameter above 2: the same probes stay quiet
+    assert off.train_nan_report(step, first, tmp_path)["nan_at"] is None
+    assert off.train_debug_nans_report(step, first, tmp_path)["raised"] is None
