@@ -49,8 +49,10 @@ Writes ``<out>/device_check.json`` (platform, device kind and count, device
 memory, jax and plugin versions, each stage's status, wall time, limit,
 command and results: the pytest stages' passed/failed counts and each failure's
 test and message; the speed stages' medians, per-seed times and peak device
-memory), ``<out>/device_check.png`` (return against env steps of the learning
-runs, when one ran) and ``<out>/device_check/`` (the stages' own JSON, junit
+memory), ``<out>/device_check.png`` (each stage's wall time and status, the
+speed stages' ms per seed against the seeds vmapped, and return against env steps
+of the learning runs when one ran; ``--replot JSON`` draws a record again) and
+``<out>/device_check/`` (the stages' own JSON, junit
 XML, logs and the learning runs' metrics.csv). The JSON is rewritten after
 every stage, so a killed check still leaves what it measured.
 
@@ -571,35 +573,111 @@ def offline_results(raw: Path, run_dir: Path) -> dict:
             "final_return": None}
 
 
-def plot(results: dict, path: Path, title: str = "device_check") -> bool:
-    """Return against env steps of both learning runs (seed means; eval solid, training
-    episodes dashed). False (nothing written) without a curve to draw."""
-    series = [(agent, kind, r[f"{kind}_curve"]) for agent, r in results.items() if r
-              for kind in ("eval", "train") if r.get(f"{kind}_curve")]
-    if not series:
+STATUS_COLORS = {"ok": "tab:green", "failed": "tab:red", "timeout": "tab:orange",
+                 "error": "tab:red", "interrupted": "tab:gray", "skipped": "lightgray"}
+"""Bar colour of a stage's status in the plot."""
+
+
+def speed_series(record: dict) -> dict[str, dict[int, float]]:
+    """Per program of the speed stages, ms per seed by seeds vmapped: ``{"DreamerV3
+    train step (float32)": {1: 15.6, 2: 12.2, 5: 13.9}, ...}``; programs with one
+    measurement appear with one point. Empty without a speed stage's results."""
+    names = {"train_12m": "DreamerV3 12m training step", "policy_12m": "DreamerV3 12m policy step",
+             "update_size5": "TD-MPC2 size-5 update", "plan_size5": "TD-MPC2 size-5 decision"}
+    out: dict[str, dict[int, float]] = {}
+    for st in record.get("stages", []):
+        res = st.get("results")
+        if st.get("status") != "ok" or not isinstance(res, dict):
+            continue
+        dtype = f" ({res['compute_dtype']})" if res.get("compute_dtype") else ""
+        for key, v in res.items():
+            if not isinstance(v, dict) or "per_seed_ms" not in v:
+                continue
+            base = key.split("_seeds")[0]
+            label = names.get(base, base) + dtype
+            out.setdefault(label, {})[int(v.get("seeds", 1))] = float(v["per_seed_ms"])
+    return out
+
+
+def learning_of(record: dict) -> dict[str, dict]:
+    """{agent: results} of the record's learning stages that have results (``tdmpc2``,
+    ``dreamerv3`` from ``tdmpc2_learning``, ``dreamerv3_learning``)."""
+    return {st["name"].removesuffix("_learning"): st["results"]
+            for st in record.get("stages", [])
+            if st["name"].endswith("_learning") and isinstance(st.get("results"), dict)}
+
+
+def plot(record: dict, path: Path, title: str = "device_check") -> bool:
+    """The check at a glance: every stage's wall time coloured by its status; the speed
+    stages' ms per seed against the seeds vmapped (flat: seeds come free; rising: the
+    program is bound by its arithmetic); and, when a learning stage ran, return against
+    env steps (seed means; eval solid, training episodes dashed). Written atomically.
+    False (nothing written) when no stage has a status."""
+    stages = [st for st in record.get("stages", []) if st.get("status")]
+    if not stages:
         return False
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    colors = {"tdmpc2": "tab:blue", "dreamerv3": "tab:orange"}
-    labels = {"tdmpc2": "TD-MPC2", "dreamerv3": "DreamerV3"}
-    for agent, kind, curve in series:
-        xs = sorted(curve, key=int)
-        ys = [sum(curve[x]) / len(curve[x]) for x in xs]
-        ax.plot([int(x) for x in xs], ys, marker="o", ms=3,
-                ls="-" if kind == "eval" else "--", color=colors.get(agent),
-                label=f"{labels.get(agent, agent)} {results[agent].get('task', '')} "
-                      f"{'eval' if kind == 'eval' else 'training episodes'}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("return (mean over seeds)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    speed = speed_series(record)
+    learning = learning_of(record)
+    series = [(agent, kind, r[f"{kind}_curve"]) for agent, r in learning.items() if r
+              for kind in ("eval", "train") if r.get(f"{kind}_curve")]
+    panels = 1 + bool(speed) + bool(series)
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2), squeeze=False)
+    axes = list(axes[0])
+    ax = axes.pop(0)
+    ys = list(range(len(stages)))[::-1]
+    ax.barh(ys, [float(st.get("wall_s") or 0) for st in stages],
+            color=[STATUS_COLORS.get(st["status"], "tab:gray") for st in stages])
+    ax.set_yticks(ys, [f"{st['name']}: {st['status']}" for st in stages], fontsize=8)
+    ax.set_xlabel("stage wall time, s")
+    ax.set_title("stages", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    if speed:
+        ax = axes.pop(0)
+        for label, pts in sorted(speed.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, label=label,
+                    ls="--" if "bfloat16" in label else "-")
+        ax.set_xlabel("seeds vmapped")
+        ax.set_ylabel("ms per seed (median)")
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({x for pts in speed.values() for x in pts}))
+        ax.set_title("speed stages", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if series:
+        ax = axes.pop(0)
+        colors = {"tdmpc2": "tab:blue", "dreamerv3": "tab:orange"}
+        labels = {"tdmpc2": "TD-MPC2", "dreamerv3": "DreamerV3"}
+        for agent, kind, curve in series:
+            xs = sorted(curve, key=int)
+            ax.plot([int(x) for x in xs], [sum(curve[x]) / len(curve[x]) for x in xs],
+                    marker="o", ms=3, ls="-" if kind == "eval" else "--",
+                    color=colors.get(agent),
+                    label=f"{labels.get(agent, agent)} {learning[agent].get('task', '')} "
+                          f"{'eval' if kind == 'eval' else 'training episodes'}")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("return (mean over seeds)")
+        ax.set_title("learning stages", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=110)
     plt.close(fig)
+    os.replace(tmp, path)
     return True
+
+
+def plot_title(record: dict) -> str:
+    """The plot's title: the device, the jax version and the calls that made the record."""
+    calls = record.get("calls") or []
+    when = f", {len(calls)} calls" if len(calls) > 1 else ""
+    return (f"device_check on {record.get('device_kind', '?')} ({record.get('platform', '?')}, "
+            f"jax {record.get('jax', '?')}{when})")
 
 
 def write_json(path: Path, obj: dict, places: dict[str, str] | None = None) -> None:
@@ -704,6 +782,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", default=None, metavar="STAGE",
                    help="run only these stages (the probe always runs); the learning stages "
                         "run only when named here")
+    p.add_argument("--replot", metavar="JSON", default=None,
+                   help="only draw the plot of a device_check record again (beside it, same "
+                        "name with .png); no device needed")
     p.add_argument("--plan", "--dry-run", action="store_true",
                    help="print the stages, their budgets (s) and commands; run nothing")
     p.add_argument("--shared", default=None, metavar="DIR",
@@ -736,6 +817,17 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.probe:
         probe_main()
+        return 0
+    if args.replot is not None:
+        src = Path(args.replot)
+        record = read_json(src)
+        if not check_record(record):
+            p.error(f"--replot {args.replot}: not a readable device_check record; give the "
+                    "device_check JSON a check wrote")
+        png = src.with_suffix(".png")
+        if not plot(record, png, plot_title(record)):
+            p.error(f"--replot {args.replot}: no stage has a status, nothing to draw")
+        print(f"device_check: {png}")
         return 0
     out = Path(args.out).resolve()
     raw = out / "device_check"
@@ -953,11 +1045,14 @@ def main(argv=None) -> int:
     finally:
         for entry in record["stages"]:
             entry.setdefault("status", "interrupted")   # the check itself was stopped
-        title = (f"device_check on {record['device_kind']}: "
-                 + ("--force-cpu smoke, tiny preset, probe-action" if args.force_cpu
-                    else "paper protocol, " + ", ".join(sorted(set(tasks.values())))))
-        if learning and plot(learning, out / "device_check.png", title):
-            record["plot"] = "device_check.png"
+        title = plot_title(record) + (": --force-cpu smoke, tiny preset" if args.force_cpu
+                                      else "")
+        try:
+            if plot(with_kept(record, kept), out / "device_check.png", title):
+                record["plot"] = "device_check.png"
+        except Exception as e:   # noqa: BLE001 - the JSON matters more than its plot
+            print(f"device_check: the plot failed ({type(e).__name__}: {e}); the JSON is "
+                  "written")
         record["wall_s"] = round(time.monotonic() - t_start, 1)
         if "calls" in record:
             record["calls"][-1]["wall_s"] = record["wall_s"]

@@ -301,9 +301,45 @@ def test_learning_results_fall_back_to_metrics_csv(tmp_path):
     assert res["train_curve"] == {"16000": [120.5, 99.5]} and res["eval_curve"] == {}
     assert res["env_steps_reached"] == 16000 and "metrics.csv" in res["source"]
     assert (tmp_path / "raw" / "learning" / "dreamerv3_run" / "metrics.csv").exists()
-    assert device_check.plot({"dreamerv3": res}, tmp_path / "p.png")
+    rec = {"stages": [{"name": "dreamerv3_learning", "status": "timeout", "wall_s": 60,
+                       "results": res}]}
+    assert device_check.learning_of(rec) == {"dreamerv3": res}
+    assert device_check.plot(rec, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
-    assert not device_check.plot({"tdmpc2": None}, tmp_path / "q.png")
+    assert not device_check.plot({"stages": [{"name": "probe"}]}, tmp_path / "q.png")
+    assert not (tmp_path / "q.png").exists()
+
+
+SPEED_RECORD = {"device_kind": "TPU v5 lite", "platform": "tpu", "jax": "0.10.2", "stages": [
+    {"name": "probe", "status": "ok", "wall_s": 12},
+    {"name": "dreamerv3_speed_bf16", "status": "ok", "wall_s": 116, "results": {
+        "compute_dtype": "bfloat16", "xla_matmul_gflop_per_s": 3716.0,
+        "train_12m": {"seeds": 1, "per_seed_ms": 13.1, "median_ms": 13.1},
+        "train_12m_seeds5": {"seeds": 5, "per_seed_ms": 10.9, "median_ms": 54.7},
+        "memory": {}}},
+    {"name": "tdmpc2_speed", "status": "ok", "wall_s": 86, "results": {
+        "update_size5": {"seeds": 1, "per_seed_ms": 4.8, "median_ms": 4.8}}},
+    {"name": "dreamerv3_speed_f32", "status": "timeout", "wall_s": 99, "results": {
+        "train_12m": {"seeds": 1, "per_seed_ms": 99.0}}}]}
+
+
+def test_speed_series_by_program_and_dtype_from_ok_stages_only():
+    series = device_check.speed_series(SPEED_RECORD)
+    assert series == {"DreamerV3 12m training step (bfloat16)": {1: 13.1, 5: 10.9},
+                      "TD-MPC2 size-5 update": {1: 4.8}}
+
+
+def test_replot_draws_a_record_again_and_refuses_what_is_not_one(tmp_path):
+    src = tmp_path / "device_check_tpu.json"
+    src.write_text(json.dumps(SPEED_RECORD))
+    r = _run("--replot", str(src))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "device_check_tpu.png").stat().st_size > 1000
+    bad = tmp_path / "other.json"
+    bad.write_text("[1, 2]")
+    r = _run("--replot", str(bad))
+    assert r.returncode == 2 and "not a readable device_check record" in r.stderr
+    assert not (tmp_path / "other.png").exists()
 
 
 def test_a_prepared_offline_run_adds_the_offline_stage(tmp_path):
