@@ -106,44 +106,79 @@ QUICK_CACHE = str(Path(os.environ.get("TMPDIR", "/tmp")) / "wmx_dreamerv3_speed_
 training step alone compiles for ~6-7 CPU minutes per size with jax 0.4.28)."""
 
 
-# ==== worker: wmx ====================================================================
-class WmxWorker:
-    """wmx's DreamerV3 at one size: jitted update and policy (handlers of `_worker.serve`),
-    or one online program (`setup_online`)."""
+# ==== the timed programs ==============================================================
+def wmx_inputs(size: str, obs_dim: int = OBS_DIM, action_dim: int = ACTION_DIM,
+               batch_size: int = BATCH_SIZE, batch_length: int = BATCH_LENGTH,
+               n_envs: int = N_ENVS, seed: int = 0, compute_dtype: str = "float32"):
+    """The paper config at ``size`` computing in ``compute_dtype`` and the inputs of its
+    timed programs, on the device: (cfg, batch, obs, is_first).
 
-    def __init__(self):
-        self.items = {}
+    batch: `_worker.synthetic_windows` of ``batch_size`` windows of ``batch_length`` + 1
+    rows (the replay-context row with stored latents; ``stoch`` one-hot) in the layout of
+    ``agent.update``; obs f32[n_envs, obs_dim] and is_first bool[n_envs]:
+    `_worker.synthetic_obs`.
+    """
+    import jax
+    import numpy as np
+    from wmx.agents.dreamerv3.config import make_config
+    cfg = make_config("paper", model_size=size, obs_dim=obs_dim, action_dim=action_dim,
+                      batch_size=batch_size, batch_length=batch_length, n_envs=n_envs,
+                      compute_dtype=compute_dtype)
+    data = synthetic_windows(batch_size, batch_length + 1, obs_dim, action_dim, cfg.deter,
+                             cfg.stoch, cfg.classes, seed=seed)
+    batch = {"obs": data["vector"], "action": data["action"], "reward": data["reward"],
+             "is_first": data["is_first"], "is_last": data["is_last"],
+             "is_terminal": data["is_terminal"], "deter": data["deter"],
+             "stoch": np.eye(cfg.classes, dtype=np.float32)[data["stoch"]]}
+    obs = synthetic_obs(n_envs, obs_dim)
+    return (cfg, jax.device_put(batch), jax.device_put(obs["vector"]),
+            jax.device_put(obs["is_first"]))
 
-    def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
-              batch_length: int, n_envs: int, seed: int = 0,
-              compute_dtype: str = "float32", seeds: tuple = ()) -> dict:
-        """Build state and inputs, compile update and policy (one compile each) of the
-        paper config at ``size`` computing in ``compute_dtype``, and for every count
-        N > 1 in ``seeds`` the pair vmapped over N seeds (`_setup_vmapped`, compiled in
-        threads beside this pair: their ``compile_s`` are wall times under that load).
 
-        Returns {"compile_s", "gflop", "memory", "params", "widths", "versions",
-        "compute_dtype"}, the reference driver's keys, and "device_memory"
-        (`_machine.device_memory` before and after each item's first call, by item;
-        None on the CPU).
-        """
-        import jax
-        import numpy as np
-        from _machine import compiled_memory, program_flops
-        from wmx.agents.dreamerv3 import agent as dv3
-        from wmx.agents.dreamerv3.config import make_config
-        cfg = make_config("paper", model_size=size, obs_dim=obs_dim, action_dim=action_dim,
-                          batch_size=batch_size, batch_length=batch_length, n_envs=n_envs,
-                          compute_dtype=compute_dtype)
-        data = synthetic_windows(batch_size, batch_length + 1, obs_dim, action_dim, cfg.deter,
-                                 cfg.stoch, cfg.classes, seed=seed)
-        batch = {"obs": data["vector"], "action": data["action"], "reward": data["reward"],
-                 "is_first": data["is_first"], "is_last": data["is_last"],
-                 "is_terminal": data["is_terminal"], "deter": data["deter"],
-                 "stoch": np.eye(cfg.classes, dtype=np.float32)[data["stoch"]]}
-        batch = jax.device_put(batch)
-        self.state = dv3.init(jax.random.PRNGKey(seed), cfg)
-        calls = [0]
+def wmx_programs(n: int, cfg, batch: dict, obs_v, first, seed: int,
+                 compiler_options: dict, kinds: tuple = ("train", "policy")) -> dict:
+    """Compile wmx's training step and policy step (``kinds``: both, or one of them) with
+    ``compiler_options`` (the trainers', `agent.compiler_options`), on the inputs of
+    `wmx_inputs`.
+
+    ``n`` = 1: items ``train`` (jitted ``agent.update``, the state fed back) and ``policy``
+    (jitted ``agent.policy`` on the current state's policy parameters, the carry fed
+    back). ``n`` > 1: items ``train_seeds<n>`` and ``policy_seeds<n>``, the same steps
+    vmapped over ``n`` seeds, as the trainers run seeds in one program (each seed its own
+    state, policy carry and key; the batch and observations repeated; each seed's policy
+    parameters taken inside the program). Every call draws fresh raw keys on the host (as
+    the reference's seeds) and blocks until its results are ready; a policy step reads
+    the state the training steps left.
+
+    Returns {"compile_s", "gflop" (matmul FLOPs per call / 1e9, `_machine.program_flops`),
+    "memory" (`_machine.compiled_memory`), "compiled" (the compiled programs), "items"
+    (the calls, policy first; not yet called)}, each by item.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from _machine import compiled_memory, program_flops
+    from wmx.agents.dreamerv3 import agent as dv3
+    suffix = f"_seeds{n}" if n > 1 else ""
+    calls = [0]
+    if n > 1:
+        rep = lambda tree: jax.tree.map(lambda x: jnp.repeat(x[None], n, 0), tree)  # noqa: E731
+        state = [jax.jit(jax.vmap(lambda k: dv3.init(k, cfg)))(
+            jax.random.split(jax.random.PRNGKey(seed), n))]
+        batch, obs_v, first = rep(batch), rep(obs_v), rep(first)
+        pcarry = [rep(dv3.init_policy(cfg, obs_v.shape[1]))]
+
+        def key():   # fresh raw keys per call, one per seed, made on the host
+            calls[0] += 1
+            return np.array([[seed + 1000 * (i + 1), calls[0]] for i in range(n)], np.uint32)
+
+        update_fn = jax.vmap(lambda st, b, k: dv3.update(st, b, k, cfg))
+        policy_fn = jax.vmap(lambda st, c, o, f, k: dv3.policy(
+            dv3.policy_params(st), cfg, c, o, f, k, eval_mode=False))
+        policy_in = lambda st: st  # noqa: E731
+    else:
+        state = [dv3.init(jax.random.PRNGKey(seed), cfg)]
+        pcarry = [dv3.init_policy(cfg, obs_v.shape[0])]
 
         def key():   # a fresh raw key per call, made on the host (as the reference's seeds)
             calls[0] += 1
@@ -155,44 +190,81 @@ class WmxWorker:
         def policy_fn(params, carry, obs, is_first, key):
             return dv3.policy(params, cfg, carry, obs, is_first, key, eval_mode=False)
 
-        obs = synthetic_obs(n_envs, obs_dim)
-        obs_v, first = jax.device_put(obs["vector"]), jax.device_put(obs["is_first"])
-        self.pcarry = dv3.init_policy(cfg, n_envs)
-        compile_s, memory = {}, {}
+        policy_in = dv3.policy_params
+    out: dict = {"compile_s": {}, "gflop": {}, "memory": {}, "compiled": {}, "items": {}}
+    if "policy" in kinds:
+        name = "policy" + suffix
         t = time.perf_counter()
+        # as wmx runs the policy: the training chunk and the evaluation rollout compile it
+        # with the agent's options too (`wmx.acting`, `wmx.train_online.program`)
+        policy = jax.jit(policy_fn, compiler_options=compiler_options).lower(
+            policy_in(state[0]), pcarry[0], obs_v, first, key()).compile()
+        out["compile_s"][name] = time.perf_counter() - t
+        out["memory"][name], out["compiled"][name] = compiled_memory(policy), policy
+        out["gflop"][name] = program_flops(policy_fn, policy_in(state[0]), pcarry[0], obs_v,
+                                           first, key()) / 1e9
+
+        def act():
+            pcarry[0], action, entries = policy(policy_in(state[0]), pcarry[0], obs_v, first,
+                                                key())
+            jax.block_until_ready((pcarry[0], action, entries))
+
+        out["items"][name] = act
+    if "train" in kinds:
+        name = "train" + suffix
+        t = time.perf_counter()
+        update = jax.jit(update_fn, compiler_options=compiler_options).lower(
+            state[0], batch, key()).compile()
+        out["compile_s"][name] = time.perf_counter() - t
+        out["memory"][name], out["compiled"][name] = compiled_memory(update), update
+        out["gflop"][name] = program_flops(update_fn, state[0], batch, key()) / 1e9
+
+        def train():
+            state[0], metrics, outs = update(state[0], batch, key())
+            jax.block_until_ready((state[0], metrics, outs))
+
+        out["items"][name] = train
+    return out
+
+
+# ==== worker: wmx ====================================================================
+class WmxWorker:
+    """wmx's DreamerV3 at one size: jitted update and policy (handlers of `_worker.serve`),
+    or one online program (`setup_online`)."""
+
+    def __init__(self):
+        self.items = {}
+
+    def setup(self, size: str, obs_dim: int, action_dim: int, batch_size: int,
+              batch_length: int, n_envs: int, seed: int = 0,
+              compute_dtype: str = "float32", seeds: tuple = ()) -> dict:
+        """Build state and inputs (`wmx_inputs`), compile update and policy (one compile
+        each, `wmx_programs`) of the paper config at ``size`` computing in
+        ``compute_dtype``, and for every count N > 1 in ``seeds`` the pair vmapped over N
+        seeds (compiled in threads beside this pair: their ``compile_s`` are wall times
+        under that load).
+
+        Returns {"compile_s", "gflop", "memory", "params", "widths", "versions",
+        "compute_dtype"}, the reference driver's keys, and "device_memory"
+        (`_machine.device_memory` before and after each item's first call, by item;
+        None on the CPU).
+        """
+        import jax
+        import numpy as np
+        from wmx.agents.dreamerv3 import agent as dv3
+        cfg, batch, obs_v, first = wmx_inputs(size, obs_dim, action_dim, batch_size,
+                                              batch_length, n_envs, seed, compute_dtype)
         # the trainers' compile options (`wmx.xla_cpu`: XLA's dots on the CPU)
         self.compiler_options = dv3.compiler_options(cfg)
         # the vmapped pairs (--seeds) compile meanwhile in threads (XLA's compiler releases
         # the GIL); their first calls come after this pair's, one after another
         pool = ThreadPoolExecutor(max_workers=max(1, len(set(seeds) - {1})))
-        vmapped = [pool.submit(self._setup_vmapped, n, cfg, batch, obs_v, first, seed)
+        vmapped = [pool.submit(wmx_programs, n, cfg, batch, obs_v, first, seed,
+                               self.compiler_options)
                    for n in sorted(set(seeds) - {1})]
-        update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
-            self.state, batch, key()).compile()
-        compile_s["train"] = time.perf_counter() - t
-        memory["train"] = compiled_memory(update)
-        params = dv3.policy_params(self.state)
-        t = time.perf_counter()
-        # as wmx runs the policy: the training chunk and the evaluation rollout compile it
-        # with the agent's options too (`wmx.acting`, `wmx.train_online.program`)
-        policy = jax.jit(policy_fn, compiler_options=self.compiler_options).lower(
-            params, self.pcarry, obs_v, first, key()).compile()
-        compile_s["policy"] = time.perf_counter() - t
-        memory["policy"] = compiled_memory(policy)
-        gflop = {"train": program_flops(update_fn, self.state, batch, key()) / 1e9,
-                 "policy": program_flops(policy_fn, params, self.pcarry, obs_v, first,
-                                         key()) / 1e9}
-
-        def train():
-            self.state, metrics, outs = update(self.state, batch, key())
-            jax.block_until_ready((self.state, metrics, outs))
-
-        def act():
-            self.pcarry, action, entries = policy(dv3.policy_params(self.state), self.pcarry,
-                                                  obs_v, first, key())
-            jax.block_until_ready((self.pcarry, action, entries))
-
-        self.items = {"train": train, "policy": act}
+        one = wmx_programs(1, cfg, batch, obs_v, first, seed, self.compiler_options)
+        compile_s, gflop, memory = one["compile_s"], one["gflop"], one["memory"]
+        self.items = dict(one["items"])
         device_mem = {}
         for item in ("policy", "train"):   # warm-up call; the device's peak only grows
             device_mem[item] = _first_call_memory(self.items[item])
@@ -213,61 +285,6 @@ class WmxWorker:
                            "units": cfg.units}, "compute_dtype": cfg.compute_dtype,
                 "versions": {"jax": jax.__version__, "numpy": np.__version__,
                              "python": sys.version.split()[0]}}
-
-    def _setup_vmapped(self, n: int, cfg, batch: dict, obs_v, first, seed: int) -> dict:
-        """Items ``train_seeds<n>`` and ``policy_seeds<n>``: the training step and the policy
-        step vmapped over ``n`` seeds, as the trainers run seeds in one program (each seed
-        its own state, policy carry and key; the batch and observations repeated).
-
-        Returns {"compile_s", "gflop", "memory", "items"}, each by item ("items": the
-        calls, policy first; not yet called).
-        """
-        import jax
-        import jax.numpy as jnp
-        import numpy as np
-        from _machine import compiled_memory, program_flops
-        from wmx.agents.dreamerv3 import agent as dv3
-        t_name, p_name = f"train_seeds{n}", f"policy_seeds{n}"
-        rep = lambda tree: jax.tree.map(lambda x: jnp.repeat(x[None], n, 0), tree)  # noqa: E731
-        states = [jax.jit(jax.vmap(lambda k: dv3.init(k, cfg)))(
-            jax.random.split(jax.random.PRNGKey(seed), n))]
-        batch_n, obs_n, first_n = rep(batch), rep(obs_v), rep(first)
-        pcarry = [rep(dv3.init_policy(cfg, obs_v.shape[0]))]
-        calls = [0]
-
-        def keys():   # fresh raw keys per call, one per seed, made on the host
-            calls[0] += 1
-            return np.array([[seed + 1000 * (i + 1), calls[0]] for i in range(n)], np.uint32)
-
-        update_fn = jax.vmap(lambda st, b, k: dv3.update(st, b, k, cfg))
-        # each seed's policy params taken inside the program (no eager vmap per call)
-        policy_fn = jax.vmap(lambda st, c, o, f, k: dv3.policy(
-            dv3.policy_params(st), cfg, c, o, f, k, eval_mode=False))
-        out = {"compile_s": {}, "gflop": {}, "memory": {}}
-        t = time.perf_counter()
-        update = jax.jit(update_fn, compiler_options=self.compiler_options).lower(
-            states[0], batch_n, keys()).compile()
-        out["compile_s"][t_name] = time.perf_counter() - t
-        t = time.perf_counter()
-        policy = jax.jit(policy_fn, compiler_options=self.compiler_options).lower(
-            states[0], pcarry[0], obs_n, first_n, keys()).compile()
-        out["compile_s"][p_name] = time.perf_counter() - t
-        out["memory"] = {t_name: compiled_memory(update), p_name: compiled_memory(policy)}
-        out["gflop"] = {
-            t_name: program_flops(update_fn, states[0], batch_n, keys()) / 1e9,
-            p_name: program_flops(policy_fn, states[0], pcarry[0], obs_n, first_n,
-                                  keys()) / 1e9}
-
-        def train():
-            states[0], metrics, outs = update(states[0], batch_n, keys())
-            jax.block_until_ready((states[0], metrics, outs))
-
-        def act():
-            pcarry[0], action, entries = policy(states[0], pcarry[0], obs_n, first_n, keys())
-            jax.block_until_ready((pcarry[0], action, entries))
-
-        out["items"] = {p_name: act, t_name: train}
-        return out
 
     def time(self, item: str, repeats: int) -> dict:
         """`_machine.time_calls` of one item ("train" or "policy")."""

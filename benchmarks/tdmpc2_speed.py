@@ -127,7 +127,9 @@ def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: i
     """(call, matmul FLOPs) of one wmx update at batch 256, compiled with the trainers'
     options (`Agent.compiler_options`: XLA's own dots unless ``WMX_CPU_DOTS`` says
     otherwise); the state is fed back. ``seeds`` > 1: one call updates that many seeds'
-    states, each with its own batch and draws, vmapped as the trainers run seeds."""
+    states, each with its own batch and draws, vmapped as the trainers run seeds.
+    ``call.lower()``: the jitted update lowered on its current arguments (``.compile()``
+    of it after a call is jit's cached program)."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
     fn = lambda s, b, n: update(s, b, n, cfg)  # noqa: E731
     H, B = cfg.horizon, cfg.batch_size
@@ -151,6 +153,7 @@ def wmx_update(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: i
         state[0], m = step(state[0], batch, noise)
         jax.block_until_ready(m["total_loss"])
 
+    call.lower = lambda: step.lower(state[0], batch, noise)
     flops = program_flops(fn, state[0], batch, noise)
     return call, flops
 
@@ -159,7 +162,8 @@ def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: int
     """(call, matmul FLOPs) of one wmx planning decision (t0 False, fresh draws per call),
     compiled with the trainers' options (the online chunk plans inside its program).
     ``seeds`` > 1: one call decides for that many seeds (their own parameters,
-    observation and draws), vmapped as the trainers run seeds."""
+    observation and draws), vmapped as the trainers run seeds. ``call.lower()``: the jitted
+    decision lowered on its arguments (as `wmx_update`'s)."""
     cfg = make_config("paper", model_size=model_size, obs_dim=obs_dim, action_dim=action_dim)
     lead = (seeds,) if seeds > 1 else ()
     if seeds > 1:
@@ -186,6 +190,7 @@ def wmx_plan(model_size: int, obs_dim: int = 24, action_dim: int = 6, seeds: int
         key[0], sub = jax.random.split(key[0])
         jax.block_until_ready(decide(params, obs, prev, keys(sub))[0])
 
+    call.lower = lambda: decide.lower(params, obs, prev, keys(key[0]))
     return call, program_flops(fn, params, obs, prev, keys(key[0]))
 
 

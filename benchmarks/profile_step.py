@@ -1,0 +1,791 @@
+"""Where the time of one benchmarked step goes: a profile of K calls of one program, read
+back with JAX's own profiler API, and what bounds it.
+
+The programs are the speed benchmarks' own, built by their code: DreamerV3's training step
+(``train``: one ``agent.update`` on a synthetic batch of 16 windows of 64 + 1 rows) and
+policy step (``policy``: 16 envs), from `dreamerv3_speed.wmx_inputs` and
+`dreamerv3_speed.wmx_programs`; TD-MPC2's update (``update``: batch 256) and planning
+decision (``plan``), from `tdmpc2_speed.wmx_update` and `tdmpc2_speed.wmx_plan`. With
+``--seeds N`` the program is vmapped over N seeds, as the trainers run seeds.
+
+Method: build and compile the program, call it ``--warmup`` times, time ``--calls`` calls
+(wall, untraced), then record ``--calls`` more under ``jax.profiler.trace`` (the Python
+tracer off) and read the trace back with ``jax.profiler.ProfileData``: no TensorBoard or
+xprof needed. The op events are taken from the device plane (``/device:TPU:0``,
+``/device:GPU:0``; its "XLA Ops" line where it has one); a backend without a device plane
+(the CPU) has its XLA ops as host events (XLA:CPU thunks on ``/host:CPU``) and the record
+says so. Each op's self time (its time less that of ops nested in it, such as a while
+loop's body) is summed by op name, and each op is put in one category (`CATEGORIES`) from
+the compiled program's optimized HLO (a fusion holding a dot or convolution is
+"matmul/convolution"), else from the trace's ``hlo_category`` stat, else from its name
+(each op row says which: ``how``).
+
+Writes into ``--out`` (created; nothing else is written outside it):
+
+- ``profile_<agent>_<program>_<platform>.json``: the configuration; ``wall_ms_median``
+  (untraced calls) and ``traced_wall_ms_median``; ``busy_ms_per_call`` (the union of the
+  op intervals per call: device busy time), ``busy_share_of_wall`` and, with a device
+  plane, ``idle_share_of_wall``; ``trace`` (where the ops came from, the planes, the
+  device's per-module times); ``categories`` (ms per call, share of the summed op self
+  time, op count); ``classified_by`` (share of that time classified from the HLO, the
+  trace stat, the name); ``top_ops`` (``--top`` ops by time, with share, category and
+  ``how``; ``rest`` holds the others, so the shares sum to 1); ``gflop`` (the program's
+  matmul FLOPs per call, 2·M·N·K per dot, `_machine.program_flops`), ``tflop_s`` (gflop /
+  busy time) and ``matmul_tflop_s`` (gflop / time in matmul ops); ``peak`` (the chip's
+  bfloat16 peak where the device kind is known, `PEAK_TFLOPS`, or ``--peak-tflops`` gives
+  it; else null); and ``verdict``, one paragraph: where the time goes and what bounds it;
+- ``profile_<agent>_<program>_<platform>.xplane.pb.gz``: the trace itself, gzipped (open
+  it with xprof or TensorBoard's profile plugin after gunzip, or
+  ``jax.profiler.ProfileData.from_serialized_xspace``); left out, with a note in the JSON,
+  when larger than ``--max-file-mib``;
+- ``profile_<agent>_<program>_<platform>.hlo.txt.gz``: the compiled program's optimized
+  HLO, where the op names of ``top_ops`` are defined.
+
+The trace and the HLO are written before the analysis; if the analysis fails, the JSON
+holds the measurements and ``analysis_error``, and ``--reanalyse JSON`` redoes it later
+from those files on any machine (no device needed). The raw trace folder is removed once
+read (``--keep-trace`` keeps it, under ``--out``). Files are written atomically: a failed
+run leaves no half-written file.
+
+    python benchmarks/profile_step.py --out DIR                  # DreamerV3 1m train, CPU
+    python benchmarks/profile_step.py --agent dreamerv3 --program train --size 12m \\
+        --seeds 5 --compute-dtype bfloat16 --calls 5 --out DIR
+    python benchmarks/profile_step.py --agent tdmpc2 --program update --size 5 \\
+        --seeds 5 --calls 5 --out DIR
+    python benchmarks/profile_step.py --reanalyse DIR/profile_tdmpc2_update_tpu.json
+
+The defaults (DreamerV3 1m training step, 1 seed, 5 calls) run in about a minute on a
+2-core CPU, most of it compilation. docs/performance.md ("On accelerators") has the TPU
+commands.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]   # _machine and the speed benchmarks; this wmx
+
+PROGRAMS = {"dreamerv3": ("train", "policy"), "tdmpc2": ("update", "plan")}
+CATEGORIES = ("matmul/convolution", "elementwise/reduction", "copy/transpose",
+              "collective/infeed/outfeed", "while-loop/control", "other")
+"""The op categories, fixed. matmul/convolution: dots, convolutions, GEMM custom calls and
+fusions holding one; elementwise/reduction: the other fusions and unfused arithmetic,
+reductions, comparisons, conversions, random bits; copy/transpose: copies, transposes and
+other data movement (slices, concatenations, pads, gathers, scatters, dynamic updates,
+broadcasts, and fusions of nothing else); collective/infeed/outfeed: cross-device
+collectives, host transfers; while-loop/control: while loops and conditionals (their own
+time, without the ops of their bodies), calls, tuples; other: the rest (sorts, other
+custom calls, ops that could not be classified)."""
+PEAK_TFLOPS = {"TPU v5 lite": 197.0}
+"""Dense bfloat16 peak (TFLOP/s) by ``device_kind``: TPU v5e (the figure docs/performance.md
+judges the TPU goals by). Other kinds: ``--peak-tflops``."""
+
+_DATA_MOVE = {"copy", "copy-start", "copy-done", "transpose", "concatenate", "slice",
+              "dynamic-slice", "dynamic-update-slice", "pad", "reshape", "bitcast", "broadcast",
+              "gather", "scatter", "reverse"}
+_COLLECTIVE = {"all-reduce", "all-reduce-start", "all-reduce-done", "all-gather",
+               "all-gather-start", "all-gather-done", "reduce-scatter", "all-to-all",
+               "collective-permute", "collective-permute-start", "collective-permute-done",
+               "collective-broadcast", "infeed", "outfeed", "send", "send-done", "recv",
+               "recv-done"}
+_CONTROL = {"while", "conditional", "call", "tuple", "get-tuple-element", "parameter",
+            "constant", "after-all", "async-start", "async-update", "async-done",
+            "opt-barrier", "optimization-barrier", "domain"}
+_STRUCTURAL = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+_ELEMENTWISE = {
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
+    "cosine", "divide", "erf", "exp", "exponential", "exponential-minus-one", "floor",
+    "imag", "iota", "is-finite", "log", "log-plus-one", "logistic", "map", "maximum",
+    "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real",
+    "reduce", "reduce-precision", "reduce-window", "remainder", "rng", "rng-bit-generator",
+    "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "select-and-scatter",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
+    "subtract", "tan", "tanh", "xor", "bitcast-convert", "stochastic-convert"}
+_GEMM_TARGET = re.compile(r"gemm|matmul|cublas|onednn|mkl|dot|conv", re.I)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``profile_step.py: error: ...`` and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# ---- arguments ----------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: a bad value exits 2 with a one-line message."""
+    p = _Parser(prog="profile_step.py", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Writes profile_<agent>_<program>_<platform>.{json,xplane.pb.gz,"
+                       "hlo.txt.gz} into --out. Examples:\n" + __doc__.split("\n\n")[-2]
+                       + "\nThe script's docstring has the details.")
+    p.add_argument("--agent", choices=sorted(PROGRAMS), default="dreamerv3")
+    p.add_argument("--program", default=None,
+                   help="dreamerv3: train (default) or policy; tdmpc2: update (default) or plan")
+    p.add_argument("--size", default=None,
+                   help="model size: dreamerv3 1m (default), 12m (the paper's), ...; "
+                        "tdmpc2 1 (default), 5 (the paper's), ...")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="seeds vmapped in one call, as the trainers run them (default 1: the "
+                        "unbatched program)")
+    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="DreamerV3's compute_dtype (default float32, as dreamerv3_speed.py; "
+                        "bfloat16 is the paper preset's). TD-MPC2 computes in float32")
+    p.add_argument("--calls", type=int, default=5, metavar="K",
+                   help="calls timed untraced, then K more recorded in the trace (default 5)")
+    p.add_argument("--warmup", type=int, default=2, metavar="W",
+                   help="untimed calls after compilation (default 2; the first call of a "
+                        "TD-MPC2 program compiles it)")
+    p.add_argument("--top", type=int, default=25, metavar="N",
+                   help="ops listed in top_ops (default 25)")
+    p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+                   help="the device's peak TFLOP/s for the verdict (default: known for the "
+                        "TPU v5e, none elsewhere)")
+    p.add_argument("--max-file-mib", type=float, default=10.0, metavar="MIB",
+                   help="largest gzipped trace or HLO file written (default 10 MiB)")
+    p.add_argument("--keep-trace", action="store_true",
+                   help="keep the raw trace folder (under --out) after reading it")
+    p.add_argument("--out", metavar="DIR", help="folder for the results (created; required)")
+    p.add_argument("--reanalyse", metavar="JSON", default=None,
+                   help="instead of a run: redo the analysis of a record written earlier "
+                        "(on any machine) from the trace and HLO files beside it, and "
+                        "rewrite it; --top and --peak-tflops apply")
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill the agent's defaults and refuse bad combinations (``p.error``: exit 2)."""
+    for name in ("seeds", "calls", "warmup", "top"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    for name in ("max_file_mib", "peak_tflops"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            p.error(f"--{name.replace('_', '-')} {value}: must be positive")
+    if args.reanalyse:
+        if not Path(args.reanalyse).is_file():
+            p.error(f"--reanalyse {args.reanalyse}: no such file")
+        return
+    if not args.out:
+        p.error("the following arguments are required: --out")
+    programs = PROGRAMS[args.agent]
+    args.program = args.program or programs[0]
+    if args.program not in programs:
+        p.error(f"--program {args.program}: {args.agent} has {' and '.join(programs)}")
+    if args.agent == "dreamerv3":
+        from wmx.agents.dreamerv3.config import MODEL_SIZES
+        args.size = args.size or "1m"
+    else:
+        from wmx.agents.tdmpc2.config import MODEL_SIZES
+        args.size = args.size or "1"
+        if args.compute_dtype != "float32":
+            p.error(f"--compute-dtype {args.compute_dtype}: TD-MPC2 computes in float32 "
+                    "(its config has no compute dtype)")
+        if args.size.isdigit():
+            args.size = int(args.size)
+    if args.size not in MODEL_SIZES:
+        p.error(f"--size {args.size}: {args.agent} sizes are "
+                f"{', '.join(map(str, MODEL_SIZES))}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        p.error(f"--out {args.out}: exists and is not a folder")
+
+
+# ---- the program --------------------------------------------------------------------
+@dataclass
+class Program:
+    """One compiled program: ``call()`` runs it once and blocks until its results are
+    ready; ``gflop``: its matmul FLOPs per call / 1e9; ``hlo``: its optimized HLO text (None
+    if the backend gives none); ``compile_s``: compilation (and, for TD-MPC2, the first
+    call's) seconds."""
+    call: Callable[[], None]
+    gflop: float
+    hlo: str | None
+    compile_s: float
+
+
+def build_program(args: argparse.Namespace) -> Program:
+    """The benchmarked program of ``args``, compiled and warmed up (``args.warmup`` calls)."""
+    if args.agent == "dreamerv3":
+        import dreamerv3_speed as dv
+        from wmx.agents.dreamerv3 import agent as dv3
+        cfg, batch, obs, first = dv.wmx_inputs(args.size, compute_dtype=args.compute_dtype)
+        out = dv.wmx_programs(args.seeds, cfg, batch, obs, first, 0,
+                              dv3.compiler_options(cfg), kinds=(args.program,))
+        (name,) = out["items"]
+        prog = Program(out["items"][name], out["gflop"][name],
+                       _hlo_text(out["compiled"][name]), out["compile_s"][name])
+        warmup = args.warmup
+    else:
+        import tdmpc2_speed as ts
+        make = ts.wmx_update if args.program == "update" else ts.wmx_plan
+        call, flops = make(args.size, seeds=args.seeds)
+        t = time.perf_counter()
+        call()                                   # compiles
+        compile_s = time.perf_counter() - t
+        prog = Program(call, flops / 1e9, _hlo_text(call.lower().compile()), compile_s)
+        warmup = args.warmup - 1
+    for _ in range(warmup):
+        prog.call()
+    return prog
+
+
+def _hlo_text(compiled) -> str | None:
+    try:
+        return compiled.as_text()
+    except Exception:  # noqa: BLE001 - a backend without the text
+        return None
+
+
+# ---- the trace ----------------------------------------------------------------------
+@dataclass
+class OpEvent:
+    """One op execution in the trace: times in ns; ``line``: which line of its plane."""
+    name: str
+    module: str | None
+    hlo_category: str | None
+    start: float
+    end: float
+    line: str
+
+
+def _stats(event) -> dict:
+    out = {}
+    for k, v in event.stats:
+        out.setdefault(k, v.decode(errors="replace") if isinstance(v, bytes) else v)
+    return out
+
+
+def _op_event(event, line: str) -> OpEvent:
+    s = _stats(event)
+    name = str(s.get("hlo_op") or event.name).lstrip("%")
+    module = s.get("hlo_module")
+    return OpEvent(name, str(module) if module is not None else None,
+                   str(s["hlo_category"]) if s.get("hlo_category") else None,
+                   float(event.start_ns), float(event.start_ns + event.duration_ns), line)
+
+
+def op_events(data) -> tuple[list[OpEvent], str, str | None]:
+    """The XLA op events of a trace: (events, where they come from, the device plane's name
+    or None).
+
+    A device plane (``/device:...``, not a CPU) gives its "XLA Ops" line where it has one,
+    else its events that carry an ``hlo_op`` stat; of several, the one with the most events
+    (the chip the program ran on). Without one, the host plane's events that carry an
+    ``hlo_op`` stat (XLA:CPU's thunks)."""
+    best: tuple[list, str, str | None] = ([], "", None)
+    for plane in data.planes:
+        if not plane.name.startswith("/device:") or "CPU" in plane.name:
+            continue
+        lines = [(f"{plane.name}#{i}", ln) for i, ln in enumerate(plane.lines)]
+        ops_lines = [(key, ln) for key, ln in lines if ln.name == "XLA Ops"]
+        if ops_lines:
+            evs = [_op_event(e, key) for key, ln in ops_lines for e in ln.events]
+            where = f"device plane {plane.name}, line 'XLA Ops'"
+        else:
+            evs = [_op_event(e, key) for key, ln in lines for e in ln.events
+                   if any(k == "hlo_op" for k, _ in e.stats)]
+            where = f"device plane {plane.name}, events with an hlo_op stat"
+        if len(evs) > len(best[0]):
+            best = (evs, where, plane.name)
+    if best[0]:
+        return best
+    host = data.find_plane_with_name("/host:CPU")
+    evs = [] if host is None else [
+        _op_event(e, f"/host:CPU#{i}") for i, ln in enumerate(host.lines) for e in ln.events
+        if any(k == "hlo_op" for k, _ in e.stats)]
+    return evs, ("no device plane in the trace: XLA ops from the host plane /host:CPU "
+                 "(events with an hlo_op stat: XLA:CPU's thunks)"), None
+
+
+def self_times(events: list[OpEvent]) -> list[float]:
+    """Each event's self time (ns): its duration less that of the events of its own line
+    nested directly in it (a while loop less its body's ops). Events in the same order."""
+    out = [e.end - e.start for e in events]
+    by_line: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        by_line.setdefault(e.line, []).append(i)
+    for idx in by_line.values():
+        idx.sort(key=lambda i: (events[i].start, -events[i].end))
+        stack: list[int] = []
+        for i in idx:
+            e = events[i]
+            while stack and events[stack[-1]].end <= e.start:
+                stack.pop()
+            if stack and e.end <= events[stack[-1]].end:
+                out[stack[-1]] -= e.end - e.start
+            stack.append(i)
+    return [max(0.0, x) for x in out]
+
+
+def busy_ns(events: list[OpEvent]) -> float:
+    """Time (ns) during which at least one op ran: the union of the op intervals."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted((ev.start, ev.end) for ev in events):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+# ---- classification -----------------------------------------------------------------
+_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\))?\s*->.*\{\s*$")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_OPCODE = re.compile(r"(?:^|[\s)}\]])([a-z][a-z0-9\-]*)\(")
+_CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|true_computation|"
+                     r"false_computation|branch_computations)=\{?([^}=]*?)\}?(?=,\s*\w+=|$)")
+
+
+@dataclass
+class Hlo:
+    """An optimized HLO module, indexed: ``module`` its name; ``ops`` instruction name ->
+    (opcode, called computations, custom-call target); ``comps`` computation -> its
+    instruction names."""
+    module: str | None
+    ops: dict
+    comps: dict
+
+
+def parse_hlo(text: str) -> Hlo:
+    """Index the instructions of an HLO module's text (``compiled.as_text()``)."""
+    m = re.search(r"^HloModule\s+([\w.\-]+)", text, re.M)
+    ops: dict = {}
+    comps: dict = {}
+    comp = None
+    for line in text.splitlines():
+        c = _COMP.match(line)
+        if c and "=" not in line.split("->")[0].split("(")[0]:
+            comp = c.group(1)
+            comps.setdefault(comp, [])
+            continue
+        i = _INSTR.match(line)
+        if not i or comp is None:
+            continue
+        name, rest = i.groups()
+        op = _OPCODE.search(rest)
+        if not op:
+            continue
+        called = [n.strip().lstrip("%") for g in _CALLED.findall(rest) for n in g.split(",")
+                  if n.strip()]
+        target = re.search(r'custom_call_target="([^"]*)"', rest)
+        ops[name] = (op.group(1), called, target.group(1) if target else None)
+        comps[comp].append(name)
+    return Hlo(m.group(1) if m else None, ops, comps)
+
+
+def _inner_ops(hlo: Hlo, comps: list[str], seen: set | None = None) -> list[tuple]:
+    """(opcode, target) of every instruction of ``comps`` and what they call, recursively."""
+    seen = set() if seen is None else seen
+    out = []
+    for comp in comps:
+        if comp in seen or comp not in hlo.comps:
+            continue
+        seen.add(comp)
+        for name in hlo.comps[comp]:
+            opcode, called, target = hlo.ops[name]
+            out.append((opcode, target))
+            if opcode in ("fusion", "call", "async-start"):
+                out += _inner_ops(hlo, called, seen)
+    return out
+
+
+def _category_of_opcode(opcode: str, target: str | None) -> str | None:
+    if opcode in ("dot", "convolution") or (opcode == "custom-call" and target
+                                            and _GEMM_TARGET.search(target)):
+        return "matmul/convolution"
+    if opcode in _DATA_MOVE:
+        return "copy/transpose"
+    if opcode in _COLLECTIVE or opcode.endswith(("-start", "-done")) and any(
+            opcode.startswith(c) for c in ("all-", "collective", "send", "recv", "reduce-s")):
+        return "collective/infeed/outfeed"
+    if opcode in _CONTROL:
+        return "while-loop/control"
+    if opcode in _ELEMENTWISE:
+        return "elementwise/reduction"
+    return None
+
+
+def classify_hlo(hlo: Hlo, name: str) -> str | None:
+    """The category of instruction ``name`` of ``hlo``, or None if it is not there."""
+    if name not in hlo.ops:
+        return None
+    opcode, called, target = hlo.ops[name]
+    if opcode != "fusion":
+        return _category_of_opcode(opcode, target) or "other"
+    inner = [_category_of_opcode(o, t) for o, t in _inner_ops(hlo, called)
+             if o not in _STRUCTURAL]
+    if "matmul/convolution" in inner:
+        return "matmul/convolution"
+    if "collective/infeed/outfeed" in inner:
+        return "collective/infeed/outfeed"
+    if inner and all(c == "copy/transpose" for c in inner):
+        return "copy/transpose"
+    return "elementwise/reduction"
+
+
+def classify_stat(hlo_category: str) -> str:
+    """A category from a trace's ``hlo_category`` stat (e.g. "convolution fusion",
+    "loop fusion", "data formatting", "all-reduce")."""
+    c = hlo_category.lower()
+    if any(w in c for w in ("convolution", "dot", "matmul", "gemm")):
+        return "matmul/convolution"
+    if any(w in c for w in ("all-", "collective", "infeed", "outfeed", "send", "recv",
+                            "host")):
+        return "collective/infeed/outfeed"
+    if any(w in c for w in ("data formatting", "copy", "transpose", "slice", "concat",
+                            "gather", "scatter", "pad")):
+        return "copy/transpose"
+    if any(w in c for w in ("while", "conditional", "control", "call")):
+        return "while-loop/control"
+    if any(w in c for w in ("fusion", "elementwise", "reduce", "reduction")):
+        return "elementwise/reduction"
+    return "other"
+
+
+def classify_name(name: str) -> str:
+    """A category from an op's name alone (the last resort)."""
+    n = name.lower()
+    for cat, pat in (("matmul/convolution", r"conv|dot|gemm|matmul|ynn_fusion|onednn"),
+                     ("collective/infeed/outfeed",
+                      r"all-reduce|all-gather|reduce-scatter|all-to-all|collective|infeed|"
+                      r"outfeed|send|recv"),
+                     ("copy/transpose", r"copy|transpose|slice|concatenate|pad|gather|"
+                      r"scatter|bitcast|broadcast"),
+                     ("while-loop/control", r"^(while|conditional|call)\b")):
+        if re.search(pat, n):
+            return cat
+    return "elementwise/reduction" if re.search(r"fusion|wrapped_", n) else "other"
+
+
+def classify(event: OpEvent, hlo: Hlo | None) -> tuple[str, str]:
+    """(category, how): from the program's HLO when the op is one of its instructions, else
+    the trace's hlo_category stat, else the name."""
+    if hlo is not None and (event.module is None or hlo.module is None
+                            or hlo.module in event.module):
+        cat = classify_hlo(hlo, event.name)
+        if cat is not None:
+            return cat, "hlo"
+    if event.hlo_category:
+        return classify_stat(event.hlo_category), "trace-stat"
+    return classify_name(event.name), "name"
+
+
+# ---- the record ---------------------------------------------------------------------
+def summarise_ops(events: list[OpEvent], hlo: Hlo | None, calls: int, top: int) -> dict:
+    """Per-call op times by category and by op: {"busy_ms_per_call", "op_ms_per_call",
+    "op_events", "categories", "classified_by", "top_ops", "rest", "modules"}. Shares are
+    of the summed op self time, so the categories' shares, and top_ops' with rest's, sum
+    to 1; "classified_by": the share of that time classified from the HLO, from the
+    trace's hlo_category stat, and from the op's name alone."""
+    selfs = self_times(events)
+    total = sum(selfs)
+    per_op: dict = {}
+    for e, t in zip(events, selfs):
+        row = per_op.setdefault((e.module, e.name), {"ns": 0.0, "count": 0, "event": e})
+        row["ns"] += t
+        row["count"] += 1
+    cats = {c: {"ms_per_call": 0.0, "share": 0.0, "ops": 0} for c in CATEGORIES}
+    rows = []
+    modules: dict = {}
+    for (module, name), r in per_op.items():
+        cat, how = classify(r["event"], hlo)
+        cats[cat]["ms_per_call"] += r["ns"] / 1e6 / calls
+        cats[cat]["ops"] += 1
+        modules[module or "?"] = modules.get(module or "?", 0.0) + r["ns"] / 1e6 / calls
+        rows.append({"name": name, "module": module, "category": cat, "how": how,
+                     "ms_per_call": r["ns"] / 1e6 / calls,
+                     "share": r["ns"] / total if total else 0.0,
+                     "count_per_call": r["count"] / calls})
+    for c in cats.values():
+        c["share"] = c["ms_per_call"] * 1e6 * calls / total if total else 0.0
+    how_share = {h: sum(r["share"] for r in rows if r["how"] == h)
+                 for h in ("hlo", "trace-stat", "name")}
+    rows.sort(key=lambda r: -r["ms_per_call"])
+    rest = rows[top:]
+    return {"busy_ms_per_call": busy_ns(events) / 1e6 / calls,
+            "op_ms_per_call": total / 1e6 / calls, "op_events": len(events),
+            "categories": cats, "classified_by": how_share, "top_ops": rows[:top],
+            "rest": {"ops": len(rest), "ms_per_call": sum(r["ms_per_call"] for r in rest),
+                     "share": sum(r["share"] for r in rest)},
+            "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]))}
+
+
+def peak_rate(device_kind: str, given: float | None) -> dict | None:
+    """The peak the verdict compares with: {"tflop_s", "what"}, or None when unknown (the
+    CPU, a device kind not in `PEAK_TFLOPS`, without ``--peak-tflops``)."""
+    if given is not None:
+        return {"tflop_s": given, "what": "peak given by --peak-tflops"}
+    if device_kind in PEAK_TFLOPS:
+        return {"tflop_s": PEAK_TFLOPS[device_kind],
+                "what": f"{device_kind} dense bfloat16 peak"}
+    return None
+
+
+_BOUNDS = {
+    "matmul/convolution": "matmul arithmetic",
+    "elementwise/reduction": ("elementwise and reduction fusions: memory traffic and per-op "
+                              "overhead, not matmul arithmetic"),
+    "copy/transpose": "data movement: copies and transposes between ops",
+    "while-loop/control": "loop control: while-loop bookkeeping between small per-iteration ops",
+    "collective/infeed/outfeed": "transfers: collectives and host transfers",
+    "other": "ops outside the named categories (sorts, custom calls; see top_ops)"}
+"""What bounds a call whose device is busy, by the category with the largest share."""
+
+
+def verdict(rec: dict) -> str:
+    """One paragraph: where the time goes and what bounds it (inferred from the shares and
+    rates; not a roofline)."""
+    if not rec["op_events"]:
+        return (f"The trace has no XLA op events ({rec['trace']['source']}); nothing to "
+                "attribute: the timings above are wall clock only.")
+    where = "device" if rec["trace"]["device_plane"] else "XLA:CPU op"
+    cats = sorted(rec["categories"].items(), key=lambda kv: -kv[1]["share"])
+    first, c = cats[0]
+    parts = [f"{c['share']:.0%} of {where} time in {first} ops"]
+    parts += [f"{v['share']:.0%} in {k}" for k, v in cats[1:3] if v["share"] >= 0.05]
+    text = "; ".join(parts) + "."
+    mm, peak = rec.get("matmul_tflop_s"), rec.get("peak")
+    if mm:
+        text += f" Matmul ops run at {mm:.2f} TFLOP/s"
+        if peak:
+            text += f" ({mm / peak['tflop_s']:.0%} of the {peak['tflop_s']:.3g} TFLOP/s " \
+                    f"{peak['what']})"
+        text += f"; the whole call at {rec['tflop_s']:.2f} TFLOP/s of busy time."
+    idle = rec.get("idle_share_of_wall")
+    text += f" Ops busy {rec['busy_ms_per_call']:.3g} ms of the {rec['wall_ms_median']:.3g} " \
+            f"ms wall time per call" + (f" (the device idle {idle:.0%})." if idle is not None
+                                        else ".")
+    if not rec["trace"]["device_plane"]:
+        text += " No device plane on this backend: the op times are XLA:CPU's thunks on the " \
+                "host (they may run in parallel), and the rest of the wall time shares its " \
+                "cores, so no device idle time is given."
+    by_name = rec["classified_by"]["name"]
+    if by_name >= 0.1:
+        text += f" {by_name:.0%} of the op time was classified by op name alone (no HLO " \
+                "match): those categories are guesses."
+    if idle is not None and idle > 0.25:
+        bound = ("the host side: the device waits for dispatch, transfers or Python for "
+                 f"{idle:.0%} of each call")
+    else:
+        bound = _BOUNDS[first]
+        if first == "matmul/convolution" and peak and mm and mm / peak["tflop_s"] < 0.5:
+            bound += (", at under half the peak (likely products too small or narrow to "
+                      "fill the matrix units, or waiting on memory)")
+    return text + f" Bounded by {bound}."
+
+
+# ---- files --------------------------------------------------------------------------
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it, renamed in place."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_gz(path: Path, data: bytes, max_mib: float) -> str | None:
+    """Gzip ``data`` to ``path`` (atomically) unless larger than ``max_mib``; returns the
+    file's name, or None when left out."""
+    packed = gzip.compress(data, compresslevel=6, mtime=0)
+    if len(packed) > max_mib * 2 ** 20:
+        return None
+    write_atomic(path, packed)
+    return path.name
+
+
+def record_trace(call, calls: int, trace_dir: Path) -> list[float]:
+    """Run ``call`` ``calls`` times under ``jax.profiler.trace`` (Python tracer off);
+    returns the traced calls' wall ms."""
+    import jax
+    from _machine import time_calls
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    with jax.profiler.trace(str(trace_dir), profiler_options=options):
+        wall = time_calls(call, calls)["wall_ms"]
+    return wall
+
+
+def read_trace(trace_dir: Path) -> bytes:
+    """The serialized XSpace of the one trace ``jax.profiler.trace`` wrote."""
+    files = sorted(trace_dir.rglob("*.xplane.pb"))
+    if not files:
+        raise RuntimeError(f"jax.profiler.trace wrote no .xplane.pb under {trace_dir}")
+    return files[-1].read_bytes()
+
+
+# ---- the analysis -------------------------------------------------------------------
+def module_times(data, device_plane: str | None, calls: int) -> dict | None:
+    """{module: ms per call} from the device plane's "XLA Modules" line (each program
+    execution, from its first op to its last), or None without one."""
+    plane = data.find_plane_with_name(device_plane) if device_plane else None
+    lines = [ln for ln in (plane.lines if plane is not None else []) if ln.name == "XLA Modules"]
+    if not lines:
+        return None
+    out: dict = {}
+    for e in (e for ln in lines for e in ln.events):
+        out[e.name] = out.get(e.name, 0.0) + e.duration_ns / 1e6 / calls
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def analyse(data, hlo_text: str | None, calls: int, top: int) -> dict:
+    """The trace's part of the record, from a ``ProfileData`` of ``calls`` calls and the
+    program's optimized HLO text: "trace" (where the ops come from, the planes, the
+    "XLA Modules" times), "classified_by" (share of op time classified from the HLO, a
+    trace stat, the name), and `summarise_ops`' fields."""
+    events, source, device_plane = op_events(data)
+    hlo = parse_hlo(hlo_text) if hlo_text else None
+    ops = summarise_ops(events, hlo, calls, top)
+    return {"trace": {"source": source, "device_plane": device_plane,
+                      "planes": [p.name for p in data.planes],
+                      "hlo_module": hlo.module if hlo else None,
+                      "module_ms_per_call": module_times(data, device_plane, calls)},
+            **ops}
+
+
+def add_rates(rec: dict, gflop: float, peak: dict | None) -> dict:
+    """Add to ``rec`` (`analyse`'s fields and "wall_ms_median") the program's ``gflop`` per
+    call, the rates (TFLOP/s of busy time, of matmul time), the busy and idle shares of the
+    wall time (idle: only with a device plane; on the CPU the ops and the dispatch share
+    the cores), ``peak`` and the verdict. Returns ``rec``."""
+    busy_s = rec["busy_ms_per_call"] / 1e3
+    mm_s = rec["categories"]["matmul/convolution"]["ms_per_call"] / 1e3
+    rec["gflop"] = gflop
+    rec["tflop_s"] = gflop / 1e3 / busy_s if busy_s else None
+    rec["matmul_tflop_s"] = gflop / 1e3 / mm_s if mm_s else None
+    rec["busy_share_of_wall"] = rec["busy_ms_per_call"] / rec["wall_ms_median"]
+    rec["idle_share_of_wall"] = (max(0.0, 1 - rec["busy_share_of_wall"])
+                                 if rec["trace"]["device_plane"] else None)
+    rec["peak"] = peak
+    rec["verdict"] = verdict(rec)
+    return rec
+
+
+# ---- main ---------------------------------------------------------------------------
+def profile(args: argparse.Namespace) -> dict:
+    """Build, time and trace the program; write the trace and the HLO, then the analysed
+    record (`write_record`); return the record."""
+    import jax
+    from _machine import time_calls
+    from dreamerv3_speed import _git_commit
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    platform = jax.default_backend()
+    device_kind = jax.devices()[0].device_kind
+    stem = f"profile_{args.agent}_{args.program}_{platform}"
+    prog = build_program(args)
+    wall = time_calls(prog.call, args.calls)["wall_ms"]
+    trace_dir = out / f"{stem}_trace"
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    traced = record_trace(prog.call, args.calls, trace_dir)
+    raw = read_trace(trace_dir)
+    rec = {
+        "agent": args.agent, "program": args.program, "size": args.size,
+        "seeds": args.seeds, "compute_dtype": args.compute_dtype, "calls": args.calls,
+        "warmup": args.warmup, "platform": platform, "device_kind": device_kind,
+        "jax": jax.__version__, "wmx_commit": _git_commit(),
+        "command": " ".join(["profile_step.py", *sys.argv[1:]]),
+        "compile_s": prog.compile_s, "gflop": prog.gflop,
+        "wall_ms_median": statistics.median(wall), "wall_ms": wall,
+        "traced_wall_ms_median": statistics.median(traced), "traced_wall_ms": traced,
+        "files": {}, "notes": []}
+    # the trace and the HLO first: a failed analysis can be redone from them (--reanalyse)
+    for kind, suffix, blob in (("trace", "xplane.pb.gz", raw),
+                               ("hlo", "hlo.txt.gz", (prog.hlo or "").encode())):
+        rec["files"][kind] = (write_gz(out / f"{stem}.{suffix}", blob, args.max_file_mib)
+                              if blob else None)
+        if rec["files"][kind] is None:
+            rec["notes"].append(f"{kind}: not written (" + (
+                f"over --max-file-mib {args.max_file_mib} gzipped" if blob
+                else "no HLO text from this backend") + ")")
+    rec = write_record(out / f"{stem}.json", rec, raw, prog.hlo, args)
+    if not args.keep_trace:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    return rec
+
+
+def write_record(path: Path, rec: dict, raw: bytes, hlo: str | None,
+                 args: argparse.Namespace) -> dict:
+    """Analyse the serialized trace ``raw`` into ``rec`` (`analyse`, `add_rates`) and write
+    it to ``path`` (atomically). A failed analysis is written too, with its error, and
+    then raised. Returns the record with ``_path``."""
+    import jax
+    base = {k: v for k, v in rec.items() if k in _MEASURED}
+    try:
+        data = jax.profiler.ProfileData.from_serialized_xspace(raw)
+        rec = add_rates({**base, **analyse(data, hlo, base["calls"], args.top)},
+                        base["gflop"], peak_rate(base["device_kind"], args.peak_tflops))
+    except Exception as e:
+        rec = {**base, "analysis_error": f"{type(e).__name__}: {e}",
+               "verdict": "The trace analysis failed; the trace and the HLO are in files "
+                          "(redo it with --reanalyse after a fix)."}
+        write_atomic(path, (json.dumps(rec, indent=1) + "\n").encode())
+        raise
+    write_atomic(path, (json.dumps(rec, indent=1) + "\n").encode())
+    return {**rec, "_path": str(path)}
+
+
+_MEASURED = ("agent", "program", "size", "seeds", "compute_dtype", "calls", "warmup",
+             "platform", "device_kind", "jax", "wmx_commit", "command", "compile_s", "gflop",
+             "wall_ms_median", "wall_ms", "traced_wall_ms_median", "traced_wall_ms", "files",
+             "notes")
+"""The fields of a record that the run measured; the rest come from the trace."""
+
+
+def reanalyse(path: Path, args: argparse.Namespace) -> dict:
+    """Redo the analysis of a record written earlier (on any machine, no device needed)
+    from its gzipped trace and HLO beside it, and rewrite the record."""
+    rec = json.loads(path.read_text())
+    files = rec.get("files") or {}
+    if not files.get("trace"):
+        raise SystemExit(f"profile_step.py: error: {path}: its trace was not written "
+                         f"({'; '.join(rec.get('notes') or [])})")
+    raw = gzip.decompress((path.parent / files["trace"]).read_bytes())
+    hlo = (gzip.decompress((path.parent / files["hlo"]).read_bytes()).decode()
+           if files.get("hlo") else None)
+    return write_record(path, rec, raw, hlo, args)
+
+
+def print_summary(rec: dict) -> None:
+    print(f"{rec['agent']} {rec['program']} size {rec['size']}, {rec['seeds']} seed(s), "
+          f"{rec['compute_dtype']} on {rec['device_kind']}: wall {rec['wall_ms_median']:.3g} "
+          f"ms per call (traced {rec['traced_wall_ms_median']:.3g}), busy "
+          f"{rec['busy_ms_per_call']:.3g} ms; {rec['gflop']:.3g} GFLOP of matmuls")
+    print(f"ops from: {rec['trace']['source']}")
+    for name, c in sorted(rec["categories"].items(), key=lambda kv: -kv[1]["share"]):
+        print(f"  {c['share']:6.1%} {c['ms_per_call']:9.3f} ms  {name} ({c['ops']} ops)")
+    for r in rec["top_ops"][:10]:
+        print(f"  {r['share']:6.1%} {r['ms_per_call']:9.3f} ms  {r['name']} [{r['category']}]")
+    print(rec["verdict"])
+    print(f"-> {rec['_path']}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages(argv)     # as the speed benchmarks run (docs/performance.md)
+    args = parse_args(argv)
+    if args.reanalyse:
+        print_summary(reanalyse(Path(args.reanalyse), args))
+    else:
+        print_summary(profile(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""benchmarks/profile_step.py: on the CPU it profiles the smallest DreamerV3 training step
+and TD-MPC2 update into a complete record (the two runs at once, ~40 s on 2 cores); its
+trace analysis reads a device plane (a synthetic TPU trace: nested while loops, ops
+classified from the HLO, the trace stat or the name) and says when there are no op events;
+bad input exits 2 with a one-line message."""
+import gzip
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_step.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import profile_step as ps  # noqa: E402
+
+FIELDS = {"agent", "program", "size", "seeds", "compute_dtype", "calls", "platform",
+          "device_kind", "compile_s", "wall_ms_median", "wall_ms", "traced_wall_ms_median",
+          "trace", "busy_ms_per_call", "op_ms_per_call", "op_events", "categories",
+          "classified_by", "top_ops", "rest", "modules", "gflop", "tflop_s",
+          "matmul_tflop_s", "busy_share_of_wall", "idle_share_of_wall", "peak", "verdict",
+          "files", "notes"}
+RUNS = {"dreamerv3_train": ["--agent", "dreamerv3", "--program", "train", "--size", "1m"],
+        "tdmpc2_update": ["--agent", "tdmpc2", "--program", "update", "--size", "1"]}
+
+
+def _env():
+    return {**os.environ, "JAX_PLATFORMS": "cpu"}   # the script puts its checkout first
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (out folder, completed process)} of the two CPU runs, started together."""
+    procs = {}
+    for name, argv in RUNS.items():
+        out = tmp_path_factory.mktemp(name)
+        procs[name] = (out, subprocess.Popen(
+            [sys.executable, str(SCRIPT), *argv, "--calls", "2", "--warmup", "1", "--top", "8",
+             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=_env()))
+    done = {}
+    for name, (out, proc) in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        done[name] = (out, proc.returncode, stdout, stderr)
+    return done
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_cpu_run_writes_a_complete_record(runs, name):
+    out, rc, stdout, stderr = runs[name]
+    assert rc == 0, stderr[-3000:]
+    agent, program = name.split("_")
+    stem = f"profile_{agent}_{program}_cpu"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{stem}.{s}" for s in ("json", "xplane.pb.gz", "hlo.txt.gz"))  # no trace folder left
+    rec = json.loads((out / f"{stem}.json").read_text())
+    assert FIELDS <= set(rec), FIELDS - set(rec)
+    assert (rec["agent"], rec["program"], rec["platform"], rec["calls"]) == (agent, program,
+                                                                          "cpu", 2)
+    assert rec["wall_ms_median"] > 0 and len(rec["wall_ms"]) == 2
+    # the CPU has no device plane: the record says so and gives no device idle time
+    assert rec["trace"]["device_plane"] is None and rec["idle_share_of_wall"] is None
+    assert "no device plane" in rec["trace"]["source"] and "No device plane" in rec["verdict"]
+    assert rec["op_events"] > 100 and 0 < rec["busy_ms_per_call"] <= rec["op_ms_per_call"]
+    assert set(rec["categories"]) == set(ps.CATEGORIES)
+    assert sum(c["share"] for c in rec["categories"].values()) == pytest.approx(1.0)
+    assert len(rec["top_ops"]) == 8
+    assert sum(r["share"] for r in rec["top_ops"]) + rec["rest"]["share"] == pytest.approx(1.0)
+    assert all(r["category"] in ps.CATEGORIES for r in rec["top_ops"])
+    assert [r["ms_per_call"] for r in rec["top_ops"]] == sorted(
+        (r["ms_per_call"] for r in rec["top_ops"]), reverse=True)
+    # every op of the program is found in its optimized HLO
+    assert all(r["how"] == "hlo" for r in rec["top_ops"]), rec["top_ops"]
+    assert rec["classified_by"]["hlo"] > 0.99
+    assert rec["categories"]["matmul/convolution"]["share"] > 0.05
+    assert rec["gflop"] > 1 and rec["matmul_tflop_s"] > rec["tflop_s"] > 0
+    assert rec["peak"] is None and "Bounded by" in rec["verdict"]
+    # the trace and the HLO come back readable, and define the ops of the record
+    import jax
+    data = jax.profiler.ProfileData.from_serialized_xspace(
+        gzip.decompress((out / f"{stem}.xplane.pb.gz").read_bytes()))
+    assert "/host:CPU" in [p.name for p in data.planes]
+    hlo = gzip.decompress((out / f"{stem}.hlo.txt.gz").read_bytes()).decode()
+    assert all(f"%{r['name']} = " in hlo for r in rec["top_ops"])
+    assert rec["verdict"].split(".")[0] in stdout
+
+
+def test_reanalyse_redoes_the_record_from_its_files_and_keeps_a_failed_one(runs, tmp_path,
+                                                                          capsys):
+    import shutil
+    out = runs["tdmpc2_update"][0]
+    for f in out.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    path = tmp_path / "profile_tdmpc2_update_cpu.json"
+    before = json.loads(path.read_text())
+    ps.main(["--reanalyse", str(path), "--top", "3", "--peak-tflops", "1"])
+    after = json.loads(path.read_text())
+    assert len(after["top_ops"]) == 3 and after["peak"]["tflop_s"] == 1.0
+    assert after["categories"] == before["categories"]
+    assert {k: after[k] for k in ps._MEASURED} == {k: before[k] for k in ps._MEASURED}
+    assert "-> " + str(path) in capsys.readouterr().out
+    # a trace that cannot be read: the measurements stay, with the error, and it is raised
+    (tmp_path / after["files"]["trace"]).write_bytes(gzip.compress(b"not an XSpace"))
+    with pytest.raises(Exception):
+        ps.main(["--reanalyse", str(path)])
+    failed = json.loads(path.read_text())
+    assert failed["analysis_error"] and failed["verdict"].startswith("The trace analysis failed")
+    assert failed["wall_ms"] == before["wall_ms"] and "categories" not in failed
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(f.name for f in out.iterdir())
+
+
+# ---- the analysis on a synthetic TPU trace --------------------------------------------
+HLO = """HloModule jit_step, entry_computation_layout={(bf16[8,128]{1,0})->bf16[8,128]{1,0}}
+
+%fc (param_0: bf16[8,128], param_1: bf16[128,128]) -> bf16[8,128] {
+  %param_0 = bf16[8,128]{1,0} parameter(0)
+  %param_1 = bf16[128,128]{1,0} parameter(1)
+  ROOT %convolution.1 = bf16[8,128]{1,0} convolution(%param_0, %param_1), dim_labels=bf_io->bf
+}
+
+%fc.1 (param_0.1: bf16[8,128]) -> bf16[8,128] {
+  %param_0.1 = bf16[8,128]{1,0} parameter(0)
+  ROOT %tanh.1 = bf16[8,128]{1,0} tanh(%param_0.1)
+}
+
+%body (p.1: (s32[], bf16[8,128])) -> (s32[], bf16[8,128]) {
+  %p.1 = (s32[], bf16[8,128]{1,0}) parameter(0)
+  %gte.1 = bf16[8,128]{1,0:T(8,128)(2,1)} get-tuple-element(%p.1), index=1
+  %w = bf16[128,128]{1,0} constant({...})
+  %convolution_fusion = bf16[8,128]{1,0} fusion(%gte.1, %w), kind=kOutput, calls=%fc
+  %tanh_fusion = bf16[8,128]{1,0} fusion(%convolution_fusion), kind=kLoop, calls=%fc.1, metadata={}
+  ROOT %tuple.1 = (s32[], bf16[8,128]{1,0}) tuple(%gte.0, %tanh_fusion)
+}
+
+%cond (p.2: (s32[], bf16[8,128])) -> pred[] {
+  %p.2 = (s32[], bf16[8,128]{1,0}) parameter(0)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main.9 (Arg_0.1: bf16[8,128]) -> bf16[8,128] {
+  %Arg_0.1 = bf16[8,128]{1,0} parameter(0)
+  %copy.4 = bf16[8,128]{0,1} copy(%Arg_0.1)
+  %while.1 = (s32[], bf16[8,128]{1,0}) while(%tuple.0), condition=%cond, body=%body
+  ROOT %gte.9 = bf16[8,128]{1,0} get-tuple-element(%while.1), index=1
+}
+"""
+US = 10 ** 6   # picoseconds
+
+
+def _xspace(ops_per_call: list[tuple], calls: int = 2, period_us: int = 200) -> str:
+    """A text-proto XSpace: /device:TPU:0 with "XLA Modules" and "XLA Ops" lines, ``calls``
+    calls ``period_us`` apart, each running ``ops_per_call`` = (name, start µs, end µs,
+    hlo_category or None); and a host plane without XLA ops."""
+    names = sorted({op[0] for op in ops_per_call} | {"jit_step(1)"})
+    meta = {n: i + 1 for i, n in enumerate(names)}
+    ops, modules = [], []
+    for c in range(calls):
+        t0 = c * period_us
+        modules.append(f'events {{ metadata_id: {meta["jit_step(1)"]} offset_ps: {t0 * US} '
+                       f'duration_ps: {100 * US} }}')
+        for name, start, end, cat in ops_per_call:
+            stat = f' stats {{ metadata_id: 900 str_value: "{cat}" }}' if cat else ""
+            ops.append(f"events {{ metadata_id: {meta[name]} offset_ps: {(t0 + start) * US} "
+                       f"duration_ps: {(end - start) * US}{stat} }}")
+    em = "\n".join(f'event_metadata {{ key: {i} value {{ id: {i} name: "{n}" }} }}'
+                   for n, i in meta.items())
+    return (f'planes {{ id: 1 name: "/device:TPU:0"\n'
+            f'  lines {{ id: 1 name: "XLA Modules" timestamp_ns: 5000 {" ".join(modules)} }}\n'
+            f'  lines {{ id: 2 name: "XLA Ops" timestamp_ns: 5000 {" ".join(ops)} }}\n'
+            f'{em}\nstat_metadata {{ key: 900 value {{ id: 900 name: "hlo_category" }} }} }}\n'
+            'planes { id: 2 name: "/host:CPU" lines { id: 1 name: "python" '
+            'events { metadata_id: 1 offset_ps: 0 duration_ps: 5 } }\n'
+            'event_metadata { key: 1 value { id: 1 name: "PjitFunction(step)" } } }')
+
+
+def _profile(ops_per_call, wall_ms: float, peak=None) -> dict:
+    import jax
+    data = jax.profiler.ProfileData.from_text_proto(_xspace(ops_per_call))
+    rec = {"wall_ms_median": wall_ms, **ps.analyse(data, HLO, calls=2, top=3)}
+    return ps.add_rates(rec, gflop=2.0, peak=peak)
+
+
+TPU_OPS = [("copy.4", 0, 10, None), ("while.1", 10, 100, None),
+           ("convolution_fusion", 20, 60, None), ("tanh_fusion", 60, 90, None)]
+
+
+def test_device_plane_self_times_categories_and_the_verdict():
+    rec = _profile(TPU_OPS, wall_ms=0.2, peak=ps.peak_rate("TPU v5 lite", None))
+    assert rec["trace"]["device_plane"] == "/device:TPU:0"
+    assert rec["trace"]["source"] == "device plane /device:TPU:0, line 'XLA Ops'"
+    assert rec["trace"]["hlo_module"] == "jit_step"
+    assert rec["trace"]["module_ms_per_call"] == {"jit_step(1)": pytest.approx(0.1)}
+    assert rec["busy_ms_per_call"] == pytest.approx(0.1)      # the union, per call
+    assert rec["op_ms_per_call"] == pytest.approx(0.1)        # the while less its body
+    share = {k: v["share"] for k, v in rec["categories"].items()}
+    assert share == pytest.approx({"matmul/convolution": 0.4, "elementwise/reduction": 0.3,
+                                   "while-loop/control": 0.2, "copy/transpose": 0.1,
+                                   "collective/infeed/outfeed": 0.0, "other": 0.0})
+    assert [(r["name"], r["how"]) for r in rec["top_ops"]] == [
+        ("convolution_fusion", "hlo"), ("tanh_fusion", "hlo"), ("while.1", "hlo")]
+    assert rec["rest"] == {"ops": 1, "ms_per_call": pytest.approx(0.01),
+                           "share": pytest.approx(0.1)}
+    assert rec["tflop_s"] == pytest.approx(2.0 / 0.1)         # 2 GFLOP in 0.1 ms
+    assert rec["matmul_tflop_s"] == pytest.approx(2.0 / 0.04)
+    assert rec["idle_share_of_wall"] == pytest.approx(0.5)
+    v = rec["verdict"]
+    assert v.startswith("40% of device time in matmul/convolution ops; 30% in "
+                        "elementwise/reduction; 20% in while-loop/control.")
+    assert "50.00 TFLOP/s (25% of the 197 TFLOP/s TPU v5 lite dense bfloat16 peak)" in v
+    assert "(the device idle 50%)" in v and "Bounded by the host side" in v
+    busy = _profile(TPU_OPS, wall_ms=0.104)["verdict"]        # the device busy: matmuls
+    assert "Bounded by matmul arithmetic." in busy and "peak" not in busy
+
+
+def test_ops_missing_from_the_hlo_use_the_trace_stat_then_the_name():
+    ops = [("fusion.77", 0, 50, "convolution fusion"), ("fusion.78", 50, 80, None),
+           ("sort.3", 80, 100, None)]
+    rec = _profile(ops, wall_ms=0.1)
+    by = {r["name"]: (r["category"], r["how"]) for r in rec["top_ops"]}
+    assert by == {"fusion.77": ("matmul/convolution", "trace-stat"),
+                  "fusion.78": ("elementwise/reduction", "name"), "sort.3": ("other", "name")}
+    assert rec["classified_by"] == pytest.approx({"hlo": 0.0, "trace-stat": 0.5,
+                                                  "name": 0.5})
+    assert "50% of the op time was classified by op name alone" in rec["verdict"]
+
+
+def test_no_op_events_is_said_not_invented():
+    import jax
+    data = jax.profiler.ProfileData.from_text_proto(
+        'planes { id: 2 name: "/host:CPU" lines { id: 1 name: "python" '
+        'events { metadata_id: 1 offset_ps: 0 duration_ps: 5 } }\n'
+        'event_metadata { key: 1 value { id: 1 name: "PjitFunction(step)" } } }')
+    rec = ps.add_rates({"wall_ms_median": 1.0, **ps.analyse(data, None, 2, 5)}, 1.0, None)
+    assert rec["op_events"] == 0 and rec["trace"]["device_plane"] is None
+    assert rec["tflop_s"] is None and rec["matmul_tflop_s"] is None and rec["top_ops"] == []
+    assert all(c["share"] == 0 for c in rec["categories"].values())
+    assert rec["verdict"].startswith("The trace has no XLA op events")
+
+
+def test_hlo_classification_of_fusions_and_unfused_ops():
+    hlo = ps.parse_hlo(HLO)
+    assert hlo.module == "jit_step" and hlo.ops["while.1"][1] == ["cond", "body"]
+    assert {n: ps.classify_hlo(hlo, n) for n in ("convolution_fusion", "tanh_fusion",
+                                                 "copy.4", "while.1", "lt")} == {
+        "convolution_fusion": "matmul/convolution", "tanh_fusion": "elementwise/reduction",
+        "copy.4": "copy/transpose", "while.1": "while-loop/control",
+        "lt": "elementwise/reduction"}
+    assert ps.classify_hlo(hlo, "fusion.1") is None
+    assert ps.classify_stat("data formatting") == "copy/transpose"
+    assert ps.classify_name("all-reduce.3") == "collective/infeed/outfeed"
+
+
+# ---- the command line -----------------------------------------------------------------
+def test_bad_seeds_exit_2_with_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "0", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, env=_env(),
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == ["profile_step.py: error: --seeds 0: must be at least 1"]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--calls", "0"], "--calls 0: must be at least 1"),
+    (["--agent", "tdmpc2", "--program", "train"], "tdmpc2 has update and plan"),
+    (["--agent", "tdmpc2", "--compute-dtype", "bfloat16"], "TD-MPC2 computes in float32"),
+    (["--size", "3m"], "dreamerv3 sizes are 1m, 12m"),
+    (["--agent", "tdmpc2", "--size", "2"], "tdmpc2 sizes are 1, 5"),
+    (["--seeds", "two"], "invalid int value"),
+    ([], "the following arguments are required: --out"),
+])
+def test_bad_input_is_refused_in_one_line(argv, words, capsys, tmp_path):
+    out = [] if argv == [] else ["--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as e:
+        ps.parse_args([*argv, *out])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_help_names_the_options_and_the_defaults_fill_in(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        ps.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert e.value.code == 0
+    for opt in ("--agent", "--program", "--size", "--seeds", "--compute-dtype", "--calls",
+                "--out", "--peak-tflops"):
+        assert opt in text, opt
+    a = ps.parse_args(["--agent", "tdmpc2", "--out", str(tmp_path)])
+    assert (a.program, a.size, a.seeds, a.compute_dtype) == ("update", 1, 1, "float32")
+    a = ps.parse_args(["--out", str(tmp_path)])
+    assert (a.agent, a.program, a.size) == ("dreamerv3", "train", "1m")
+
+
+def test_the_tpu_commands_in_the_docs_parse(tmp_path):
+    doc = (SCRIPT.parents[1] / "docs" / "performance.md").read_text()
+    cmds = re.findall(r"^source \.whl-tpu/setup\.sh; python benchmarks/profile_step\.py (.*)$",
+                      doc, re.M)
+    parsed = [ps.parse_args(shlex.split(c.replace("$OUT", str(tmp_path)))) for c in cmds]
+    assert sorted((a.agent, a.program, a.size, a.seeds, a.compute_dtype) for a in parsed) == [
+        ("dreamerv3", "train", "12m", 5, "bfloat16"), ("tdmpc2", "update", 5, 5, "float32")]
