@@ -16,6 +16,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_step.py"
 sys.path.insert(0, str(SCRIPT.parent))
+import _profile_analysis as pa  # noqa: E402
 import profile_step as ps  # noqa: E402
 
 FIELDS = {"agent", "program", "size", "seeds", "compute_dtype", "calls", "platform",
@@ -66,11 +67,11 @@ def test_cpu_run_writes_a_complete_record(runs, name):
     assert rec["trace"]["device_plane"] is None and rec["idle_share_of_wall"] is None
     assert "no device plane" in rec["trace"]["source"] and "No device plane" in rec["verdict"]
     assert rec["op_events"] > 100 and 0 < rec["busy_ms_per_call"] <= rec["op_ms_per_call"]
-    assert set(rec["categories"]) == set(ps.CATEGORIES)
+    assert set(rec["categories"]) == set(pa.CATEGORIES)
     assert sum(c["share"] for c in rec["categories"].values()) == pytest.approx(1.0)
     assert len(rec["top_ops"]) == 8
     assert sum(r["share"] for r in rec["top_ops"]) + rec["rest"]["share"] == pytest.approx(1.0)
-    assert all(r["category"] in ps.CATEGORIES for r in rec["top_ops"])
+    assert all(r["category"] in pa.CATEGORIES for r in rec["top_ops"])
     assert [r["ms_per_call"] for r in rec["top_ops"]] == sorted(
         (r["ms_per_call"] for r in rec["top_ops"]), reverse=True)
     # every op of the program is found in its optimized HLO
@@ -242,16 +243,16 @@ def test_no_op_events_is_said_not_invented():
 
 
 def test_hlo_classification_of_fusions_and_unfused_ops():
-    hlo = ps.parse_hlo(HLO)
+    hlo = pa.parse_hlo(HLO)
     assert hlo.module == "jit_step" and hlo.ops["while.1"][1] == ["cond", "body"]
-    assert {n: ps.classify_hlo(hlo, n) for n in ("convolution_fusion", "tanh_fusion",
+    assert {n: pa.classify_hlo(hlo, n) for n in ("convolution_fusion", "tanh_fusion",
                                                  "copy.4", "while.1", "lt")} == {
         "convolution_fusion": "matmul/convolution", "tanh_fusion": "elementwise/reduction",
         "copy.4": "copy/transpose", "while.1": "while-loop/control",
         "lt": "elementwise/reduction"}
-    assert ps.classify_hlo(hlo, "fusion.1") is None
-    assert ps.classify_stat("data formatting") == "copy/transpose"
-    assert ps.classify_name("all-reduce.3") == "collective/infeed/outfeed"
+    assert pa.classify_hlo(hlo, "fusion.1") is None
+    assert pa.classify_stat("data formatting") == "copy/transpose"
+    assert pa.classify_name("all-reduce.3") == "collective/infeed/outfeed"
 
 
 # ---- the command line -----------------------------------------------------------------
