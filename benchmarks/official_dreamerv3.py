@@ -1537,9 +1537,10 @@ def check_finite(args) -> None:
       after them, the metrics' finiteness (on the all-zero dummy batch four are NaN by
       construction, means over no positive rewards or terminations: ``rewstats/pos_*``,
       ``constats/neg_*``), and then ``policy_after_train``: N more policy calls with the
-      trained parameters (the official swap, after its first call). Where a train call left a parameter non-finite, on the
-      first call's inputs: ``train_debug_nans`` or ``train_nans`` (``--check-train-probe``
-      debug_nans or checkify: the first primitive that made a NaN) and
+      trained parameters (the official swap, after its first call). Where a train call
+      left a parameter non-finite, on the first call's inputs: ``train_debug_nans`` or
+      ``train_nans`` (``--check-train-probe`` debug_nans or checkify: the first primitive
+      that made a NaN) and
       ``train_highest`` (the same step with full-precision float32 matmuls).
 
     Args:

@@ -17,8 +17,8 @@ xprof needed. The op events are taken from the device plane (``/device:TPU:0``,
 says so. Each op's self time (its time less that of ops nested in it, such as a while
 loop's body) is summed by op name, and each op is put in one category
 (`_profile_analysis.CATEGORIES`) from the compiled program's optimized HLO (a fusion
-holding a dot or convolution is "matmul/convolution"), else from the trace's ``hlo_category`` stat, else from its name
-(each op row says which: ``how``).
+holding a dot or convolution is "matmul/convolution"), else from the trace's
+``hlo_category`` stat, else from its name (each op row says which: ``how``).
 
 Writes into ``--out`` (created; nothing else is written outside it):
 
