@@ -268,7 +268,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
     the flag otherwise."""
     import dataclasses
 
-    from wmx.runs.cli_common import resume_changes, rewrite_config, run_has_finished
+    from wmx.runs.cli_common import (agent_config_of, resume_changes, rewrite_config,
+                                     run_has_finished)
     from wmx.runs.offline_config import OfflineRunConfig
     rc = OfflineRunConfig.from_json(cfg)
     if args.dataset:
@@ -282,7 +283,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("dataset", "skip_validation", "devices", "coordinator",
                                    "num_processes", "process_id", "no_compile_cache", "logger"),
-                             extendable=("updates",), overrides=agent_overrides(args))
+                             extendable=("updates",), overrides=agent_overrides(args),
+                             config_of=agent_config_of(rc))
     if not changes:
         return rc
     if run_has_finished(run_dir):

@@ -195,7 +195,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     the flag otherwise."""
     import dataclasses
 
-    from wmx.runs.cli_common import resume_changes, rewrite_config
+    from wmx.runs.cli_common import agent_config_of, resume_changes, rewrite_config
     from wmx.runs.online_config import OnlineRunConfig
     rc = OnlineRunConfig.from_json(cfg)
     if "agent" not in args.given:
@@ -206,8 +206,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("no_export", "no_compile_cache", "logger"),
                              extendable=("env_steps",), changeable=("chunk_ticks",),
-                             overrides=over,
-                             as_overrides=("batch_size",))
+                             overrides=over, as_overrides=("batch_size",),
+                             config_of=agent_config_of(rc))
     if not changes:
         return rc
     new = dataclasses.replace(rc, **changes)
