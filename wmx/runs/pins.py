@@ -48,7 +48,8 @@ def restore_overrides(agent: Any, saved: Mapping[str, Any], overrides: Mapping[s
     """A saved run's agent overrides, with each pinned field whose value this machine would
     resolve differently from the run's saved value set to that value: a field the
     overrides leave out (the preset's "auto", a field added since), and one they set to a
-    value this machine resolves otherwise (an explicit ``compute_dtype: auto``).
+    value the config resolves (an explicit ``compute_dtype: auto``). A value the config
+    takes as it is (``compute_dtype: float32``, ``offline_bc_weight: 0.3``) stays.
 
     Args:
         agent: the run's agent module.
@@ -67,7 +68,8 @@ def restore_overrides(agent: Any, saved: Mapping[str, Any], overrides: Mapping[s
     if not want:
         return out
     cfg = config_of(out)
-    out.update({k: v for k, v in want.items() if getattr(cfg, k) != v})
+    out.update({k: v for k, v in want.items() if getattr(cfg, k) != v
+                and not (k in out and getattr(cfg, k) == out[k])})   # explicit: as given
     return out
 
 
