@@ -810,9 +810,10 @@ def main(argv=None) -> int:
                         "training needs), trained with --resume")
     p.add_argument("--continue", dest="continue_", action="store_true",
                    help="continue the check in --out: keep the stages an earlier call there "
-                        "finished (status ok or failed, on the same kind of device) and run the "
-                        "others that are selected; one JSON holds every stage (a TPU needs two "
-                        "10-minute calls for the default stages, docs/accelerators.md)")
+                        "passed (status ok, on the same kind of device) and run the others that "
+                        "are selected, a failed, timed-out or interrupted stage again; one JSON "
+                        "holds every stage (a TPU needs two 10-minute calls for the default "
+                        "stages, docs/accelerators.md)")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -867,7 +868,7 @@ def main(argv=None) -> int:
         if not check_record(earlier):
             p.error(f"--continue: {path} is not a device_check record (damaged or of another "
                     "program); give another --out, or move that file away to start again")
-        kept = finished_stages(earlier)
+        kept = passed_stages(earlier)
     if not args.plan and (why := unwritable(out)):
         p.error(f"--out {out}: {why}; give a folder this user can write")
 
@@ -885,10 +886,10 @@ def main(argv=None) -> int:
         p.error("--only dreamerv3_offline: the stage needs --dreamerv3-offline-run RUN_DIR")
     if only and not only <= set(names):
         p.error(f"--only: unknown stage(s) {sorted(only - set(names))}; stages: {', '.join(names)}")
-    if kept:                        # the stages an earlier call finished do not run again
+    if kept:                        # the stages an earlier call passed do not run again
         only = {s.name for s in selected(unscaled, only)[1:]} - set(kept)
     if kept and not only:
-        print(f"device_check: --continue: every selected stage is already finished in "
+        print(f"device_check: --continue: every selected stage is already ok in "
               f"{out / 'device_check.json'}; nothing run")
         return 0
     if args.plan:
@@ -1089,21 +1090,21 @@ def unwritable(out: Path) -> str | None:
 
 
 def with_kept(record: dict, kept: dict[str, dict]) -> dict:
-    """``record`` with the kept stages (`finished_stages`) that this call has not reached
+    """``record`` with the kept stages (`passed_stages`) that this call has not reached
     yet appended, so that a JSON written mid-call, or by a killed call, still holds them."""
     seen = {e["name"] for e in record["stages"]}
     rest = [e for name, e in kept.items() if name not in seen]
     return {**record, "stages": record["stages"] + rest} if rest else record
 
 
-def finished_stages(record: dict) -> dict[str, dict]:
-    """{name: entry} of the stages an earlier call finished (status ok or failed), each
-    marked with the call that ran it (``call``: its start time); a stage that timed out,
-    was not run, skipped or interrupted runs again."""
+def passed_stages(record: dict) -> dict[str, dict]:
+    """{name: entry} of the stages an earlier call passed (status ok), each marked with the
+    call that ran it (``call``: its start time); a stage that failed, timed out, was not
+    run, skipped or interrupted (any status but ok) runs again."""
     started = record.get("started")
     return {e["name"]: {**e, "call": e.get("call", started)}
             for e in record.get("stages", [])[1:]
-            if isinstance(e, dict) and e.get("status") in ("ok", "failed")}
+            if isinstance(e, dict) and e.get("status") == "ok"}
 
 
 def call_of(record: dict) -> dict:

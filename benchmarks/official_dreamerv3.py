@@ -909,11 +909,11 @@ def train(args) -> None:
 
 
 def tee_process(cmd: list[str], env: dict, logs: list[Path], echo=None,
-                drain_s: float = 10.0) -> int:
+                drain_s: float = 10.0, what: str = "the training process") -> int:
     """Run ``cmd`` with its stdout and stderr together copied, as they come, to ``echo`` and
     appended to every file of ``logs``; SIGTERM and SIGINT sent to this process are passed
     on to it. A header (time, command, the environment that matters) and a footer (how it
-    ended) are written to the logs.
+    ended, `ended_line`) are written to the logs.
 
     Args:
       cmd: the command (its first item the program).
@@ -923,6 +923,8 @@ def tee_process(cmd: list[str], env: dict, logs: list[Path], echo=None,
         it are ignored.
       drain_s: after the process ended, how long to keep reading what the processes it left
         (which hold the pipe) still write.
+      what: the process, in the footer's words (the mode's: "the training process", "the
+        check-finite process").
     Returns:
       Its exit status (negative: the signal that ended it).
     """
@@ -973,11 +975,15 @@ def tee_process(cmd: list[str], env: dict, logs: list[Path], echo=None,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    write((f"==== {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: the training process "
-           f"{exit_text(status)}\n").encode(), status != 0)
+    write(ended_line(what, status).encode(), status != 0)
     for f in files:
         f.close()
     return status
+
+
+def ended_line(what: str, status: int | None) -> str:
+    """`tee_process`'s footer: the time and how process ``what`` ended (`exit_text`)."""
+    return f"==== {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: {what} {exit_text(status)}\n"
 
 
 def supervise(args, argv: list[str]) -> int:
@@ -1894,7 +1900,8 @@ def main(argv=None) -> None:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             env = {**os.environ, WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
             status = tee_process([sys.executable, "-u", str(Path(__file__).resolve()), *argv],
-                                 env, [Path(args.out) / CHECK_LOG])
+                                 env, [Path(args.out) / CHECK_LOG],
+                                 what="the check-finite process")
             raise SystemExit(128 - status if status < 0 else status)
     elif os.environ.get(WORKER_ENV) == "1":
         train(args)

@@ -359,7 +359,8 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
     other flags do not apply. Raises SystemExit naming the flag, so a typed flag is never
     silently ignored."""
     from wmx.paths import wmx_home
-    from wmx.runs.cli_common import parse_set, resume_changes, run_has_finished
+    from wmx.runs.cli_common import agent_config_of, parse_set, resume_changes, run_has_finished
+    from wmx.runs.offline_config import OfflineRunConfig
     if "home" in args.given and wmx_home(args.home).resolve() != run_dir.parent.parent:
         raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
                          f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
@@ -375,7 +376,8 @@ def resume_flags(p: argparse.ArgumentParser, args, run_dir: Path, cfg: dict,
             overrides=parse_set(args.set_),
             free=("budget_min", "out", "report_only", "pack", "tdmpc2_run", "home",
                   "final_episodes"),
-            new_run="start a new check run (--sources, without --resume)")
+            new_run="start a new check run (--sources, without --resume)",
+            config_of=agent_config_of(OfflineRunConfig.from_json(cfg)))
     except ValueError as e:
         raise SystemExit(str(e)) from None
     if changes and run_has_finished(run_dir):

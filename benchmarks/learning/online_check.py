@@ -85,7 +85,7 @@ def resumed(args, run_dir: Path, agent: str):
     of ``agent`` that no live process trains, every run flag typed equal to the run's
     saved value (`wmx.runs.cli_common.resume_changes`; ``--chunk-ticks`` may change: parts
     of a round give the results of whole rounds). Raises SystemExit naming the problem."""
-    from wmx.runs.cli_common import parse_set, resume_changes
+    from wmx.runs.cli_common import agent_config_of, parse_set, resume_changes
     from wmx.runs.owner import probe
     path = run_dir / "config.json"
     cfg = read_json(path, "--resume") if path.is_file() else {}
@@ -103,12 +103,12 @@ def resumed(args, run_dir: Path, agent: str):
         raise SystemExit(f"--resume: --home {args.home} is not the run's home folder "
                          f"{run_dir.parent.parent}; drop --home (a run trains where it lies)")
     try:
+        rc = OnlineRunConfig.from_json(cfg)
         changes = resume_changes(
             args, cfg, RESUME_FIELDS, changeable=("chunk_ticks",),
             free=("threshold", "threshold_on", "budget_min", "report_only", "out", "home"),
             overrides=parse_set(args.set_) if "set_" in args.given else None,
-            new_run="start a new check run (without --resume)")
-        rc = OnlineRunConfig.from_json(cfg)
+            new_run="start a new check run (without --resume)", config_of=agent_config_of(rc))
         return (dataclasses.replace(rc, **changes) if changes else rc), changes
     except ValueError as e:                     # a conflict, or e.g. --chunk-ticks 0
         raise SystemExit(str(e) if str(e).startswith("--") else f"--resume: {e}") from None

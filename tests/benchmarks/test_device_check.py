@@ -468,34 +468,47 @@ def test_the_offline_stage_takes_dreamerv3_check_runs_only(tmp_path):
     assert r.returncode == 2 and "needs --dreamerv3-offline-run" in r.stderr
 
 
-def test_finished_stages_keeps_ok_and_failed_and_names_their_call():
+def test_passed_stages_keeps_only_ok_and_names_their_call():
     rec = {"started": "T0", "stages": [
         {"name": "probe", "status": "ok"}, {"name": "device_tests", "status": "ok"},
         {"name": "parity", "status": "timeout"}, {"name": "tdmpc2_speed", "status": "failed"},
         {"name": "dreamerv3_speed_f32", "status": "not run"},
         {"name": "dreamerv3_speed_bf16", "status": "interrupted"},
-        {"name": "tdmpc2_learning", "status": "skipped"}]}
-    kept = device_check.finished_stages(rec)
-    assert sorted(kept) == ["device_tests", "tdmpc2_speed"]
+        {"name": "tdmpc2_learning", "status": "skipped"},
+        {"name": "dreamerv3_learning", "status": "error"}]}
+    kept = device_check.passed_stages(rec)
+    assert sorted(kept) == ["device_tests"]      # failed, timeout, error, ...: run again
     assert kept["device_tests"] == {"name": "device_tests", "status": "ok", "call": "T0"}
     rec["stages"][1]["call"] = "T-1"         # kept from a call before that one
-    assert device_check.finished_stages(rec)["device_tests"]["call"] == "T-1"
+    assert device_check.passed_stages(rec)["device_tests"]["call"] == "T-1"
 
 
-def test_continue_keeps_the_finished_stages_and_refuses_another_device(tmp_path):
+def test_continue_keeps_the_passed_stages_reruns_failed_and_refuses_another_device(tmp_path):
     """--continue: no JSON -> one line, exit 2; a JSON of another device kind -> exit 2,
-    nothing changed; the stages already finished are not run again."""
+    nothing changed; a stage that failed runs again, one that passed (ok) does not."""
     out = tmp_path / "out"
     r = _run("--force-cpu", "--continue", "--out", str(out), "--total-s", "120")
     assert r.returncode == 2 and "--continue: no device_check.json in" in r.stderr
     assert not out.exists()
-    env = {"WMX_SHARED": str(tmp_path)}
+    env = {"WMX_SHARED": str(tmp_path)}         # no fixtures/ there: parity fails at once
     r = _run("--force-cpu", "--only", "parity", "--out", str(out), "--total-s", "120", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    first = json.loads((out / "device_check.json").read_text())
+    assert {e["name"]: e["status"] for e in first["stages"]}["parity"] == "failed"
+    r = _run("--force-cpu", "--continue", "--only", "parity", "--out", str(out),
+             "--total-s", "120", env=env)
+    assert r.returncode == 0 and "parity: failed: no fixtures/" in r.stdout, r.stdout
+    again = json.loads((out / "device_check.json").read_text())
+    parity = next(e for e in again["stages"] if e["name"] == "parity")
+    assert parity["status"] == "failed" and "call" not in parity     # this call's, not kept
+    assert [c["started"] for c in again["calls"]][:1] == [first["started"]]
+    assert len(again["calls"]) == 2
+    parity["status"] = "ok"                     # as a passed stage: kept, not run again
+    (out / "device_check.json").write_text(json.dumps(again))
     first = (out / "device_check.json").read_text()
     r = _run("--force-cpu", "--continue", "--only", "parity", "--out", str(out),
              "--total-s", "120", env=env)
-    assert r.returncode == 0 and "every selected stage is already finished" in r.stdout
+    assert r.returncode == 0 and "every selected stage is already ok" in r.stdout
     assert (out / "device_check.json").read_text() == first
     other = json.loads(first)
     other["device_kind"] = "TPU v5 lite"
@@ -546,13 +559,15 @@ def test_with_kept_holds_the_stages_not_reached_yet():
     assert device_check.with_kept(rec, kept) is rec
 
 
-def test_plan_with_continue_leaves_out_the_finished_stages(tmp_path):
+def test_plan_with_continue_leaves_out_the_passed_stages(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "device_check.json").write_text(json.dumps({"platform": "cpu", "stages": [
-        {"name": "probe", "status": "ok"}, {"name": "device_tests", "status": "ok"}]}))
+        {"name": "probe", "status": "ok"}, {"name": "device_tests", "status": "ok"},
+        {"name": "parity", "status": "failed"}, {"name": "tdmpc2_speed", "status": "timeout"}]}))
     r = _run("--force-cpu", "--continue", "--plan", "--out", str(out), "--total-s", "300")
     assert r.returncode == 0, r.stderr
     assert "kept from" in r.stdout and "device_tests" in r.stdout
     budgets = _budgets(r.stdout)
     assert "device_tests" not in budgets and budgets["parity"] > 0
+    assert budgets["tdmpc2_speed"] > 0

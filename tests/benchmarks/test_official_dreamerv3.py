@@ -407,6 +407,24 @@ def test_a_failing_training_call_leaves_its_error_in_the_run_log(tmp_path):
     assert "made-up failure at import" in r.stdout
 
 
+def test_a_failing_check_finite_call_names_the_check_process(tmp_path):
+    """--check-finite --out: the log's footer names the check-finite process (no training
+    loop runs in that mode)."""
+    assert off.ended_line("the check-finite process", -15).rstrip().endswith(
+        ": the check-finite process was ended by SIGTERM (status -15)")
+    src = _fake_official(tmp_path / "src", "raise RuntimeError('made-up failure at import')\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(DRIVER), "--official", str(src), "--check-finite",
+                        "1", "--out", str(out), "--platform", "cpu"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    text = (out / off.CHECK_LOG).read_text()
+    assert "made-up failure at import" in text
+    assert text.rstrip().endswith("the check-finite process exited with status 1"), text
+    assert "training process" not in text + r.stdout
+
+
 def test_a_killed_training_call_has_its_logs_converted(tmp_path):
     src = _fake_official(tmp_path / "src",
                          "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")

@@ -522,8 +522,10 @@ BAD_INPUTS = [
     ("resume-other-batch", ONLINE, "--resume {run} --batch-size 8",
      "batch_size=8 conflicts with the run's saved batch_size=16 (the preset's)"),
     ("resume-other-set", ONLINE, "--resume {run} --set horizon=5", "horizon=5 conflicts"),
-    ("resume-set-null", ONLINE, "--resume {run} --set horizon=null",    # null is a change too
-     "horizon=None conflicts with the run's saved horizon=3 (the preset's)"),
+    ("resume-set-null", ONLINE, "--resume {run} --set discount=null",   # null is a change too
+     "discount=None conflicts with the run's saved discount=0.95 (the preset's)"),
+    ("resume-set-invalid", ONLINE, "--resume {run} --set horizon=null",  # as a new run says
+     "TDMPC2Config field horizon=None: takes an integer (e.g. --set horizon=5)"),
     ("resume-set-typo", ONLINE, "--resume {run} --set horizn=3",
      "the run's agent config has no field 'horizn'; did you mean 'horizon'"),
     ("resume-name", ONLINE, "--resume {run} --name other", "--name does not apply"),
@@ -538,6 +540,8 @@ BAD_INPUTS = [
     ("offline-resume-fewer-updates", OFFLINE, "--resume {offrun} --updates 2", "may only grow"),
     ("offline-resume-other-batch", OFFLINE, "--resume {offrun} --batch-size 8",
      "--batch-size 8 conflicts with the run's saved batch_size 16"),
+    ("offline-resume-set-invalid", OFFLINE, "--resume {offrun} --set horizon=abc",
+     "TDMPC2Config field horizon='abc': takes an integer (e.g. --set horizon=5)"),
     ("offline-resume-other-tasks", OFFLINE, "--resume {offrun} --tasks cartpole-balance",
      "--tasks cartpole-balance conflicts with the run's saved train_tasks None"),
     ("beam-unknown-option", BEAM, "run {job} --taskset {ts} --home {dshome} --no_such_option=1",

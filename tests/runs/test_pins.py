@@ -134,3 +134,65 @@ def test_set_compute_dtype_on_the_command_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "compute_dtype='float16': must be one of float32, bfloat16, auto" in err
+
+
+def test_an_explicit_auto_is_restored_too(backend):
+    """A run made with ``--set compute_dtype=auto`` on a TPU keeps bfloat16 (and its hash)
+    when it is loaded on a CPU, as one that left the field to the preset."""
+    backend("tpu")
+    tpu = _online(agent_overrides={"compute_dtype": "auto"})
+    d, h = tpu.to_json(), tpu.config_hash()
+    assert d["resolved_agent_config"]["compute_dtype"] == "bfloat16"
+    backend("cpu")
+    back = OnlineRunConfig.from_json(d)
+    assert back.agent_config.compute_dtype == "bfloat16" and back.config_hash() == h
+
+
+def _from_file(path, *typed, offline=False):
+    from wmx.runs.config_file import parse_with_config
+    if offline:                 # config_from_args opens the dataset: the same step, alone
+        from wmx.runs.config_file import with_file_pins
+        from wmx.train_offline import cli as offline_cli
+        args = parse_with_config(offline_cli.build_parser(), ["--config", str(path), *typed])
+        return with_file_pins(_offline(), args)
+    return online.config_from_args(parse_with_config(online.build_parser(),
+                                                     ["--config", str(path), *typed]))
+
+
+def test_config_of_a_saved_run_computes_as_the_run_did(backend, tmp_path):
+    """``--config <config.json of a run whose "auto" became bfloat16 on a TPU>`` on a CPU:
+    bfloat16, explicit in the new run's overrides; a file or a flag that says auto, or
+    another preset, lets this machine choose; a CPU run's file on a TPU stays float32."""
+    backend("tpu")
+    tpu, tpu_off = _online(), _offline()
+    h_tpu = tpu.config_hash()
+    path, path_off = tmp_path / "config.json", tmp_path / "offline.json"
+    path.write_text(json.dumps(tpu.to_json()))
+    saved_off = tpu_off.to_json()
+    for k in ("stream_chunk", "train_tasks"):    # no flag reads them back (at their defaults)
+        del saved_off[k]
+    path_off.write_text(json.dumps(saved_off))
+    backend("cpu")
+    assert _online().agent_config.compute_dtype == "float32"           # this machine's own
+    rc = _from_file(path)
+    assert rc.agent_config.compute_dtype == "bfloat16"
+    assert rc.agent_overrides["compute_dtype"] == "bfloat16"
+    assert rc.config_hash() == h_tpu                                   # the same run config
+    assert _from_file(path_off, offline=True).agent_config.compute_dtype == "bfloat16"
+    for typed in (["--set", "compute_dtype=auto"], ["--preset", "cpu"]):
+        assert _from_file(path, *typed).agent_config.compute_dtype == "float32", typed
+    assert _from_file(path, "--set", "compute_dtype=bfloat16").agent_config.dtype == "bfloat16"
+    says_auto = json.loads(path.read_text())
+    says_auto["agent_overrides"]["compute_dtype"] = "auto"
+    path.write_text(json.dumps(says_auto))
+    assert _from_file(path).agent_config.compute_dtype == "float32"
+    written = {k: v for k, v in says_auto.items() if k != "resolved_agent_config"}
+    del written["agent_overrides"]["compute_dtype"]
+    path.write_text(json.dumps(written))                              # not a saved run's
+    assert _from_file(path).agent_config.compute_dtype == "float32"
+    path.write_text(json.dumps(_online().to_json()))                  # a CPU run, on a TPU
+    backend("tpu")
+    assert _from_file(path).agent_config.compute_dtype == "float32"
+    path.write_text(json.dumps(_old(_online().to_json())))            # saved before the field
+    assert _from_file(path).agent_config.compute_dtype == "float32"
+    assert _from_file(path).agent_overrides == {"compute_dtype": "float32"}

@@ -251,7 +251,8 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
                    free: Iterable[str] = (), extendable: Iterable[str] = (),
                    changeable: Iterable[str] = (), overrides: dict[str, Any] | None = None,
                    as_overrides: Iterable[str] = (),
-                   new_run: str = "start a new run (--name)") -> dict[str, Any]:
+                   new_run: str = "start a new run (--name)",
+                   config_of: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Check the flags typed with ``--resume`` against the run's saved config.
 
     fields: flag dest -> key of the saved config it sets; free: dests that may
@@ -264,11 +265,16 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
     the value it resolved to (``resolved_agent_config``, where a machine-dependent field
     the run was saved without has its pinned value, `wmx.runs.pins`; a key that config
     lacks is refused as unknown, with close names); new_run: how the command starts a new run
-    instead (the errors' advice). A flag equal to the saved
+    instead (the errors' advice); config_of: agent overrides -> the agent config the run
+    builds with them over its saved ones, so a value no config takes (``--set
+    offline_bc_weight=abc``) is refused first, with the message a new run gives, not as a
+    conflict. A flag equal to the saved
     value is accepted. Returns {config key: new value} of the extended and changed fields.
     Raises ValueError naming the flag, its value and the saved value for any
     other difference, and for a flag that has no meaning for a resumed run.
     """
+    if config_of is not None and overrides:
+        check_override_values(overrides, config_of)
     free = set(free) | {"resume", "home", "dry_run", "no_progress"}
     extendable = set(extendable)
     changes: dict[str, Any] = {}
@@ -317,6 +323,27 @@ def resume_changes(args: argparse.Namespace, saved: dict[str, Any], fields: dict
                          f"run's saved {key}={was}. A resumed run keeps its config: drop the "
                          f"flag to continue it, or {new_run}")
     return changes
+
+
+def check_override_values(overrides: dict[str, Any],
+                          config_of: Callable[[dict[str, Any]], Any]) -> None:
+    """Raise the agent's own ValueError (`wmx.agents.overrides.check_override_types`, the
+    config's range checks) for an override of a known field whose value the config refuses:
+    ``config_of(overrides of the fields the config has)`` builds it. Unknown fields are left
+    to the caller (`resume_changes` names close ones)."""
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(config_of({}))}
+    known = {k: v for k, v in overrides.items() if k in names}
+    if known:
+        config_of(known)
+
+
+def agent_config_of(rc: Any) -> Callable[[dict[str, Any]], Any]:
+    """`resume_changes`'s ``config_of`` for a run config ``rc`` (online or offline): overrides
+    -> the agent config of ``rc`` with them over its saved agent overrides."""
+    import dataclasses
+    return lambda over: dataclasses.replace(
+        rc, agent_overrides={**rc.agent_overrides, **over}).agent_config
 
 
 def _show(v: Any) -> str:

@@ -14,6 +14,13 @@ The file is a mapping whose keys are flag names without the dashes
   fields derived from others (``ignored``: e.g. the TaskSet, the code
   version) are skipped.
 
+A run's saved ``config.json`` also records, in ``resolved_agent_config``, the values
+its machine-dependent agent fields resolved to (`wmx.runs.pins`: DreamerV3's
+compute_dtype "auto" became "bfloat16" on an accelerator). A new run from it, of the
+same agent and preset, computes as that run did on any machine (`with_file_pins`),
+unless the file's ``agent_overrides`` or a flag typed sets the field: ``--set
+compute_dtype=auto`` lets this machine choose.
+
 The file's values become the parser's defaults before the command line is
 parsed (`parse_with_config`), so a typed flag overrides them and
 ``--resume`` (whose flags are checked against the run's saved config) refuses
@@ -36,6 +43,10 @@ FILE_OVERRIDES = "config_agent_overrides"
 """Namespace dest holding the file's ``agent_overrides`` (`wmx.runs.cli_common.agent_overrides`
 merges them under the typed agent flags)."""
 
+FILE_RUN = "config_saved_run"
+"""Namespace dest holding, for a file that is a run's saved config.json, its ``agent``,
+``preset`` and ``resolved_agent_config`` (`with_file_pins`); None otherwise."""
+
 
 def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None = None,
                         ignored: Iterable[str] = (), *, trainer: bool = True) -> None:
@@ -50,7 +61,7 @@ def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None 
                         "YAML (.yaml/.yml) or JSON file of flag values: keys are flag names "
                         "without dashes (e.g. episodes: 20, tasks: [cartpole-balance]); "
                         "precedence: a flag typed > --config FILE > the defaults")
-    p.set_defaults(**{FILE_OVERRIDES: {}})
+    p.set_defaults(**{FILE_OVERRIDES: {}, FILE_RUN: None})
     p._wmx_config_keys = (dict(keys or {}), frozenset(ignored))   # read by parse_with_config
     p._wmx_config_trainer = trainer                                # agent_overrides allowed
 
@@ -167,6 +178,9 @@ def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
     trainer = getattr(parser, "_wmx_config_trainer", True)
     actions = _actions(parser)
     out: dict[str, Any] = {}
+    if trainer and isinstance(data.get("resolved_agent_config"), dict):    # a run's config
+        out[FILE_RUN] = {"agent": data.get("agent", "tdmpc2"), "preset": data.get("preset"),
+                         "resolved_agent_config": data["resolved_agent_config"]}
     for key, value in data.items():
         k = str(key)
         if k in ignored:
@@ -188,6 +202,35 @@ def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
                              f"{', '.join(known)}")
         out[dest] = _convert(action, k, value, path)
     return out
+
+
+def with_file_pins(rc: Any, args: argparse.Namespace) -> Any:
+    """A new run config ``rc`` (online or offline) made with ``--config`` of a run's saved
+    config.json: each machine-dependent agent field (`wmx.runs.pins`) that neither the
+    file's ``agent_overrides`` nor a typed flag sets gets the value the saved run resolved
+    it to, where this machine would resolve it otherwise (a run that computed in bfloat16
+    on an accelerator computes in bfloat16 on the CPU too; an explicit ``compute_dtype:
+    auto`` resolves here). ``rc`` as it is for another file, or when the run is of
+    another agent or preset (the saved values are that preset's)."""
+    saved = getattr(args, FILE_RUN, None)
+    if not saved or (saved["agent"], saved["preset"]) != (rc.agent, rc.preset):
+        return rc
+    import dataclasses
+    import logging
+
+    from wmx.runs import pins
+    over = pins.restore_overrides(
+        rc.agent_module, saved, rc.agent_overrides,
+        lambda o: dataclasses.replace(rc, agent_overrides=o).agent_config,
+        keep=rc.agent_overrides)
+    if over == rc.agent_overrides:
+        return rc
+    added = {k: v for k, v in over.items() if k not in rc.agent_overrides}
+    logging.getLogger("wmx.runs").info(
+        "--config %s: %s as the saved run resolved it (its resolved_agent_config); "
+        "--set KEY=VALUE chooses otherwise", getattr(args, "config", None),
+        ", ".join(f"{k}={v}" for k, v in added.items()))
+    return dataclasses.replace(rc, agent_overrides=over)
 
 
 def _refuse_other_trainers(prog: str, data: dict[str, Any], path: str) -> None:

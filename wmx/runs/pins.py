@@ -14,14 +14,16 @@ records the value in ``resolved_agent_config``. Whoever loads the run later
 (``--resume``, evaluation, ``--init-from``) must build the same agent config on
 any machine, so the run configs' ``from_json`` adds the recorded value to the
 agent overrides where this machine would resolve it differently
-(`restore_overrides`); a run saved before the field existed gets the field's
-pinned value. The run hashes leave a field out where it has its pinned value
-(`hash_view`), so those runs keep the hashes their checkpoints and episode
-sets were made with.
+(`restore_overrides`; also over an explicit "auto"); a run saved before the field
+existed gets the field's pinned value. A new run made with ``--config`` of a saved
+config.json does the same for the fields its flags and the file's ``agent_overrides``
+leave unset (`wmx.runs.config_file.with_file_pins`). The run hashes leave a field out
+where it has its pinned value (`hash_view`), so those runs keep the hashes their
+checkpoints and episode sets were made with.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 
 def saved_values(agent: Any, saved: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,25 +43,33 @@ def saved_values(agent: Any, saved: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def restore_overrides(agent: Any, saved: Mapping[str, Any], overrides: Mapping[str, Any],
-                      config_of: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-    """A saved run's agent overrides, plus each pinned field the overrides leave out
-    whose value this machine would resolve differently from the run's saved value.
+                      config_of: Callable[[dict[str, Any]], Any],
+                      keep: Iterable[str] = ()) -> dict[str, Any]:
+    """A saved run's agent overrides, with each pinned field whose value this machine would
+    resolve differently from the run's saved value set to that value: a field the
+    overrides leave out (the preset's "auto", a field added since), and one they set to a
+    value the config resolves (an explicit ``compute_dtype: auto``). A value the config
+    takes as it is (``compute_dtype: float32``, ``offline_bc_weight: 0.3``) stays.
 
     Args:
         agent: the run's agent module.
         saved: the run's config.json as a dict.
         overrides: its ``agent_overrides``.
         config_of: overrides -> the agent config this machine builds from them.
+        keep: fields left as ``overrides`` say (a new run's explicit choices,
+            `wmx.runs.config_file.with_file_pins`).
     Returns:
-        A new dict when a field was added, else ``dict(overrides)``: with it
-        ``config_of`` gives the run's saved values of the pinned fields.
+        A new dict when a field was set, else ``dict(overrides)``: with it
+        ``config_of`` gives the run's saved values of the pinned fields not in ``keep``.
     """
     out = dict(overrides)
-    want = {k: v for k, v in saved_values(agent, saved).items() if k not in out}
+    keep = set(keep)
+    want = {k: v for k, v in saved_values(agent, saved).items() if k not in keep}
     if not want:
         return out
     cfg = config_of(out)
-    out.update({k: v for k, v in want.items() if getattr(cfg, k) != v})
+    out.update({k: v for k, v in want.items() if getattr(cfg, k) != v
+                and not (k in out and getattr(cfg, k) == out[k])})   # explicit: as given
     return out
 
 

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.config_file import add_config_argument
+from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
                                  add_cache_argument, agent_overrides, count, create_run_dir,
@@ -222,7 +222,8 @@ def config_from_args(args: argparse.Namespace, ds):
     batch = args.batch_size
     if batch is None:
         batch = get_entry(args.agent, "offline").offline_batch_size
-    return OfflineRunConfig(
+    # a saved run's config.json (--config): its values of the machine-dependent fields
+    return with_file_pins(OfflineRunConfig(
         dataset=f"{ds.name}@{ds.content_hash}", taskset=ds.taskset.to_dict(), agent=args.agent,
         seeds=tuple(args.seeds), updates=args.updates, batch_size=batch,
         preset=args.preset, agent_overrides=overrides, log_every=log_every,
@@ -231,7 +232,7 @@ def config_from_args(args: argparse.Namespace, ds):
         tasks=None if args.eval_tasks is None else tuple(args.eval_tasks),
         train_tasks=None if args.tasks is None else tuple(args.tasks),
         episode_length=args.episode_length, stream=stream,
-        devices=getattr(args, "devices", None) or 1)
+        devices=getattr(args, "devices", None) or 1), args)
 
 
 def _print_counts(rc) -> None:
@@ -268,7 +269,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
     the flag otherwise."""
     import dataclasses
 
-    from wmx.runs.cli_common import resume_changes, rewrite_config, run_has_finished
+    from wmx.runs.cli_common import (agent_config_of, resume_changes, rewrite_config,
+                                     run_has_finished)
     from wmx.runs.offline_config import OfflineRunConfig
     rc = OfflineRunConfig.from_json(cfg)
     if args.dataset:
@@ -282,7 +284,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict, home: Pat
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("dataset", "skip_validation", "devices", "coordinator",
                                    "num_processes", "process_id", "no_compile_cache", "logger"),
-                             extendable=("updates",), overrides=agent_overrides(args))
+                             extendable=("updates",), overrides=agent_overrides(args),
+                             config_of=agent_config_of(rc))
     if not changes:
         return rc
     if run_has_finished(run_dir):

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.runs.config_file import add_config_argument
+from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
                                  add_cache_argument, agent_overrides, count, create_run_dir,
@@ -118,12 +118,14 @@ def config_from_args(args: argparse.Namespace):
         cfg = get_agent(args.agent, "online").make_config(args.preset, overrides,
                                                           task=get_task(args.task))
         n_envs = int(getattr(cfg, "n_envs", 1))
-    return OnlineRunConfig(
+    # a saved run's config.json (--config): its values of the machine-dependent fields
+    return with_file_pins(OnlineRunConfig(
         task=args.task, agent=args.agent, seeds=tuple(args.seeds), env_steps=args.env_steps,
         n_envs=n_envs, preset=args.preset, agent_overrides=overrides,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         chunk_episodes=args.chunk_episodes, checkpoint_every_chunks=args.checkpoint_every,
-        episode_length=args.episode_length, init_from=init_from, chunk_ticks=args.chunk_ticks)
+        episode_length=args.episode_length, init_from=init_from, chunk_ticks=args.chunk_ticks),
+        args)
 
 
 def check_init_from(rc) -> None:
@@ -195,7 +197,7 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     the flag otherwise."""
     import dataclasses
 
-    from wmx.runs.cli_common import resume_changes, rewrite_config
+    from wmx.runs.cli_common import agent_config_of, resume_changes, rewrite_config
     from wmx.runs.online_config import OnlineRunConfig
     rc = OnlineRunConfig.from_json(cfg)
     if "agent" not in args.given:
@@ -206,8 +208,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("no_export", "no_compile_cache", "logger"),
                              extendable=("env_steps",), changeable=("chunk_ticks",),
-                             overrides=over,
-                             as_overrides=("batch_size",))
+                             overrides=over, as_overrides=("batch_size",),
+                             config_of=agent_config_of(rc))
     if not changes:
         return rc
     new = dataclasses.replace(rc, **changes)

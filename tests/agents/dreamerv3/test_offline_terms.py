@@ -407,6 +407,44 @@ def test_set_on_the_command_line(capsys, tmp_path):
     assert len(err.splitlines()) == 1 and "offline_bc_weight=-1" in err and ">= 0" in err
 
 
+def test_an_invalid_value_on_resume_is_invalid_not_a_conflict(capsys, tmp_path):
+    """``--resume RUN --set offline_bc_weight=abc`` (both trainers): the message a new run
+    gives for the value, before any comparison with the saved config; nothing written."""
+    from wmx.runs.online_config import OnlineRunConfig
+    from wmx.train_offline import cli as offline
+    from wmx.train_online import cli as online
+    runs = {}
+    for name, rc in (("off", _offline_rc(**ON)),
+                     ("on", OnlineRunConfig(task="probe-action", agent="dreamerv3",
+                                            preset="tiny", agent_overrides={
+                                                "compute_dtype": "float32", **ON}))):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        (runs[name] / "config.json").write_text(json.dumps(rc.to_json()))
+    new = ["--agent", "dreamerv3", "--task", "probe-action", "--preset", "tiny", "--dry-run"]
+    for value in ("abc", "-1"):
+        capsys.readouterr()
+        assert online.main([*new, "--home", str(tmp_path / "home"),
+                            "--set", f"offline_bc_weight={value}"]) == 2
+        said = capsys.readouterr().err.strip().split("error: ", 1)[1]
+        assert "offline_bc_weight" in said and "conflict" not in said
+        for main, run in ((offline.main, runs["off"]), (online.main, runs["on"])):
+            before = sorted(tmp_path.rglob("*"))
+            assert main(["--resume", str(run), "--home", str(tmp_path / "home"),
+                         "--set", f"offline_bc_weight={value}"]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and err.endswith("error: " + said), err
+            assert sorted(tmp_path.rglob("*")) == before
+    from wmx.runs.cli_common import agent_config_of, resume_changes
+    rc = _offline_rc(**ON)
+    with pytest.raises(ValueError, match="takes a finite number"):     # the helper alone
+        resume_changes(argparse.Namespace(given=set()), rc.to_json(), {},
+                       overrides={"offline_bc_weight": "abc"}, config_of=agent_config_of(rc))
+    with pytest.raises(ValueError, match="no field 'offline_bc_weigth'; did you mean"):
+        resume_changes(argparse.Namespace(given=set()), rc.to_json(), {},   # unknown: as was
+                       overrides={"offline_bc_weigth": 1.0}, config_of=agent_config_of(rc))
+
+
 def test_the_ensemble_is_a_module_of_its_own():
     c = _cfg(offline_ensemble=K)
     assert modules(c) == (*MODULES, "rew_ens")
