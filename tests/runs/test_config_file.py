@@ -72,6 +72,28 @@ def test_saved_offline_config_json(tmp_path):
     assert agent_overrides(args) == {"horizon": 2}
 
 
+def test_saved_offline_config_keeps_trained_and_evaluated_tasks_apart(tmp_path):
+    """A saved offline config.json names the trained tasks ``train_tasks`` and the evaluated
+    ones ``tasks`` (the run config's fields), and has ``stream_chunk`` (no flag): it gives
+    --tasks and --eval-tasks back as they were (it stopped at "unknown key
+    'stream_chunk'", and its ``tasks`` would have become the trained tasks). A file written
+    by hand keeps the flags' meaning: ``tasks`` are the trained tasks."""
+    from wmx.train_offline import cli as offline
+    saved = {"dataset": "tst@" + "a" * 64, "taskset": {"name": "x"}, "agent": "tdmpc2",
+             "seeds": [0], "updates": 6, "preset": "tiny", "agent_overrides": {},
+             "tasks": ["reacher-easy"], "train_tasks": ["reacher-easy", "cartpole-balance"],
+             "stream": False, "stream_chunk": 50, "devices": 1, "resolved_agent_config": {},
+             "training_hash": "y", "code_version": "x"}
+    args = parse_with_config(offline.build_parser(),
+                             ["--config", _write(tmp_path / "config.json", json.dumps(saved))])
+    assert args.tasks == ["reacher-easy", "cartpole-balance"]
+    assert args.eval_tasks == ["reacher-easy"]
+    hand = {"dataset": "tst@" + "a" * 64, "tasks": ["cartpole-balance"]}
+    args = parse_with_config(offline.build_parser(),
+                             ["--config", _write(tmp_path / "hand.json", json.dumps(hand))])
+    assert args.tasks == ["cartpole-balance"] and args.eval_tasks is None
+
+
 def test_the_other_trainers_config_is_named_as_such(tmp_path, capsys):
     """train_online --config <an offline run's config.json> (and the reverse) names the
     trainer the file belongs to, in one line (it said "unknown key 'code_version'")."""

@@ -49,10 +49,14 @@ FILE_RUN = "config_saved_run"
 
 
 def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None = None,
-                        ignored: Iterable[str] = (), *, trainer: bool = True) -> None:
+                        ignored: Iterable[str] = (), *, trainer: bool = True,
+                        saved_keys: dict[str, str] | None = None) -> None:
     """Add ``--config FILE`` to a parser; ``keys``: file key -> flag dest aliases (a saved
     config.json's field names), ``ignored``: file keys skipped (derived fields);
-    ``trainer`` False: the help names no trainer keys (agent_overrides, --preset)."""
+    ``saved_keys``: aliases that apply only to a run's saved config.json (`is_saved_run`),
+    where a field's name is also a flag's of another meaning (train_offline: the saved
+    ``tasks`` are the evaluated ones, ``--eval-tasks``); ``trainer`` False: the help
+    names no trainer keys (agent_overrides, --preset)."""
     p.add_argument("--config", metavar="FILE", default=None,
                    help="YAML (.yaml/.yml) or JSON file of flag values: keys are flag names "
                         "without dashes (e.g. env_steps: 20000, seeds: [0, 1]) and "
@@ -63,6 +67,7 @@ def add_config_argument(p: argparse.ArgumentParser, keys: dict[str, str] | None 
                         "precedence: a flag typed > --config FILE > the defaults")
     p.set_defaults(**{FILE_OVERRIDES: {}, FILE_RUN: None})
     p._wmx_config_keys = (dict(keys or {}), frozenset(ignored))   # read by parse_with_config
+    p._wmx_config_saved_keys = dict(saved_keys or {})
     p._wmx_config_trainer = trainer                                # agent_overrides allowed
 
 
@@ -169,12 +174,21 @@ def _typed(action: argparse.Action, v: Any, bad: str) -> Any:
         raise ValueError(bad + f"{v!r}: {e}") from None
 
 
+def is_saved_run(data: dict[str, Any]) -> bool:
+    """Whether a config file's mapping is a run's saved config.json (it holds the fields a
+    trainer derives, ``training_hash`` or ``resolved_agent_config``) rather than a file
+    written by hand, whose keys are flag names."""
+    return "training_hash" in data or isinstance(data.get("resolved_agent_config"), dict)
+
+
 def config_defaults(parser: argparse.ArgumentParser, data: dict[str, Any],
                     path: str) -> dict[str, Any]:
     """{dest: value} of a config file's mapping for ``parser`` (`add_config_argument`'s
     aliases and ignored keys applied). Raises ValueError naming the file and the key for
     an unknown key (listing the known ones) or a value of the wrong kind."""
     keys, ignored = getattr(parser, "_wmx_config_keys", ({}, frozenset()))
+    if is_saved_run(data):
+        keys = {**keys, **getattr(parser, "_wmx_config_saved_keys", {})}
     trainer = getattr(parser, "_wmx_config_trainer", True)
     actions = _actions(parser)
     out: dict[str, Any] = {}

@@ -112,8 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="several hosts: this process's index, 0 .. --num-processes - 1")
     add_cache_argument(p)
     add_logger_argument(p)
+    # a saved config.json: "tasks" are the evaluated tasks, "train_tasks" the trained
+    # ones; stream_chunk has no flag (always its default)
     add_config_argument(p, ignored=("resolved_agent_config", "taskset", "code_version",
-                                    "dataset_path", "training_hash", "created"))
+                                    "dataset_path", "training_hash", "created",
+                                    "stream_chunk"),
+                        saved_keys={"tasks": "eval_tasks", "train_tasks": "tasks"})
     return p
 
 
