@@ -29,6 +29,8 @@ def _load(name, path):
 
 
 off = _load("official_dreamerv3", DRIVER)
+logs = _load("_official_logs", DRIVER.parent / "_official_logs.py")
+chk = _load("_official_check", DRIVER.parent / "_official_check.py")   # after off: imports it
 bundle = _load("official_dreamerv3_bundle", ROOT / "tools" / "official_dreamerv3_bundle.py")
 
 
@@ -41,7 +43,7 @@ def _made_up_run(logdir: Path) -> None:
     2400, a round at ~4004 written by a call that was killed before saving again, and the
     resumed call's round at ~4404 (its envs restarted their episodes at 2400)."""
     logdir.mkdir()
-    (logdir / off.RUN_RECORD).write_text(json.dumps({
+    (logdir / logs.RUN_RECORD).write_text(json.dumps({
         "task": "dmc_reacher_easy", "seed": 3, "size": "12m", "compute_dtype": "bfloat16",
         "envs": 4, "train_ratio": 512.0, "sets": [], "action_repeat": 2}))
     round1 = [{"step": 1998 + 2 * i, "episode/score": s} for i, s in enumerate((10, 20, 30, 40))]
@@ -58,9 +60,9 @@ def _made_up_run(logdir: Path) -> None:
         {"event": "save", "step": 2400, "train_steps": 1200, "wall_s": 110.0},
         {"event": "log", "step": 4000, "train_steps": 2000, "wall_s": 150.0},   # lost
     ]
-    _jsonl(logdir / off.PROGRESS, progress)
-    p_off = (logdir / off.PROGRESS).stat().st_size
-    with (logdir / off.PROGRESS).open("a") as f:
+    _jsonl(logdir / logs.PROGRESS, progress)
+    p_off = (logdir / logs.PROGRESS).stat().st_size
+    with (logdir / logs.PROGRESS).open("a") as f:
         for o in ({"event": "resume", "step": 2400, "train_steps": 1200,
                    "scores_offset": offset, "progress_offset": p_off},
                   {"event": "log", "step": 4800, "train_steps": 2400, "wall_s": 250.0},
@@ -84,13 +86,13 @@ def test_columns_are_wmx_online_columns():
     tree = ast.parse((ROOT / "wmx" / "train_online" / "loop.py").read_text())
     cols = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                 and any(getattr(t, "id", None) == "BASE_COLUMNS" for t in n.targets))
-    assert off.BASE_COLUMNS == cols
+    assert logs.BASE_COLUMNS == cols
 
 
 def test_convert_drops_lost_training_and_groups_rounds(tmp_path):
     logdir = tmp_path / "run"
     _made_up_run(logdir)
-    rows = off.convert(logdir, seed=3, n_envs=4, repeat=2)
+    rows = logs.convert(logdir, seed=3, n_envs=4, repeat=2)
     assert [r["env_steps"] for r in rows] == [2004, 4404]
     assert [r["return"] for r in rows] == [25.0, 250.0]        # the 900s were lost training
     assert [r["episodes"] for r in rows] == [4, 8]
@@ -110,7 +112,7 @@ def test_convert_only_writes_what_wmx_reads(tmp_path):
     assert r.returncode == 0, r.stderr
     with (logdir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert tuple(rows[0]) == off.BASE_COLUMNS
+    assert tuple(rows[0]) == logs.BASE_COLUMNS
     # what benchmarks/learning/online_check.py's eval_curve(rows, "train") reads
     train = {int(r["env_steps"]): float(r["return"]) for r in rows if r["kind"] == "train"}
     assert train == {2004: 25.0, 4404: 250.0}
@@ -120,15 +122,15 @@ def test_convert_only_writes_what_wmx_reads(tmp_path):
     assert summary["config"]["seed"] == 3 and summary["last_return"] == 250.0
     assert (tmp_path / "out" / "metrics.csv").read_text() == (logdir / "metrics.csv").read_text()
     with tarfile.open(tmp_path / "out" / off.LOGS_TAR) as tar:
-        assert {"scores.jsonl", off.PROGRESS, off.RUN_RECORD} <= set(tar.getnames())
+        assert {"scores.jsonl", logs.PROGRESS, logs.RUN_RECORD} <= set(tar.getnames())
     assert len(list((tmp_path / "out").iterdir())) == 3
 
 
 def test_group_episodes_splits_at_n_envs_and_at_gaps():
     scores = [(100, 1.0), (102, 2.0), (104, 3.0), (300, 4.0), (302, 5.0), (304, 6.0)]
-    groups = off.group_episodes(scores, n_envs=2, repeat=2)
+    groups = logs.group_episodes(scores, n_envs=2, repeat=2)
     assert [[s for s, _ in g] for g in groups] == [[100, 102], [104], [300, 302], [304]]
-    groups = off.group_episodes(scores, n_envs=16, repeat=2)
+    groups = logs.group_episodes(scores, n_envs=16, repeat=2)
     assert [len(g) for g in groups] == [3, 3]
 
 
@@ -209,7 +211,7 @@ def test_param_report_counts_nonfinite_leaves():
         "agent/opt/state": {"mu": np.zeros(2, np.float32), "count": np.array(3, np.int32)},
         "agent/actor/out/kernel": np.array([0.5, -7.0], np.float32),
     }
-    rep = off.param_report(params)
+    rep = chk.param_report(params)
     assert rep["params"] == 5 and rep["values"] == 4 + 4 + 3 + 2 + 2
     assert rep["nonfinite_params"] == 2 and rep["nonfinite_values"] == 5
     assert rep["nan_values"] == 4 and rep["inf_values"] == 1
@@ -228,11 +230,11 @@ def test_finite_report_names_keys_with_a_nonfinite_env():
                                np.array([1.0, 3.0])),
               "lat/deter": (np.array([False, False]), np.array([np.nan, np.nan]),
                             np.array([np.nan, np.nan]))}
-    rep = off.finite_report(finite)
+    rep = chk.finite_report(finite)
     assert rep["obs/position"] == {"finite_envs": 2, "envs": 2, "min": -1.0, "max": 3.0}
     assert rep["embed"]["finite_envs"] == 1 and rep["embed"]["max"] == 2.0
     assert rep["lat/deter"]["min"] is None
-    assert off.bad_keys(rep) == ["embed", "lat/deter"]
+    assert chk.bad_keys(rep) == ["embed", "lat/deter"]
 
 
 def test_check_envs_step_as_the_official_driver():
@@ -256,7 +258,7 @@ def test_check_envs_step_as_the_official_driver():
         def close(self):
             pass
 
-    envs = off._Envs(Env, 2)
+    envs = chk._Envs(Env, 2)
     obs = envs.step()
     assert obs["position"].shape == (2, 2) and obs["is_first"].all()
     envs.act({"action": np.array([[0.5, np.nan], [1.0, 1.0]], np.float32)}, obs)
@@ -269,7 +271,7 @@ def test_check_envs_step_as_the_official_driver():
 
 def test_primitive_report_on_the_cpu():
     pytest.importorskip("jax")
-    rep = off.primitive_report()
+    rep = chk.primitive_report()
     for name in ("truncated_normal", "uniform", "erf_inv", "nextafter", "normal",
                  "bf16_matmul"):
         assert rep[name]["nonfinite"] == 0, (name, rep[name])
@@ -419,7 +421,7 @@ def test_a_failing_check_finite_call_names_the_check_process(tmp_path):
                        capture_output=True, text=True,
                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 1, r.stdout + r.stderr
-    text = (out / off.CHECK_LOG).read_text()
+    text = (out / chk.CHECK_LOG).read_text()
     assert "made-up failure at import" in text
     assert text.rstrip().endswith("the check-finite process exited with status 1"), text
     assert "training process" not in text + r.stdout
@@ -466,7 +468,7 @@ def test_official_loop_trains_saves_resumes_and_converts(tmp_path):
         r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=budget_s + 300)
         assert r.returncode == 0, (out / off.RUN_LOG).read_text()[-5000:]
-        return [json.loads(line) for line in (logdir / off.CALLS).read_text().splitlines()]
+        return [json.loads(line) for line in (logdir / logs.CALLS).read_text().splitlines()]
 
     first = call(400, 240)[-1]
     assert first["env_steps_end"] >= 400 and first["train_steps_this_call"] > 0
@@ -505,11 +507,11 @@ def _nan_step_inputs():
 
 def test_train_nan_probes_name_the_operation(tmp_path):
     step, first = _nan_step_inputs()
-    found = off.train_nan_report(step, first, tmp_path)
+    found = chk.train_nan_report(step, first, tmp_path)
     assert "log" in found["nan_at"] and found["params_after"]["nonfinite_values"] == 1
-    debug = off.train_debug_nans_report(step, first, tmp_path)
+    debug = chk.train_debug_nans_report(step, first, tmp_path)
     assert debug["raised"] == "FloatingPointError" and "log" in debug["message"]
-    assert off.train_highest_report(step, first)["params_after"]["nonfinite_values"] == 1
+    assert chk.train_highest_report(step, first)["params_after"]["nonfinite_values"] == 1
     first["params"]["w"][1] = 4.0    # every parameter above 2: the same probes stay quiet
-    assert off.train_nan_report(step, first, tmp_path)["nan_at"] is None
-    assert off.train_debug_nans_report(step, first, tmp_path)["raised"] is None
+    assert chk.train_nan_report(step, first, tmp_path)["nan_at"] is None
+    assert chk.train_debug_nans_report(step, first, tmp_path)["raised"] is None
