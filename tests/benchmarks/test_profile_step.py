@@ -299,8 +299,8 @@ def test_help_names_the_options_and_the_defaults_fill_in(capsys, tmp_path):
 
 def test_the_tpu_commands_in_the_docs_parse(tmp_path):
     doc = (SCRIPT.parents[1] / "docs" / "performance.md").read_text()
-    cmds = re.findall(r"^source \.whl-tpu/setup\.sh; python benchmarks/profile_step\.py (.*)$",
-                      doc, re.M)
-    parsed = [ps.parse_args(shlex.split(c.replace("$OUT", str(tmp_path)))) for c in cmds]
+    doc = doc.replace("\\\n", " ")                  # a command continued over lines
+    cmds = re.findall(r"^python benchmarks/profile_step\.py (.*--out DIR.*)$", doc, re.M)
+    parsed = [ps.parse_args(shlex.split(c.replace("DIR", str(tmp_path)))) for c in cmds]
     assert sorted((a.agent, a.program, a.size, a.seeds, a.compute_dtype) for a in parsed) == [
         ("dreamerv3", "train", "12m", 5, "bfloat16"), ("tdmpc2", "update", 5, 5, "float32")]
