@@ -91,9 +91,13 @@ def training(run_dir: Path, changes: dict[str, Any]) -> Iterator[Any]:
     """Hold the run's lock as the trainers do (`wmx.runs.owner.hold_run`: `wmx runs` shows
     it running, a second trainer fails at once), record ``changes`` (config.json keys a
     resume extends or changes) in its config.json under that lock, and yield Ctrl-C's
-    stop request (`wmx.runs.interrupt.stop_on_interrupt`) for the trainer's loop. Raises
-    SystemExit when another process took the lock since the check looked."""
-    from wmx.runs.cli_common import rewrite_config
+    stop request (`wmx.runs.interrupt.stop_on_interrupt`) for the trainer's loop. Turns on
+    JAX's persistent compilation cache in the run's data root as the trainers' commands do
+    (`wmx.runs.cli_common.enable_compile_cache`; off with WMX_NO_COMPILE_CACHE=1), so a
+    resumed check loads its programs instead of compiling them again (minutes for the
+    paper presets on an accelerator). Raises SystemExit when another process took the
+    lock since the check looked."""
+    from wmx.runs.cli_common import enable_compile_cache, rewrite_config
     from wmx.runs.interrupt import stop_on_interrupt
     from wmx.runs.owner import RunBusyError, hold_run
     with contextlib.ExitStack() as stack:
@@ -101,6 +105,7 @@ def training(run_dir: Path, changes: dict[str, Any]) -> Iterator[Any]:
             stack.enter_context(hold_run(run_dir))
         except RunBusyError as e:
             raise SystemExit(f"{run_dir}: {e}") from None
+        enable_compile_cache(Path(run_dir).resolve().parent.parent)
         if changes:
             cfg = read_json(Path(run_dir) / "config.json", "--resume")
             rewrite_config(run_dir, {**cfg, **changes})

@@ -188,3 +188,20 @@ def test_portable_writes_paths_relative_to_the_data_root(tmp_path, monkeypatch):
         "run_dir": "runs/r1", "sources": ["runs/s0"], "dataset_path": "datasets/mt19/abc",
         "home": ".", "command": "model_bias.py --run 1m=runs/r1 --out x/r.json", "n": 3,
         "elsewhere": "/opt/elsewhere"}
+
+
+def test_check_turns_on_the_compile_cache_in_the_runs_home(tmp_path, monkeypatch):
+    # a resumed check on an accelerator loads its programs instead of compiling them again
+    import wmx.runs.cli_common as cli_common
+    homes = []
+    monkeypatch.setattr(cli_common, "enable_compile_cache", lambda home: homes.append(home))
+    monkeypatch.setattr(online_check, "run", _fake_run({}))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    home = tmp_path / "home"
+    argv = ["--task", "reacher-easy", "--env-steps", "32000", "--home", str(home),
+            "--out", str(tmp_path / "out")]
+    res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv)
+    assert homes == [home.resolve()]
+    online_check.main("dreamerv3", {"eval_every": 16_000},
+                      ["--resume", res["run_dir"], "--out", str(tmp_path / "out")])
+    assert homes == [home.resolve()] * 2
