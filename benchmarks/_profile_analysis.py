@@ -69,9 +69,17 @@ def _stats(event) -> dict:
     return out
 
 
+def instruction_name(text: str) -> str:
+    """The HLO instruction name of a trace op: a TPU's "XLA Ops" events are named by the
+    whole instruction (``%fusion.12 = f32[8]{0} fusion(...), kind=kLoop, ...``), a GPU's
+    and the CPU's by its name (``fusion.12``); both give ``fusion.12``."""
+    text = text.strip().removeprefix("ROOT ").lstrip("%")
+    return text.split(" = ", 1)[0].strip() if " = " in text else text
+
+
 def _op_event(event, line: str) -> OpEvent:
     s = _stats(event)
-    name = str(s.get("hlo_op") or event.name).lstrip("%")
+    name = instruction_name(str(s.get("hlo_op") or event.name))
     module = s.get("hlo_module")
     return OpEvent(name, str(module) if module is not None else None,
                    str(s["hlo_category"]) if s.get("hlo_category") else None,

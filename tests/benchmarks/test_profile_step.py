@@ -217,6 +217,26 @@ def test_device_plane_self_times_categories_and_the_verdict():
     assert "Bounded by matmul arithmetic." in busy and "peak" not in busy
 
 
+def test_tpu_ops_named_by_their_whole_instruction_match_the_hlo():
+    # a TPU's "XLA Ops" events carry the whole instruction text; its operand names (here
+    # %copy-done.3) must not decide the category, the instruction's HLO does
+    long = [("%copy.4 = bf16[8,128]{0,1} copy(%Arg_0.1)", 0, 10, None),
+            ("%while.1 = (s32[], bf16[8,128]{1,0}) while(%tuple.0), condition=%cond, "
+             "body=%body", 10, 100, None),
+            ("%convolution_fusion = bf16[8,128]{1,0} fusion(%gte.1, %w), kind=kOutput, "
+             "calls=%fc", 20, 60, None),
+            ("%tanh_fusion = bf16[8,128]{1,0} fusion(%copy-done.3), kind=kLoop, "
+             "calls=%fc.1", 60, 90, None)]
+    short = _profile(TPU_OPS, wall_ms=0.2)
+    rec = _profile(long, wall_ms=0.2)
+    assert rec["classified_by"] == pytest.approx({"hlo": 1.0, "trace-stat": 0.0, "name": 0.0})
+    assert rec["categories"] == short["categories"]
+    assert [r["name"] for r in rec["top_ops"]] == ["convolution_fusion", "tanh_fusion",
+                                                   "while.1"]
+    assert pa.instruction_name("ROOT %tuple.1 = (s32[]) tuple(%a)") == "tuple.1"
+    assert pa.instruction_name("%fusion.12") == pa.instruction_name("fusion.12") == "fusion.12"
+
+
 def test_ops_missing_from_the_hlo_use_the_trace_stat_then_the_name():
     ops = [("fusion.77", 0, 50, "convolution fusion"), ("fusion.78", 50, 80, None),
            ("sort.3", 80, 100, None)]
