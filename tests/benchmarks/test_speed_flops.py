@@ -4,6 +4,8 @@ several seed counts (--online-seeds: parsing, the records' rates, one worker per
 the real tiny runs are in the slow tests)."""
 import argparse
 import importlib.util
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -153,6 +155,24 @@ def test_device_check_speed_stages_parse_as_before(tmp_path):
         for name in ("dreamerv3_speed_f32", "dreamerv3_speed_bf16"):
             _, args = dv.parse_args(plan[name].argv[2:])
             assert args.online_presets == [] and args.compile_cache == "", name
+
+
+@pytest.mark.parametrize("doc", ["performance.md", "accelerators.md"])
+def test_the_docs_tpu_online_commands_parse_and_keep_one_process(doc, tmp_path):
+    """The pages' TPU commands: TD-MPC2 paper online at 1, 2, 5 seeds; DreamerV3 paper
+    online at 2 and 5 seeds in one worker (the TPU check lets it start)."""
+    text = (BENCH.parent / "docs" / doc).read_text().replace("\\\n", " ")
+    out = str(tmp_path)
+    td = re.findall(r"^python benchmarks/tdmpc2_speed\.py (.*--online-seeds.*)$", text, re.M)
+    dvs = re.findall(r"^python benchmarks/dreamerv3_speed\.py (.*--online-seeds.*)$", text,
+                     re.M)
+    assert len(td) == len(dvs) == 1, (td, dvs)
+    a = speed.parse_args(shlex.split(td[0].replace("DIR", out)))
+    assert (a.preset, a.online_seeds, a.no_online) == ("paper", [1, 2, 5], False)
+    p, a = dv.parse_args(shlex.split(dvs[0].replace("DIR", out)))
+    assert (a.online_presets, a.online_seeds, a.compute_dtype) == (["paper"], [2, 5],
+                                                                    "bfloat16")
+    dv._one_process_on_a_tpu(p, "tpu", a)         # refuses (SystemExit) a second process
 
 
 def test_tdmpc2_bench_online_rates_per_seed_and_in_total(monkeypatch):
