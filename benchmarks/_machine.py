@@ -12,7 +12,8 @@ speed benchmarks (`tdmpc2_speed.py`, `dreamerv3_speed.py` and its workers).
 - `machine_busy`, `LoadProbe`: how much CPU other processes take (cores), so a
   block timed on a busy machine says so;
 - `peak_rss_mib`: the process's peak resident memory; `device_memory`: the
-  accelerator's bytes in use and peak bytes in use (None on the CPU).
+  accelerator's bytes in use and peak bytes in use (None on the CPU);
+- `seed_count`: the argparse type of a number of vmapped seeds (1 to `MAX_SEEDS`).
 
 Needs only jax and numpy (any version from jax 0.4.28 on): the reference
 DreamerV3 driver imports it from its own virtual environment.
@@ -266,3 +267,26 @@ def machine_busy(pids: list[int], seconds: float = 1.0) -> dict:
     probe = LoadProbe(pids).start()
     time.sleep(seconds)
     return probe.stop()
+
+
+# ---- command lines ------------------------------------------------------------------
+MAX_SEEDS = 64
+"""The most seeds a speed benchmark vmaps in one program (``--online-seeds``)."""
+
+
+def seed_count(text: str) -> int:
+    """argparse type of a number of vmapped seeds: an integer in [1, `MAX_SEEDS`].
+
+    Raises:
+      argparse.ArgumentTypeError: anything else (argparse prints it as one line and exits
+        with status 2).
+    """
+    import argparse
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= MAX_SEEDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a seed count: give an integer from 1 to {MAX_SEEDS}")
+    return n

@@ -28,6 +28,11 @@ Writes JSON (default benchmarks/results/dreamerv3_speed.json):
   holds a batch) and at the ``cpu`` preset (1m), on a real Playground task
   (walker-walk, T = 500): the program of a real run, timed on chunks of
   ``--online-ticks`` ticks in the steady state (after the first update);
+  with ``--online-seeds N [N ...]`` (default 1) each preset at each N, the
+  seeds 0 .. N-1 vmapped in one program as the trainer runs them; per entry
+  ``n_seeds``, ``env_steps_per_s`` (all seeds together),
+  ``env_steps_per_s_per_seed`` and ``updates_per_s`` (training steps, each
+  updating every seed);
 - ``memory``: peak resident memory (MiB) of every worker process (one per
   implementation and size, one per online preset), and the device's memory
   statistics where the backend has them (the XLA CPU backend has none); per
@@ -65,7 +70,9 @@ drifts).
 The orchestrator never opens the device (the matmul baseline runs in a wmx
 worker): a TPU takes one process at a time, so on a TPU a run may start one
 worker at a time only (one size, at most one online preset, no official code;
-refused otherwise).
+refused otherwise). The seed counts of ``--online-seeds`` run one after
+another in their preset's one worker, each replacing the previous count's
+program, so they never add a process.
 
 Official code: pass a checkout of danijar/dreamerv3 at 29eb964 with
 ``--reference-dir`` and the python of its virtual environment with
@@ -292,28 +299,43 @@ class WmxWorker:
         return time_calls(self.items[item], repeats)
 
     def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0,
-                     compute_dtype: str = "float32") -> dict:
-        """Build the online program of a real run and run it past its first update.
+                     compute_dtype: str = "float32", n_seeds: int = 1) -> dict:
+        """Build the online program of a real run and run it past its first update,
+        replacing the program an earlier call built (its state is dropped first, so the
+        device holds one program's state at a time).
 
-        The run: ``OnlineRunConfig(task, agent="dreamerv3", preset, n_envs)`` with the
-        agent override ``compute_dtype``, at the
-        task's own episode length; chunks of ``ticks`` ticks (the trainer's chunk
-        is one round of T + 1 ticks; the tick program is the same). Runs chunks
-        (the first compiles) until one has run updates, then one more (warm-up).
-        Returns {"compile_s", "warmup_chunks", "updates_per_chunk",
-        "env_steps_per_chunk", "episode_length", "first_update_tick"}.
+        The run: ``OnlineRunConfig(task, agent="dreamerv3", seeds, preset, n_envs)`` with
+        the agent override ``compute_dtype``, at the task's own episode length, seeds
+        ``seed`` .. ``seed + n_seeds - 1`` vmapped in one program (as ``train_online
+        --seeds`` runs them); chunks of ``ticks`` ticks (the trainer's chunk is one round
+        of T + 1 ticks; the tick program is the same). Runs chunks (the first compiles)
+        until one has run updates, then one more (warm-up).
+
+        Returns:
+          {"compile_s", "warmup_chunks", "updates_per_chunk" (training steps per chunk,
+          each updating every seed), "env_steps_per_chunk" (per seed), "episode_length",
+          "action_repeat", "first_update_tick", "model_size", "train_ratio",
+          "compute_dtype", "n_seeds", "seeds", "device_memory" (`_machine.device_memory`
+          after the warm-up; None on the CPU)}.
+
+        Raises:
+          ValueError: an unknown task or preset, or a seed outside [0, 2**32)
+            (`OnlineRunConfig`).
         """
         import jax
         import numpy as np
+        from _machine import device_memory
         from wmx.agents.dreamerv3 import schedule as sched_lib
         from wmx.envs.playground import cached_env
         from wmx.runs.online_config import OnlineRunConfig
         from wmx.train_online import program
+        self.items, self.carries, self.chunk = {}, None, None   # the earlier program's state
         over = {"compute_dtype": compute_dtype}
-        probe = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
+        seeds = tuple(range(seed, seed + n_seeds))
+        probe = OnlineRunConfig(task=task, agent="dreamerv3", seeds=seeds, n_envs=n_envs,
                                 preset=preset, agent_overrides=over)
         T, repeat = probe.task_spec.T, probe.task_spec.action_repeat
-        rc = OnlineRunConfig(task=task, agent="dreamerv3", seeds=(seed,), n_envs=n_envs,
+        rc = OnlineRunConfig(task=task, agent="dreamerv3", seeds=seeds, n_envs=n_envs,
                              preset=preset, env_steps=T * n_envs * repeat, agent_overrides=over)
         cfg = rc.agent_config
         env = cached_env(rc.task, rc.episode_length)
@@ -347,7 +369,8 @@ class WmxWorker:
                 "env_steps_per_chunk": ticks * n_envs * repeat, "episode_length": T,
                 "action_repeat": repeat, "first_update_tick": first,
                 "model_size": cfg.model_size, "train_ratio": cfg.train_ratio,
-                "compute_dtype": cfg.compute_dtype}
+                "compute_dtype": cfg.compute_dtype, "n_seeds": n_seeds, "seeds": list(seeds),
+                "device_memory": device_memory()}
 
     def stats(self) -> dict:
         """{"peak_rss_mib", "device_memory": the device's memory_stats() or None}."""
@@ -485,6 +508,71 @@ def _item_name(kind: str, size: str, seeds: int) -> str:
     return f"{kind}_{size}" + (f"_seeds{seeds}" if seeds > 1 else "")
 
 
+def run_online(start, stop, blocks: "Blocks", presets: list[str], seed_counts: list[int],
+               task: str, n_envs: int, ticks: int, rounds: int, compute_dtype: str,
+               seed: int = 0) -> list[dict]:
+    """Time wmx's online program at each preset and seed count (the ``online`` record).
+
+    One worker per preset (``start(preset)`` -> `_worker.Worker`, all started before the
+    first seed count; ``stop(worker)`` after the last), so a run with one preset holds one
+    process on the device. For each seed count in turn (``seed_counts``, rising), every
+    preset's worker builds its program with that many seeds vmapped
+    (`WmxWorker.setup_online`, replacing the previous count's), then ``rounds`` rounds
+    time one chunk per preset each (``blocks.run``, presets interleaved). A worker that
+    fails raises (`_worker.WorkerError`) and is left to the caller to close.
+
+    Returns:
+      One `_online_entry` per seed count and preset, seed counts outer.
+    """
+    workers = {preset: start(preset) for preset in presets}
+    entries = []
+    for n in seed_counts:
+        for preset, w in workers.items():   # compiled concurrently, one per preset
+            w.send("setup_online", task=task, preset=preset, n_envs=n_envs, ticks=ticks,
+                   compute_dtype=compute_dtype, seed=seed, n_seeds=n)
+        infos = {preset: w.recv() for preset, w in workers.items()}
+        chunks: dict = {preset: [] for preset in workers}
+        for rnd in range(rounds):
+            for preset, w in workers.items():
+                b = blocks.run(w, "online", 1)
+                b["round"] = rnd
+                chunks[preset].append(b)
+                print(f"round {rnd} online {preset}, {n} seed(s): "
+                      f"{b['median_ms'] / 1e3:.1f} s per chunk"
+                      f"{' (loaded)' if b['loaded'] else ''}", flush=True)
+        entries += [_online_entry(preset, task, n_envs, ticks, infos[preset], chunks[preset])
+                    for preset in workers]
+    for w in workers.values():
+        stop(w)
+    return entries
+
+
+def _online_entry(preset: str, task: str, n_envs: int, ticks: int, info: dict,
+                  blocks: list[dict]) -> dict:
+    """One ``online`` record: the worker's `WmxWorker.setup_online` facts (``info``) and
+    the timed chunks (``blocks``, one call each, ``median_ms`` the chunk's wall time).
+
+    Adds "chunk_s_median" (s), "env_steps_per_s" (simulator steps per second of all seeds
+    together), "env_steps_per_s_per_seed", "updates_per_s" (training steps per second,
+    each updating every seed), "loaded" (any block loaded) and "blocks".
+    """
+    med_s = statistics.median(b["median_ms"] for b in blocks) / 1e3
+    per_seed = info["env_steps_per_chunk"] / med_s
+    return {"preset": preset, "task": task, "n_envs": n_envs, "ticks_per_chunk": ticks,
+            **info, "chunk_s_median": med_s, "env_steps_per_s": per_seed * info["n_seeds"],
+            "env_steps_per_s_per_seed": per_seed,
+            "updates_per_s": info["updates_per_chunk"] / med_s,
+            "loaded": any(b["loaded"] for b in blocks), "blocks": blocks}
+
+
+def _online_line(o: dict) -> str:
+    """The summary line of one `_online_entry`."""
+    return (f"online {o['preset']:6s} {o['task']}, {o['n_seeds']} seed(s): "
+            f"{o['env_steps_per_s_per_seed']:.1f} env steps/s per seed, "
+            f"{o['env_steps_per_s']:.1f} in total ({o['updates_per_s']:.2f} training steps/s)"
+            f"{'  [LOADED]' if o['loaded'] else ''}")
+
+
 def _one_process_on_a_tpu(p: argparse.ArgumentParser, backend: str, args) -> None:
     """Refuse (exit 2) a run that would hold two workers at once on a TPU: a second process
     that opens the chip fails ("libtpu multi-process lockfile")."""
@@ -499,11 +587,19 @@ def _one_process_on_a_tpu(p: argparse.ArgumentParser, backend: str, args) -> Non
                 "preset and no --reference-dir per run")
 
 
-def main() -> None:
-    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
-    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
-    from wmx.runs.heap import restart_with_huge_pages
-    restart_with_huge_pages()
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
+                                                       argparse.Namespace]:
+    """The command line (``argv``; None: ``sys.argv[1:]``) and its parser (for later
+    refusals, `_one_process_on_a_tpu`), with the derived defaults filled in: ``--quick``'s
+    settings, ``online_presets`` (default paper and cpu; none with ``--quick``) and
+    ``online_seeds`` (sorted distinct seed counts of the online runs; default [1]).
+
+    Raises:
+      SystemExit: status 2 with a one-line message for a bad value (fewer than 3 rounds,
+        a seed count below 1, an online seed count outside 1 to `_machine.MAX_SEEDS`,
+        ``--online-seeds`` without an online preset to run).
+    """
+    from _machine import MAX_SEEDS, seed_count
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference-dir", default=None,
                    help="danijar/dreamerv3 checkout at 29eb964 (omit: wmx only)")
@@ -526,6 +622,10 @@ def main() -> None:
     p.add_argument("--online-presets", nargs="*", default=None,
                    help="presets of the online throughput runs (default: paper and cpu; "
                         "none with --quick; an empty list skips them)")
+    p.add_argument("--online-seeds", type=seed_count, nargs="+", default=None, metavar="N",
+                   help="time each online preset with N seeds vmapped in one program, for each "
+                        f"N given (1 to {MAX_SEEDS}; default 1), one seed count after another "
+                        "in the preset's one worker")
     p.add_argument("--online-ticks", type=int, default=4,
                    help="ticks per timed online chunk (16 envs each; 8 updates per tick)")
     p.add_argument("--online-rounds", type=int, default=3)
@@ -547,9 +647,9 @@ def main() -> None:
     p.add_argument("--logs", default="/tmp/dreamerv3_speed_logs", help="worker logs (stderr)")
     p.add_argument("--out", default="benchmarks/results/dreamerv3_speed.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
-        return worker_main()
+        return p, args
     if args.quick:
         args.rounds, args.train_calls, args.policy_calls = 3, 1, 5
         args.online_ticks, args.load_retries = 2, 0
@@ -560,9 +660,24 @@ def main() -> None:
     elif args.online_presets is None:
         args.online_presets = ["paper", "cpu"]
     if args.rounds < 3:
-        raise SystemExit(f"--rounds {args.rounds}: the benchmark needs at least 3 rounds")
+        p.error(f"--rounds {args.rounds}: the benchmark needs at least 3 rounds")
     if min(args.seeds) < 1:
         p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
+    if args.online_seeds and not args.online_presets:
+        p.error("--online-seeds: no online preset runs (--online-presets names them; "
+                "--quick runs none by default)")
+    args.online_seeds = sorted(set(args.online_seeds or [1]))   # the peak only grows
+    return p, args
+
+
+def main() -> None:
+    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
+    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages()
+    p, args = parse_args()
+    if args.worker:
+        return worker_main()
     seed_counts = sorted({1, *args.seeds})
     reference = (_check_reference(args.reference_dir, args.reference_python)
                  if args.reference_dir else None)
@@ -589,6 +704,11 @@ def main() -> None:
         workers.append(w)
         return w
 
+    def stop(w):   # its peak memory, then closed
+        res["memory"][w.name] = w.call("stats")
+        w.close()
+        workers.remove(w)
+
     res: dict = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **cpu_info(),
                     **allocator_info(), "jax": jax.__version__},
@@ -597,6 +717,7 @@ def main() -> None:
                      "compute_dtype": dtype,
                      "rounds": args.rounds, "train_calls": args.train_calls,
                      "policy_calls": args.policy_calls, "seeds": seed_counts,
+                     "online_presets": args.online_presets, "online_seeds": args.online_seeds,
                      "load_threshold": args.load_threshold,
                      "load_retries": args.load_retries, "quick": args.quick,
                      "compile_cache": args.compile_cache or None},
@@ -683,41 +804,16 @@ def main() -> None:
                                 for side, info in setups[size].items()}
                          for size in args.sizes}
         for w in list(workers):
-            res["memory"][w.name] = w.call("stats")
-            w.close()
-            workers.remove(w)
+            stop(w)
 
-        # ---- online throughput (wmx only) ----
-        online = {}
-        for preset in args.online_presets:
-            w = start(f"wmx_online_{preset}", [sys.executable, str(Path(__file__).resolve()),
-                                               "--worker"], "wmx")
-            w.send("setup_online", task=args.task, preset=preset, n_envs=N_ENVS,
-                   ticks=args.online_ticks, compute_dtype=dtype)
-            online[preset] = w
-        res["online"] = []
-        setups_online = {p: w.recv() for p, w in online.items()}
-        chunks = {p: [] for p in online}
-        for rnd in range(args.online_rounds):
-            for preset, w in online.items():
-                b = blocks.run(w, "online", 1)
-                b["round"] = rnd
-                chunks[preset].append(b)
-                print(f"round {rnd} online {preset}: {b['median_ms'] / 1e3:.1f} s per chunk"
-                      f"{' (loaded)' if b['loaded'] else ''}", flush=True)
-        for preset, w in online.items():
-            info = setups_online[preset]
-            med_s = statistics.median(b["median_ms"] for b in chunks[preset]) / 1e3
-            res["online"].append({
-                "preset": preset, "task": args.task, "n_envs": N_ENVS,
-                "ticks_per_chunk": args.online_ticks, **info,
-                "chunk_s_median": med_s,
-                "env_steps_per_s": info["env_steps_per_chunk"] / med_s,
-                "updates_per_s": info["updates_per_chunk"] / med_s,
-                "loaded": any(b["loaded"] for b in chunks[preset]), "blocks": chunks[preset]})
-            res["memory"][w.name] = w.call("stats")
-            w.close()
-            workers.remove(w)
+        # ---- online throughput (wmx only): one worker per preset, seed counts in turn ----
+        res["online"] = run_online(
+            lambda preset: start(f"wmx_online_{preset}",
+                                 [sys.executable, str(Path(__file__).resolve()), "--worker"],
+                                 "wmx"),
+            stop, blocks, args.online_presets, args.online_seeds, task=args.task,
+            n_envs=N_ENVS, ticks=args.online_ticks, rounds=args.online_rounds,
+            compute_dtype=dtype)
     finally:
         for w in workers:
             w.close()
@@ -737,8 +833,7 @@ def _print_summary(res: dict, out: Path) -> None:
                      f"{s['ratio']:.2f} (per round {s['ratio_rounds_median']:.2f})")
         print(line + ("  [LOADED]" if s["loaded"] else ""))
     for o in res.get("online", []):
-        print(f"online {o['preset']:6s} {o['task']}: {o['env_steps_per_s']:.1f} env steps/s "
-              f"({o['updates_per_s']:.2f} updates/s){'  [LOADED]' if o['loaded'] else ''}")
+        print(_online_line(o))
     for name, m in res["memory"].items():
         print(f"peak RSS {name}: {m['peak_rss_mib']:.0f} MiB")
     print(f"-> {out} ({res['wall_s'] / 60:.1f} min)")

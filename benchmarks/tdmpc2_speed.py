@@ -34,7 +34,9 @@ and threads, the in-run matmul ceiling (float32 2048^3 products: jitted XLA,
 torch, numpy's BLAS; before and after the timed rounds), per wmx program its
 matmul FLOPs (2·M·N·K per dot, counted on the jaxpr) and the floor they put
 at the XLA rate of this run, the online env steps/s of wmx's jitted training
-chunk (1 and 4 vmapped seeds), the peak resident memory, and per wmx program
+chunk (``online``: per seed and all seeds together, with N seeds vmapped for each N of
+``--online-seeds``, default 1 and 4; the chunk at ``--preset``, default ``cpu``), the
+peak resident memory, and per wmx program
 the device's memory (``device_memory``: bytes in use before it was built and
 the process's peak after its first calls; None on the CPU, whose backend
 keeps no statistics).
@@ -69,6 +71,7 @@ BackendCompilerFailed in the update), and eager is what runs.
     python benchmarks/tdmpc2_speed.py --reference-dir ~/ref/tdmpc2 \\
         [--reference-python ~/refenv/tdmpc2/bin/python] [--rounds 5] [--calls 5]
     python benchmarks/tdmpc2_speed.py --quick ...   # 3 rounds of 3 calls, no repeats, online 1 seed
+    python benchmarks/tdmpc2_speed.py --preset paper --online-seeds 1 2 5 ...  # online, paper
 
 Writes benchmarks/results/tdmpc2_speed.json (``--out``; a run without the
 online throughput writes tdmpc2_speed_no_online.json unless ``--out`` says).
@@ -95,8 +98,9 @@ from wmx.agents.tdmpc2.planner import draw_plan_noise, plan
 from wmx.agents.tdmpc2.update import Batch, draw_update_noise, init_train_state, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import (LoadProbe, allocator_info, cpu_info, device_memory,  # noqa: E402
-                      median_ms, peak_rss_mib, program_flops, time_calls)
+from _machine import (MAX_SEEDS, LoadProbe, allocator_info, cpu_info,  # noqa: E402
+                      device_memory, median_ms, peak_rss_mib, program_flops, seed_count,
+                      time_calls)
 
 # official time / wmx time asked for (issue 16), per quantity and model size
 TARGET_RATIO = {"update": {1: 1.5, 5: 2.0}, "plan": {1: 2.0, 5: 2.0}}
@@ -281,11 +285,30 @@ def summarise(blocks: list[dict], ref_blocks: list[dict] | None, target: float |
             out["met"] = out["ratio"] >= target
     return out
 
-def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
+def bench_online(n_seeds: int, task: str, preset: str, repeats: int,
+                 episode_length: int = 100) -> dict:
+    """Env steps/s of wmx's jitted online training chunk (`wmx.train_online.program`) with
+    ``n_seeds`` seeds vmapped (seeds 0 .. n_seeds - 1, as ``train_online --seeds`` runs
+    them), after the seed phase.
+
+    The run: ``OnlineRunConfig(task, seeds, preset)`` at episodes of ``episode_length``
+    (T) agent steps and T seed steps; one chunk is one round of T + 1 ticks (planning and
+    one update per agent step). Rounds 0-2 (seed phase, burst, a first planning round;
+    the first compiles) are not timed, then ``repeats`` rounds are.
+
+    Returns:
+      {"n_seeds", "task", "preset", "episode_length", "env_steps_per_s" (simulator steps
+      per second, all seeds together), "env_steps_per_s_per_seed", "round_s_median" and
+      "round_s" (s per timed round), "device_memory" (`_machine.device_memory` after the
+      timed rounds; None on the CPU)}.
+
+    Raises:
+      ValueError: an unknown task or preset, or T < 4 (`OnlineRunConfig`).
+    """
     from wmx.envs.playground import cached_env
     from wmx.runs.online_config import OnlineRunConfig
     from wmx.train_online import program
-    T = 100
+    T = episode_length
     rc = OnlineRunConfig(task=task, seeds=tuple(range(n_seeds)), env_steps=T * 2 * (3 + repeats),
                          preset=preset, agent_overrides={"seed_steps": T},
                          episode_length=T)
@@ -311,14 +334,26 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int) -> dict:
     med = statistics.median(times)
     steps = T * n_seeds * env.action_repeat
     return {"n_seeds": n_seeds, "task": task, "preset": preset, "episode_length": T,
-            "env_steps_per_s": steps / med, "round_s_median": med, "round_s": times}
+            "env_steps_per_s": steps / med, "env_steps_per_s_per_seed": steps / med / n_seeds,
+            "round_s_median": med, "round_s": times, "device_memory": device_memory()}
 
 
-def main() -> None:
-    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
-    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
-    from wmx.runs.heap import restart_with_huge_pages
-    restart_with_huge_pages()
+def online_line(r: dict) -> str:
+    """The summary line of one `bench_online` record."""
+    return (f"online {r['preset']} {r['task']}, {r['n_seeds']} seed(s): "
+            f"{r['env_steps_per_s_per_seed']:.1f} env steps/s per seed, "
+            f"{r['env_steps_per_s']:.1f} in total")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``; None: ``sys.argv[1:]``), with the derived defaults
+    filled in: ``online_seeds`` the sorted distinct seed counts of the online throughput
+    runs (default 1 and 4, with ``--quick`` 1; [] with ``--no-online``).
+
+    Raises:
+      SystemExit: status 2 with a one-line message for a bad value (a seed count outside
+        1 to `_machine.MAX_SEEDS`, ``--online-seeds`` with ``--no-online``).
+    """
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference-dir", default=None,
                    help="root of a nicklashansen/tdmpc2 checkout at e9f5932 (see above)")
@@ -344,16 +379,35 @@ def main() -> None:
                    help="repeats of a loaded block (default 3; 0 with --quick)")
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--preset", default="cpu", help="preset of the online throughput runs")
+    p.add_argument("--online-seeds", type=seed_count, nargs="+", default=None, metavar="N",
+                   help="time the online training chunk with N seeds vmapped, for each N "
+                        f"given (1 to {MAX_SEEDS}; default 1 and 4, with --quick 1)")
     p.add_argument("--quick", action="store_true",
                    help="3 rounds of 3 calls, loaded blocks marked but not repeated, online "
-                        "1 seed only")
+                        "1 seed only unless --online-seeds says")
     p.add_argument("--no-online", action="store_true", help="skip the online throughput runs")
     p.add_argument("--out", default=None,
                    help="JSON to write (default benchmarks/results/tdmpc2_speed.json; "
                         "tdmpc2_speed_no_online.json with --no-online)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if min(args.seeds) < 1:
         p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
+    if args.no_online and args.online_seeds:
+        p.error("--online-seeds with --no-online: give one of them")
+    if args.no_online:
+        args.online_seeds = []
+    elif args.online_seeds is None:
+        args.online_seeds = [1] if args.quick else [1, 4]
+    args.online_seeds = sorted(set(args.online_seeds))   # the device's peak only grows
+    return args
+
+
+def main() -> None:
+    # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
+    # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
+    from wmx.runs.heap import restart_with_huge_pages
+    restart_with_huge_pages()
+    args = parse_args()
     seed_counts = sorted({1, *args.seeds})
     rounds, calls = (3, 3) if args.quick else (args.rounds, args.calls)
     if args.retries is None:
@@ -427,9 +481,9 @@ def main() -> None:
     res["loaded_blocks"] = sum(b["loaded"] for b in kept)
     if ref:
         ref.close()
-    if not args.no_online:
+    if args.online_seeds:
         res["online"] = [bench_online(n, args.task, args.preset, max(2, calls // 2))
-                         for n in ((1,) if args.quick else (1, 4))]
+                         for n in args.online_seeds]
     res["peak_rss_mib"] = peak_rss_mib()
     res["duration_s"] = time.perf_counter() - t_start
     out = Path(args.out or ("benchmarks/results/tdmpc2_speed_no_online.json" if args.no_online
@@ -451,7 +505,7 @@ def main() -> None:
                          f"{'met' if q['met'] else 'NOT met'})")
             print(line)
     for r in res.get("online", []):
-        print(f"online {r['n_seeds']} seed(s): {r['env_steps_per_s']:.1f} env steps/s")
+        print(online_line(r))
     c0, c1 = res["ceiling_before"], res["ceiling_after"]
     print("matmul ceiling (GFLOP/s, 2048^3, before/after): XLA "
           f"{c0['xla_gflop_per_s']:.0f}/{c1['xla_gflop_per_s']:.0f}, numpy "
