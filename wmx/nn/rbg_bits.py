@@ -18,7 +18,7 @@ jax.random's; docs/performance.md "Rows").
 The interleave (word j of counter i to position 4 i + j) is a move of the word
 axis to the minor end: an array whose minor dimension is 4. A TPU tiles the two
 minor dimensions of every array by (8, 128), so there that array is padded 32x
-and its copies took about 40% of the TD-MPC2 update. `rbg_bernoulli` therefore
+and its copies took about half the TD-MPC2 update's device time. `rbg_bernoulli` therefore
 has a second layout for masks whose last dimension D is a multiple of 4,
 "planar_matmul": counter i = r (D/4) + q holds the entries (r, 4 q + j), so the
 loop runs on counters shaped [rows, D/4], the four words' compares are laid side
