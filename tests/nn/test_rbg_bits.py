@@ -6,15 +6,19 @@ expand it to Philox-4x32-10, which `rbg_bits` computes; the TPU does not, so on 
 jax.random's "rbg" bits differ from wmx's, which stay the CPU's (the pinned digests below,
 taken on the CPU where the jax.random comparison holds). wmx's TD-MPC2 dropout masks are
 therefore the same on every backend; nothing compares them with the TPU's generator.
+`rbg_bernoulli`'s layouts (the TPU's "planar_matmul", the interleave elsewhere) give the same
+masks: the digests hold for both, and the planar path equals the interleave shape by shape.
 """
 import hashlib
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from wmx.nn.rbg_bits import rbg_bernoulli, rbg_bits
+import wmx.nn.rbg_bits as rbg
+from wmx.nn.rbg_bits import LAYOUTS, rbg_bernoulli, rbg_bits
 
 
 KEYS = (
@@ -58,12 +62,15 @@ def test_bits_pinned(shape):
     assert h.hexdigest()[:16] == BITS_SHA256[shape]
 
 
+@pytest.mark.parametrize("layout", ["interleave", "planar_matmul"])
 @pytest.mark.parametrize("p", list(BERNOULLI_SHA256))
-def test_bernoulli_pinned(p):
+def test_bernoulli_pinned(p, layout):
+    """Both layouts, on every backend (300 % 4 == 0: "planar_matmul" takes its own path)."""
+    ks = jnp.stack(_keys())
+    masks = np.asarray(jax.jit(lambda k: rbg_bernoulli(k, p, (4, 300), layout=layout))(ks))
     h = hashlib.sha256()
-    for k in _keys():
-        h.update(np.packbits(np.asarray(jax.jit(
-            lambda k: rbg_bernoulli(k, p, (4, 300)))(k))).tobytes())
+    for mask in masks:
+        h.update(np.packbits(mask).tobytes())
     assert h.hexdigest()[:16] == BERNOULLI_SHA256[p]
 
 
@@ -128,3 +135,56 @@ def test_bad_key_shape_is_refused(p):
         rbg_bits(jnp.zeros((3,), jnp.uint32), (2,))
     with pytest.raises(ValueError, match=r"u32\[\.\.\., 4\]"):
         rbg_bernoulli(jnp.zeros((2, 3), jnp.uint32), p, (2,))
+
+
+INTERLEAVE_WORDS = re.compile(r"u32\[[\d,]*,4\] = transpose")
+"""The interleave in a jaxpr: the words moved to a minor dimension of 4."""
+
+
+def _jaxpr(keys, p, shape, layout):
+    return str(jax.make_jaxpr(lambda k: rbg_bernoulli(k, p, shape, layout=layout))(keys))
+
+
+@pytest.mark.parametrize("lead, shape", [
+    ((), (24, 512)),            # one key, D = 512: one 512-column block
+    ((2, 3), (3, 5, 384)),      # leading key axes, several row axes, D = 384
+    ((2,), (3, 1024)),          # two 512-column blocks
+    ((2,), (2, 1792)),          # 256-column blocks (512 does not divide 1792)
+    ((2,), (3, 516)),           # D > 512 that no block size divides: one block
+    ((3,), (5, 4)),             # D = 4: one counter per row
+    ((2,), (12,)),              # a flat mask
+])
+def test_planar_matmul_equals_interleave(lead, shape):
+    """Bit for bit, without the interleave (no u32[..., 4] in its program)."""
+    keys = jnp.asarray(np.random.default_rng(len(shape) + shape[-1]).integers(
+        0, 2 ** 32, (*lead, 4), dtype=np.uint64).astype(np.uint32))
+    for p in (0.99, 0.5):
+        want = jax.jit(lambda k: rbg_bernoulli(k, p, shape, layout="interleave"))(keys)
+        got = jax.jit(lambda k: rbg_bernoulli(k, p, shape, layout="planar_matmul"))(keys)
+        assert got.shape == (*lead, *shape) and got.dtype == jnp.bool_
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    planar = _jaxpr(keys, 0.99, shape, "planar_matmul")
+    assert not INTERLEAVE_WORDS.search(planar) and "dot_general" in planar
+    assert INTERLEAVE_WORDS.search(_jaxpr(keys, 0.99, shape, "interleave"))
+
+
+@pytest.mark.parametrize("shape", [(3, 6), (7,), (), (0, 8)])
+def test_planar_matmul_falls_back_to_interleave(shape):
+    """A last dimension not a multiple of 4 (or no entries): the interleave's program."""
+    keys = jnp.stack(_keys()[:2])
+    assert (_jaxpr(keys, 0.9, shape, "planar_matmul")
+            == _jaxpr(keys, 0.9, shape, "interleave"))
+
+
+def test_auto_layout_follows_the_backend():
+    """"auto" is "planar_matmul" on a TPU, else the interleave, the program unchanged."""
+    keys = jnp.stack(_keys()[:2])
+    want = "planar_matmul" if jax.default_backend() == "tpu" else "interleave"
+    assert rbg._auto_layout() == want
+    assert _jaxpr(keys, 0.99, (8, 64), "auto") == _jaxpr(keys, 0.99, (8, 64), want)
+
+
+def test_bad_layout_is_refused():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        rbg_bernoulli(jnp.stack(_keys()[:2]), 0.5, (2, 8), layout="planar")
+    assert LAYOUTS == ("auto", "interleave", "planar_matmul")

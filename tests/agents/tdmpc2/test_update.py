@@ -1,9 +1,12 @@
 """TD-MPC2 update: noise seam, state threading, PE clip, EMA, dropout, vmap, errors."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import wmx.nn.rbg_bits as rbg
 from wmx.agents.tdmpc2.config import make_config
 from wmx.agents.tdmpc2.update import (Batch, draw_update_noise, init_train_state, update,
                                       wm_params)
@@ -55,6 +58,20 @@ def test_update_threads_state(one_step):
     for mod in ("encoder", "dynamics", "reward", "qs", "pi"):
         assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(
             jax.tree.leaves(st.params[mod]), jax.tree.leaves(new.params[mod]))), mod
+
+
+def test_update_traced_as_on_a_tpu_is_the_same(one_step, monkeypatch):
+    """The update with the TPU's dropout-mask layout ("planar_matmul", forced on the CPU):
+    no interleave (u32[..., 4]) in its program, the same results. The masks are the same
+    (tests/agents/tdmpc2/test_world_model.py); XLA fuses the changed program's float ops
+    a little differently, so values agree to float rounding (the policy loss ~1e-7)."""
+    st, b, n, new, m = one_step
+    monkeypatch.setattr(rbg, "_auto_layout", lambda: "planar_matmul")
+    fn = lambda s, b, n: update.__wrapped__(s, b, n, CFG)  # noqa: E731  (a new trace)
+    assert not re.search(r"u32\[[\d,]*,4\] = transpose", str(jax.make_jaxpr(fn)(st, b, n)))
+    got_state, got_m = jax.jit(fn)(st, b, n)
+    for x, y in zip(jax.tree.leaves((new, m)), jax.tree.leaves((got_state, got_m))):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-8)
 
 
 def test_pe_clip_includes_stale_policy_gradient(one_step):

@@ -1,9 +1,12 @@
 """TD-MPC2 world model: parameter counts (spec 1.24), init (1.13), forward pieces."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import wmx.nn.rbg_bits as rbg
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.config import TDMPC2Config, make_config
 from wmx.paths import shared_dir
@@ -117,6 +120,24 @@ def test_q_dropout_masks_shared_loop_equals_one_loop_per_member(mlp_dim):
     assert 0.95 < got.mean() < 1.0       # keep probability 1 - 0.01
     with pytest.raises(ValueError, match="at least one Q member"):
         wm.q_dropout_masks(key, [], (7, 3), cfg)
+
+
+def test_q_dropout_masks_in_the_tpu_layout_are_the_same(monkeypatch):
+    """The masks of a program traced as on a TPU ("auto" taken as "planar_matmul", forced
+    here) equal the CPU's, jitted and vmapped over seeds as the trainers draw them, with
+    no interleave (u32[..., 4]) in that program."""
+    cfg = make_config("paper", obs_dim=5, action_dim=2)           # mlp_dim 512, 5 Qs
+    keys = jax.random.split(jax.random.key(5), 3)
+    draw = lambda k: wm.q_dropout_masks(k, [0, 1, 2, 3, 4], (3, 16), cfg)  # noqa: E731
+    interleave = re.compile(r"u32\[[\d,]*,4\] = transpose")
+    want = jax.jit(jax.vmap(draw))(keys)
+    monkeypatch.setattr(rbg, "_auto_layout", lambda: "planar_matmul")
+    got = jax.jit(jax.vmap(lambda k: draw(k)))(keys)              # a new trace
+    assert got.shape == (3, 5, 3, 16, 512)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert not interleave.search(str(jax.make_jaxpr(jax.vmap(draw))(keys)))
+    monkeypatch.setattr(rbg, "_auto_layout", lambda: "interleave")
+    assert interleave.search(str(jax.make_jaxpr(jax.vmap(draw))(keys)))
 
 
 def test_pi_forward_pe_worked_example():

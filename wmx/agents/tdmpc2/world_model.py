@@ -221,7 +221,8 @@ def q_dropout_mask(dropout_key: jax.Array, member: jnp.ndarray | int, shape: tup
     mask entries of one update cost more than the matmuls on CPU. The bits
     are computed by `wmx.nn.rbg_bits.rbg_bernoulli`, identical to
     `jax.random.bernoulli` on that key on the CPU and the GPU at about half its CPU
-    time, and the same bits on a TPU (whose own RngBitGenerator is not Philox).
+    time, and the same bits on a TPU (whose own RngBitGenerator is not Philox; there
+    in `rbg_bernoulli`'s "planar_matmul" layout, the same mask).
     """
     c = cfg.resolved()
     return rbg_bernoulli(_member_seed(dropout_key, member), 1.0 - c.dropout,
