@@ -98,7 +98,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]   # _worker/_machine, and this checkout's wmx
-from _worker import Worker, WorkerError, serve, synthetic_obs, synthetic_windows  # noqa: E402,I001
+from _worker import Worker, serve, synthetic_obs, synthetic_windows  # noqa: E402,I001
 
 OBS_DIM, ACTION_DIM = 24, 6           # walker-walk
 BATCH_SIZE, BATCH_LENGTH = 16, 64     # + replay_context 1 = 65 rows per window

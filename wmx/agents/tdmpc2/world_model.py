@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmx.agents.tdmpc2.config import TDMPC2Config
-from wmx.nn.init import normal_init, zeros_init
+from wmx.nn.init import zeros_init
 from wmx.nn.mlp import normed_mlp_apply, normed_mlp_apply_from, normed_mlp_init
 from wmx.nn.rbg_bits import rbg_bernoulli
 from wmx.nn.simnorm import simnorm
