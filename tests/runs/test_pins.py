@@ -37,10 +37,10 @@ def _online(**kw):
 
 
 def _old(d):
-    """``d`` as the code before compute_dtype (and the later offline_* fields) wrote it: no
-    such key anywhere."""
+    """``d`` as the code before compute_dtype (and the later offline_* and
+    scan_weight_grads fields) wrote it: no such key anywhere."""
     d = copy.deepcopy(d)
-    for k in ("compute_dtype", *OFFLINE_FIELDS):
+    for k in ("compute_dtype", "scan_weight_grads", *OFFLINE_FIELDS):
         del d["resolved_agent_config"][k]
         d["agent_overrides"].pop(k, None)
     return d
@@ -62,7 +62,8 @@ def test_a_run_keeps_its_compute_dtype_on_another_machine(backend):
     assert d_cpu["resolved_agent_config"]["compute_dtype"] == "float32"
     back = OnlineRunConfig.from_json(d_tpu)                     # the TPU run, on a CPU
     assert back.agent_config.compute_dtype == "bfloat16"
-    assert back.agent_overrides == {"compute_dtype": "bfloat16"}
+    # scan_weight_grads "auto" resolved by the machine too (W-D12)
+    assert back.agent_overrides == {"compute_dtype": "bfloat16", "scan_weight_grads": "outside"}
     assert back.to_json()["resolved_agent_config"] == d_tpu["resolved_agent_config"]
     assert OnlineRunConfig.from_json(d_cpu) == cpu              # nothing to restore here
     assert back.config_hash() == h_tpu                          # the same run, the same hash
@@ -195,4 +196,5 @@ def test_config_of_a_saved_run_computes_as_the_run_did(backend, tmp_path):
     assert _from_file(path).agent_config.compute_dtype == "float32"
     path.write_text(json.dumps(_old(_online().to_json())))            # saved before the field
     assert _from_file(path).agent_config.compute_dtype == "float32"
-    assert _from_file(path).agent_overrides == {"compute_dtype": "float32"}
+    assert _from_file(path).agent_overrides == {"compute_dtype": "float32",
+                                                "scan_weight_grads": "inside"}

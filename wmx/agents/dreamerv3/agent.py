@@ -81,12 +81,14 @@ reference logs embodied.Agg means over its log period; reference_design §6.5)."
 EVAL_PROTOCOL = ("actions sampled from the actor as in training (the reference has no "
                  "deterministic eval action; dreamerv3_spec 7.3)")
 PINNED_FIELDS = {"compute_dtype": "float32", "offline_bc_weight": 0.0, "offline_ensemble": 0,
-                 "offline_penalty_weight": 0.0}
+                 "offline_penalty_weight": 0.0, "scan_weight_grads": "inside"}
 """compute_dtype "auto" (the presets but "paper") resolves by the machine's backend
 (`config.auto_compute_dtype`); runs saved before the field existed computed in float32
 (deviation D4). A run keeps the value it resolved (`wmx.runs.pins`). The offline
 terms' fields (W-D10, W-D11) were added later, off: runs saved before them read them
-as 0 and keep their hashes."""
+as 0 and keep their hashes. scan_weight_grads "auto" resolves by the backend too
+(`config.auto_scan_weight_grads`); runs saved before it summed in the loop ("inside",
+W-D12)."""
 
 _WIDTHS = ("units", "deter", "hidden", "classes")
 

@@ -42,6 +42,10 @@ _WIDTHS = ("units", "deter", "hidden", "classes")
 COMPUTE_DTYPES = ("float32", "bfloat16", "auto")
 """Values of `DreamerV3Config.compute_dtype` ("auto": by the backend, `auto_compute_dtype`)."""
 
+SCAN_WEIGHT_GRADS = ("inside", "outside", "auto")
+"""Values of `DreamerV3Config.scan_weight_grads` ("auto": by the backend,
+`auto_scan_weight_grads`)."""
+
 MAX_OFFLINE_ENSEMBLE = 64
 """The most extra reward heads `offline_ensemble` takes (W-D11: MOPO and LOMPO use 5-7;
 each head is a reward head's size, so a larger count is a typo, not a setting)."""
@@ -62,6 +66,21 @@ def auto_compute_dtype(backend: str | None = None) -> str:
     """
     backend = jax.default_backend() if backend is None else backend
     return "float32" if backend == "cpu" else "bfloat16"
+
+
+def auto_scan_weight_grads(backend: str | None = None) -> str:
+    """What scan_weight_grads "auto" resolves to: "outside" on an accelerator (the
+    kernel gradients of the observe scan summed after the loop), "inside" on the CPU
+    (the plain scan; "outside" was slower there, docs/performance.md).
+
+    Args:
+        backend: a jax backend name; None reads `jax.default_backend()`.
+    Returns:
+        "inside" or "outside".
+    Source: docs/performance.md "Where the time goes"; deviation W-D12.
+    """
+    backend = jax.default_backend() if backend is None else backend
+    return "inside" if backend == "cpu" else "outside"
 
 
 @dataclass(frozen=True)
@@ -123,6 +142,18 @@ class DreamerV3Config:
     "auto" (the default) is resolved by `resolved()` to "bfloat16" on an
     accelerator and "float32" on the CPU (`auto_compute_dtype`; deviation D4).
     The "paper" preset sets "bfloat16". Parameters are float32 either way.
+
+    Observe-scan gradients (`scan_weight_grads`, a performance choice): "inside"
+    differentiates the RSSM observe scan as JAX does, adding each step's kernel
+    gradient x_tᵀ g_t (a contraction over one step's B rows) to its sum inside the
+    backward loop, as the reference; "outside" (`scan_grads`) takes each RSSM
+    kernel's gradient as one contraction over all T·B rows after the loop,
+    accumulated in float32. In float32 compute the two differ by float summation
+    order only (the parity tests pass with either); in bfloat16 compute "inside"
+    rounds each step's product to bfloat16 before the float32 sum and "outside"
+    does not (deviation W-D12). "auto" (the default) is resolved by `resolved()` to
+    "outside" on an accelerator and "inside" on the CPU, where "outside" was slower
+    (`auto_scan_weight_grads`; docs/performance.md "Where the time goes").
 
     Raises ValueError naming the offending field on construction.
     """
@@ -212,6 +243,7 @@ class DreamerV3Config:
     offline_penalty_weight: float = 0.0
     # numerics (spec 1.12, D4)
     compute_dtype: str = "auto"
+    scan_weight_grads: str = "auto"
 
     def __post_init__(self) -> None:
         def need(cond: bool, field: str, msg: str) -> None:
@@ -289,27 +321,34 @@ class DreamerV3Config:
                  "ensemble's disagreement: set offline_ensemble >= 2 (e.g. 5)")
         need(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype",
              f"must be one of {', '.join(COMPUTE_DTYPES)} (e.g. --set compute_dtype=float32)")
+        need(self.scan_weight_grads in SCAN_WEIGHT_GRADS, "scan_weight_grads",
+             f"must be one of {', '.join(SCAN_WEIGHT_GRADS)} "
+             "(e.g. --set scan_weight_grads=outside)")
         if self.num_tasks:
             need(not self.discrete_actions, "discrete_actions",
                  "multi-task DreamerV3 needs continuous actions (padded dims are masked)")
 
     # ---- derived values -------------------------------------------------
     def resolved(self) -> "DreamerV3Config":
-        """This config with every `None` width filled from `model_size` and
-        compute_dtype "auto" replaced by `auto_compute_dtype()` (idempotent)."""
+        """This config with every `None` width filled from `model_size`, compute_dtype
+        "auto" replaced by `auto_compute_dtype()` and scan_weight_grads "auto" by
+        `auto_scan_weight_grads()` (idempotent)."""
         if self.is_resolved:
             return self
         table = dict(zip(_WIDTHS, MODEL_SIZES[self.model_size]))
         fill = {f: table[f] for f in _WIDTHS if getattr(self, f) is None}
         if self.compute_dtype == "auto":
             fill["compute_dtype"] = auto_compute_dtype()
+        if self.scan_weight_grads == "auto":
+            fill["scan_weight_grads"] = auto_scan_weight_grads()
         return dataclasses.replace(self, **fill)
 
     @property
     def is_resolved(self) -> bool:
-        """True when no width is `None` and compute_dtype is not "auto"."""
+        """True when no width is `None` and neither compute_dtype nor
+        scan_weight_grads is "auto"."""
         return (all(getattr(self, f) is not None for f in _WIDTHS)
-                and self.compute_dtype != "auto")
+                and self.compute_dtype != "auto" and self.scan_weight_grads != "auto")
 
     @property
     def dtype(self) -> jnp.dtype:

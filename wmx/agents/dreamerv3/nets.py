@@ -132,6 +132,51 @@ def init_mlp(draw: Draw, in_dim: int, units: int, layers: int) -> dict[str, Laye
 
 
 # ---- apply -------------------------------------------------------------------
+class Tap:
+    """A layer's kernel inside a scan whose weight gradient is taken after the loop
+    (`scan_grads`): put in the layer dict in place of the kernel array.
+
+    The layer computes with ``kernel`` as usual, adds ``tap`` (zeros of its product's
+    shape and dtype, one step's slice of a scanned input) to the product, so that
+    the tap's cotangent is the product's, and records its inputs with the einsum that
+    turns stacked inputs and stacked product cotangents into the kernel's gradient
+    rows (several inputs: their rows in order along the kernel's input axis, -2).
+    With ``tap`` None (a shape pass) it only records the product's shape and dtype.
+    A Tap serves one layer call per step: a second call raises ValueError.
+    """
+
+    def __init__(self, kernel: jnp.ndarray, tap: jnp.ndarray | None):
+        self.kernel, self.tap = kernel, tap
+        self.inputs: tuple[jnp.ndarray, ...] = ()
+        self.grads: tuple[str, ...] = ()
+        self.out: jax.ShapeDtypeStruct | None = None
+
+    def __call__(self, y: jnp.ndarray,
+                 parts: tuple[tuple[jnp.ndarray, str], ...]) -> jnp.ndarray:
+        if self.out is not None:
+            raise ValueError("nets.Tap: a tapped kernel was used twice in one step "
+                             "(its gradient would mix the two uses' inputs)")
+        self.out = jax.ShapeDtypeStruct(y.shape, y.dtype)
+        self.inputs = tuple(u for u, _ in parts)
+        self.grads = tuple(eq for _, eq in parts)
+        return y if self.tap is None else y + self.tap
+
+
+_BLOCK_GRAD = "...kri,...kro->kio"   # block-major inputs [g, R, i] and products [g, R, o]
+
+
+def _weight(p: Layer, dtype) -> jnp.ndarray:
+    """The layer's kernel cast to the compute dtype (a `Tap`'s kernel)."""
+    k = p["kernel"]
+    return cast(k.kernel if isinstance(k, Tap) else k, dtype)
+
+
+def _tap(p: Layer, y: jnp.ndarray, *parts: tuple[jnp.ndarray, str]) -> jnp.ndarray:
+    """y, or the `Tap`'s y + tap (recording ``parts``) when the layer's kernel is one."""
+    k = p["kernel"]
+    return k(y, parts) if isinstance(k, Tap) else y
+
+
 def rms_norm(x: jnp.ndarray, scale: jnp.ndarray, eps: float = 1e-4,
              axis: int | tuple[int, ...] = -1) -> jnp.ndarray:
     """RMSNorm over ``axis`` (default the last): x * (rsqrt(mean(x^2) + eps) * scale),
@@ -177,7 +222,7 @@ def linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
 
     Source: dreamerv3_spec 1.1, 1.3, 1.12.
     """
-    return _post(p, x @ cast(p["kernel"], x.dtype), eps)
+    return _post(p, _tap(p, x @ _weight(p, x.dtype), (x, "...i,...o->io")), eps)
 
 
 def to_groups(x: jnp.ndarray, g: int) -> jnp.ndarray:
@@ -203,7 +248,8 @@ def block_linear(p: Layer, x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     dims, which XLA's CPU backend runs ~2x faster than that einsum (kernel first).
     Source: dreamerv3_spec 1.2, 2.4 (2411f7d BlockLinear).
     """
-    y = jax.lax.dot_general(x, cast(p["kernel"], x.dtype), (((2,), (1,)), ((0,), (0,))))
+    y = jax.lax.dot_general(x, _weight(p, x.dtype), (((2,), (1,)), ((0,), (0,))))
+    y = _tap(p, y, (x, _BLOCK_GRAD))
     return _post(p, y, eps, axis=(0, 2))   # RMSNorm over each row's g*o
 
 
@@ -215,18 +261,23 @@ def block_linear_shared(p: Layer, x: jnp.ndarray, shared: jnp.ndarray,
 
     = x[k] @ W[k, :i] + shared @ W[k, i:] (the shared part one dot for all blocks,
     the same FLOPs as repeating `shared` to every block). Below float32 the
-    concatenated input is built and one dot taken (`block_linear`): the
+    concatenated input is built and one dot taken (as `block_linear` of it): the
     reference's single dot rounds its output once, the sum of two bfloat16
-    products would round three times.
+    products would round three times. A `Tap` records x and shared apart (the
+    kernel's rows :i and i:).
     """
+    dims = (((2,), (1,)), ((0,), (0,)))
     if x.dtype != jnp.float32:
         rep = jnp.broadcast_to(shared, (x.shape[0], *shared.shape))
-        return block_linear(p, jnp.concatenate([x, rep], -1), eps)
-    i = x.shape[-1]
-    w = cast(p["kernel"], x.dtype)
-    y = jax.lax.dot_general(x, w[:, :i], (((2,), (1,)), ((0,), (0,))))
-    ys = jax.lax.dot_general(shared, w[:, i:], (((1,), (1,)), ((), ())))   # [R, g, o]
-    return _post(p, y + jnp.swapaxes(ys, 0, 1), eps, axis=(0, 2))
+        y = jax.lax.dot_general(jnp.concatenate([x, rep], -1), _weight(p, x.dtype), dims)
+    else:
+        i = x.shape[-1]
+        w = _weight(p, x.dtype)
+        y = jax.lax.dot_general(x, w[:, :i], dims)
+        ys = jax.lax.dot_general(shared, w[:, i:], (((1,), (1,)), ((), ())))   # [R, g, o]
+        y = y + jnp.swapaxes(ys, 0, 1)
+    y = _tap(p, y, (x, _BLOCK_GRAD), (shared, "...rs,...kro->kso"))
+    return _post(p, y, eps, axis=(0, 2))
 
 
 def mlp(layers: dict[str, Layer], x: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:

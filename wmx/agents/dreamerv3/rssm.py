@@ -39,7 +39,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from wmx.agents.dreamerv3 import nets
+from wmx.agents.dreamerv3 import nets, scan_grads
 from wmx.agents.dreamerv3.categorical import (KLTerms, draw_uniform, entropy, kl_terms,
                                               onehot_sample, unimix_logits)
 from wmx.agents.dreamerv3.config import DreamerV3Config
@@ -276,21 +276,28 @@ def observe(p: Params, cfg: DreamerV3Config, carry: Carry, embed: jnp.ndarray,
     Returns:
       (carry after the last step: (deter, stoch) of step T-1 in cdt, prevact =
        action[:, -1]; Feat with leaves [B, T, ...] in cdt).
+    Gradients: with cfg.scan_weight_grads "outside" the scan is `scan_grads.scan`
+    (each kernel's gradient summed after the loop; the same values up to float
+    summation order in float32, W-D12); "inside" is the plain `lax.scan`.
     Source: dreamerv3_spec 2.7, 2.15 (prevacts = concat(carry.prevact, action[:, :-1])).
     """
-    dt = cfg.dtype
+    c = cfg.resolved()
+    dt = c.dtype
     prevacts = jnp.concatenate([carry.prevact[:, None], action[:, :-1]], 1)
 
-    def step(state, xs):
+    def step(layers, state, xs):
         deter, stoch = state
         e, a, f, idx, tk = xs
-        out = obs_step(p, cfg, Carry(deter, stoch, a), e, f, idx, tk)
+        out = obs_step(layers, c, Carry(deter, stoch, a), e, f, idx, tk)
         return (out.deter, out.stoch), out
 
     xs = tuple(map(_time_major, (embed, prevacts, is_first, post_noise)))
     xs = (*xs, None if task is None else jax.tree.map(_time_major, task))
     init = (nets.cast(carry.deter, dt), nets.cast(carry.stoch, dt))
-    (deter, stoch), feats = jax.lax.scan(step, init, xs)
+    if c.scan_weight_grads == "outside":
+        (deter, stoch), feats = scan_grads.scan(step, p, init, xs)
+    else:
+        (deter, stoch), feats = jax.lax.scan(lambda s, x: step(p, s, x), init, xs)
     return Carry(deter, stoch, action[:, -1]), Feat(*map(_time_major, feats))
 
 
