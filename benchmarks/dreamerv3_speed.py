@@ -116,9 +116,11 @@ training step alone compiles for ~6-7 CPU minutes per size with jax 0.4.28)."""
 # ==== the timed programs ==============================================================
 def wmx_inputs(size: str, obs_dim: int = OBS_DIM, action_dim: int = ACTION_DIM,
                batch_size: int = BATCH_SIZE, batch_length: int = BATCH_LENGTH,
-               n_envs: int = N_ENVS, seed: int = 0, compute_dtype: str = "float32"):
-    """The paper config at ``size`` computing in ``compute_dtype`` and the inputs of its
-    timed programs, on the device: (cfg, batch, obs, is_first).
+               n_envs: int = N_ENVS, seed: int = 0, compute_dtype: str = "float32",
+               scan_weight_grads: str = "auto"):
+    """The paper config at ``size`` computing in ``compute_dtype`` (observe-scan gradients
+    by ``scan_weight_grads``: auto, inside or outside) and the inputs of its timed
+    programs, on the device: (cfg, batch, obs, is_first).
 
     batch: `_worker.synthetic_windows` of ``batch_size`` windows of ``batch_length`` + 1
     rows (the replay-context row with stored latents; ``stoch`` one-hot) in the layout of
@@ -130,7 +132,7 @@ def wmx_inputs(size: str, obs_dim: int = OBS_DIM, action_dim: int = ACTION_DIM,
     from wmx.agents.dreamerv3.config import make_config
     cfg = make_config("paper", model_size=size, obs_dim=obs_dim, action_dim=action_dim,
                       batch_size=batch_size, batch_length=batch_length, n_envs=n_envs,
-                      compute_dtype=compute_dtype)
+                      compute_dtype=compute_dtype, scan_weight_grads=scan_weight_grads)
     data = synthetic_windows(batch_size, batch_length + 1, obs_dim, action_dim, cfg.deter,
                              cfg.stoch, cfg.classes, seed=seed)
     batch = {"obs": data["vector"], "action": data["action"], "reward": data["reward"],

@@ -109,6 +109,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="DreamerV3's compute_dtype (default float32, as dreamerv3_speed.py; "
                         "bfloat16 is the paper preset's). TD-MPC2 computes in float32")
+    p.add_argument("--scan-weight-grads", choices=["auto", "inside", "outside"],
+                   default="auto",
+                   help="DreamerV3's scan_weight_grads: the observe scan's kernel gradients "
+                        "summed in the loop (inside) or after it (outside); default auto, "
+                        "the trainers' choice for the backend")
     p.add_argument("--calls", type=int, default=5, metavar="K",
                    help="calls timed untraced, then K more recorded in the trace (default 5)")
     p.add_argument("--warmup", type=int, default=2, metavar="W",
@@ -161,6 +166,9 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         if args.compute_dtype != "float32":
             p.error(f"--compute-dtype {args.compute_dtype}: TD-MPC2 computes in float32 "
                     "(its config has no compute dtype)")
+        if args.scan_weight_grads != "auto":
+            p.error(f"--scan-weight-grads {args.scan_weight_grads}: a DreamerV3 setting "
+                    "(drop it for --agent tdmpc2)")
         if args.size.isdigit():
             args.size = int(args.size)
     if args.size not in MODEL_SIZES:
@@ -189,7 +197,9 @@ def build_program(args: argparse.Namespace) -> Program:
     if args.agent == "dreamerv3":
         import dreamerv3_speed as dv
         from wmx.agents.dreamerv3 import agent as dv3
-        cfg, batch, obs, first = dv.wmx_inputs(args.size, compute_dtype=args.compute_dtype)
+        cfg, batch, obs, first = dv.wmx_inputs(args.size, compute_dtype=args.compute_dtype,
+                                               scan_weight_grads=args.scan_weight_grads)
+        args.scan_weight_grads = cfg.scan_weight_grads          # resolved for the record
         out = dv.wmx_programs(args.seeds, cfg, batch, obs, first, 0,
                               dv3.compiler_options(cfg), kinds=(args.program,))
         (name,) = out["items"]
@@ -360,7 +370,9 @@ def profile(args: argparse.Namespace) -> dict:
     raw = read_trace(trace_dir)
     rec = {
         "agent": args.agent, "program": args.program, "size": args.size,
-        "seeds": args.seeds, "compute_dtype": args.compute_dtype, "calls": args.calls,
+        "seeds": args.seeds, "compute_dtype": args.compute_dtype,
+        "scan_weight_grads": args.scan_weight_grads if args.agent == "dreamerv3" else None,
+        "calls": args.calls,
         "warmup": args.warmup, "platform": platform, "device_kind": device_kind,
         "jax": jax.__version__, "wmx_commit": _git_commit(),
         "command": " ".join(["profile_step.py", *sys.argv[1:]]),
@@ -404,7 +416,8 @@ def write_record(path: Path, rec: dict, raw: bytes, hlo: str | None,
     return {**rec, "_path": str(path)}
 
 
-_MEASURED = ("agent", "program", "size", "seeds", "compute_dtype", "calls", "warmup",
+_MEASURED = ("agent", "program", "size", "seeds", "compute_dtype", "scan_weight_grads",
+             "calls", "warmup",
              "platform", "device_kind", "jax", "wmx_commit", "command", "compile_s", "gflop",
              "wall_ms_median", "wall_ms", "traced_wall_ms_median", "traced_wall_ms", "files",
              "notes")
