@@ -482,8 +482,10 @@ def main() -> None:
     if ref:
         ref.close()
     if args.online_seeds:
-        res["online"] = [bench_online(n, args.task, args.preset, max(2, calls // 2))
-                         for n in args.online_seeds]
+        res["online"] = []
+        for n in args.online_seeds:            # each printed as it comes (a cut run keeps it)
+            res["online"].append(bench_online(n, args.task, args.preset, max(2, calls // 2)))
+            print(online_line(res["online"][-1]), flush=True)
     res["peak_rss_mib"] = peak_rss_mib()
     res["duration_s"] = time.perf_counter() - t_start
     out = Path(args.out or ("benchmarks/results/tdmpc2_speed_no_online.json" if args.no_online
