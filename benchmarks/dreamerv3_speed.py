@@ -598,7 +598,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
 
     Raises:
       SystemExit: status 2 with a one-line message for a bad value (fewer than 3 rounds,
-        a seed count below 1, an online seed count outside 1 to `_machine.MAX_SEEDS`,
+        a seed count or online seed count outside 1 to `_machine.MAX_SEEDS`,
         ``--online-seeds`` without an online preset to run).
     """
     from _machine import MAX_SEEDS, seed_count
@@ -613,7 +613,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
                         "compute in (default float32, the parity fixtures' and the CPU's; "
                         "bfloat16 is the reference's own setting on accelerators). Given "
                         "explicitly: this process never opens the device to pick one")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="N",
+    p.add_argument("--seeds", type=seed_count, nargs="+", default=[1], metavar="N",
                    help="also time wmx's steps vmapped over N seeds' states, as the trainers "
                         "run seeds (items train_<size>_seeds<N>, policy_<size>_seeds<N>); "
                         "1, the unbatched steps, is always timed")
@@ -663,8 +663,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
         args.online_presets = ["paper", "cpu"]
     if args.rounds < 3:
         p.error(f"--rounds {args.rounds}: the benchmark needs at least 3 rounds")
-    if min(args.seeds) < 1:
-        p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
     if args.online_seeds and not args.online_presets:
         p.error("--online-seeds: no online preset runs (--online-presets names them; "
                 "--quick runs none by default)")

@@ -368,7 +368,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=5, help="calls per block")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 5])
     p.add_argument("--kinds", nargs="+", default=["update", "plan"], choices=("update", "plan"))
-    p.add_argument("--seeds", type=int, nargs="+", default=[1], metavar="N",
+    p.add_argument("--seeds", type=seed_count, nargs="+", default=[1], metavar="N",
                    help="also time each program vmapped over N seeds (each seed its own state, "
                         "batch and draws, as the trainers run seeds; wmx only); 1, the "
                         "unbatched program, is always timed")
@@ -390,8 +390,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="JSON to write (default benchmarks/results/tdmpc2_speed.json; "
                         "tdmpc2_speed_no_online.json with --no-online)")
     args = p.parse_args(argv)
-    if min(args.seeds) < 1:
-        p.error(f"--seeds {' '.join(map(str, args.seeds))}: seed counts are at least 1")
     if args.no_online and args.online_seeds:
         p.error("--online-seeds with --no-online: give one of them")
     if args.no_online:

@@ -124,6 +124,17 @@ def test_online_seeds_refuse_a_bad_count_in_one_line(bad, capsys):
     assert speed.parse_args(["--online-seeds", "64"]).online_seeds == [64]
 
 
+@pytest.mark.parametrize("bad", ["0", "65", "two"])
+def test_seeds_refuse_a_bad_count_in_one_line(bad, capsys):
+    """--seeds (the single programs vmapped) takes the same seed counts as --online-seeds."""
+    msg = "is not a seed count: give an integer from 1 to 64"
+    line = _refused(speed.parse_args, ["--seeds", "2", bad], capsys)
+    assert line.endswith(f"argument --seeds: {bad!r} {msg}"), line
+    line = _refused(dv.parse_args, ["--seeds", bad], capsys)
+    assert line.endswith(f"argument --seeds: {bad!r} {msg}"), line
+    assert speed.parse_args(["--seeds", "5", "2"]).seeds == [5, 2]
+
+
 def test_online_seeds_refused_where_no_online_run_would_use_them(capsys):
     line = _refused(speed.parse_args, ["--no-online", "--online-seeds", "2"], capsys)
     assert "--online-seeds with --no-online" in line
