@@ -14,9 +14,13 @@ from pathlib import Path
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import Campaign, load_record, read_state
 
-SPS = 166.0
+SPS = 210.0
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
-after the seed phase (docs' TPU measurement on reacher-easy)."""
+after the seed phase (walker-walk, wmx 5c239e8: `benchmarks/results/tdmpc2_online_speed_tpu.json`;
+166 on reacher-easy before the Q-dropout masks' planar layout)."""
+COMPILE_S = 150.0
+"""Seconds of a run's first call spent compiling: the first three rounds of the same
+measurement, nearly all compilation, took 149 s."""
 GZIP_RATIO = 0.91
 """Bundle bytes per byte of `bundle_mib`'s row count: measured on 100 real walker-walk
 episodes (obs 24, action 6; T = 500, action repeat 2) of a train_online run stored as one

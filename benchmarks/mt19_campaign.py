@@ -57,7 +57,7 @@ sys.path[:0] = [str(HERE), str(HERE / "learning")]
 import _mt19_bundle as bundle_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
-from _mt19_plan import SPS, cmd_plan  # noqa: E402
+from _mt19_plan import COMPILE_S, SPS, cmd_plan  # noqa: E402
 from _mt19_tasks import (DEFAULT_TARGET, TARGETS, Campaign,  # noqa: E402,F401
                          add_campaign_args, campaign_of, load_record, read_state)
 
@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--sps", type=float, default=SPS,
                        help="env steps per second per seed while training (the model of "
                             "plan and of next's --device-left-s)")
-        q.add_argument("--compile-s", type=float, default=90.0,
+        q.add_argument("--compile-s", type=float, default=COMPILE_S,
                        help="seconds of compilation in a run's first call")
         q.add_argument("--cached-compile-s", type=float, default=90.0,
                        help="seconds of compilation in a run's later calls (less once the "

@@ -238,6 +238,12 @@ def test_next_starts_nothing_that_does_not_fit_the_device_time_left(tmp_path, ca
 def test_plan(tmp_path, capsys):
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
+    walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
+    assert walker.split()[1:5] == ["100,000", "7.9", "2", "14.0"]       # 100k / 210 per s
+    assert "DOES NOT FIT" not in out and "in 19 session(s)" in out      # 150 s per compile
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
+                      "--sps", "166", "--compile-s", "90"]) == 0
+    out = capsys.readouterr().out
     rows = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in
             camp.campaign_of(camp.build_parser().parse_args(["plan"])).tasks]
     assert len(rows) == 19
@@ -245,6 +251,7 @@ def test_plan(tmp_path, capsys):
     assert walker.split()[1:5] == ["100,000", "10.0", "2", "15.1"]      # 100k / 166 per s
     assert "DOES NOT FIT ONE SESSION" in out                 # 200k at 90 s per compile
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
+                      "--sps", "166", "--compile-s", "90",
                       "--cached-compile-s", "20", "--budget-s", "570", "--reserve-s", "30"]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" not in out and "in 12 session(s)" in out
