@@ -114,25 +114,16 @@ def test_tdmpc2_online_seeds_parse_with_todays_defaults():
     assert args.preset == "paper" and args.online_seeds == [1, 2, 5]
 
 
+@pytest.mark.parametrize("flag", ["--online-seeds", "--seeds"])
 @pytest.mark.parametrize("bad", ["0", "-1", "65", "two", "1.5"])
-def test_online_seeds_refuse_a_bad_count_in_one_line(bad, capsys):
+def test_seed_counts_refuse_a_bad_count_in_one_line(flag, bad, capsys):
+    """--online-seeds and --seeds (the single programs vmapped) take the same seed counts."""
     msg = "is not a seed count: give an integer from 1 to 64"
-    line = _refused(speed.parse_args, ["--online-seeds", "1", bad], capsys)
-    assert line.endswith(f"argument --online-seeds: {bad!r} {msg}"), line
-    line = _refused(dv.parse_args, ["--online-seeds", bad], capsys)
-    assert line.endswith(f"argument --online-seeds: {bad!r} {msg}"), line
-    assert speed.parse_args(["--online-seeds", "64"]).online_seeds == [64]
-
-
-@pytest.mark.parametrize("bad", ["0", "65", "two"])
-def test_seeds_refuse_a_bad_count_in_one_line(bad, capsys):
-    """--seeds (the single programs vmapped) takes the same seed counts as --online-seeds."""
-    msg = "is not a seed count: give an integer from 1 to 64"
-    line = _refused(speed.parse_args, ["--seeds", "2", bad], capsys)
-    assert line.endswith(f"argument --seeds: {bad!r} {msg}"), line
-    line = _refused(dv.parse_args, ["--seeds", bad], capsys)
-    assert line.endswith(f"argument --seeds: {bad!r} {msg}"), line
-    assert speed.parse_args(["--seeds", "5", "2"]).seeds == [5, 2]
+    line = _refused(speed.parse_args, [flag, "1", bad], capsys)
+    assert line.endswith(f"argument {flag}: {bad!r} {msg}"), line
+    line = _refused(dv.parse_args, [flag, bad], capsys)
+    assert line.endswith(f"argument {flag}: {bad!r} {msg}"), line
+    assert getattr(speed.parse_args([flag, "64"]), flag[2:].replace("-", "_")) == [64]
 
 
 def test_online_seeds_refused_where_no_online_run_would_use_them(capsys):
