@@ -103,6 +103,7 @@ from _worker import Worker, serve, synthetic_obs, synthetic_windows  # noqa: E40
 OBS_DIM, ACTION_DIM = 24, 6           # walker-walk
 BATCH_SIZE, BATCH_LENGTH = 16, 64     # + replay_context 1 = 65 rows per window
 N_ENVS = 16
+ONLINE_TICKS = 4         # ticks per timed online chunk (--online-ticks)
 ANCHOR_MS = {"1m": 780.0, "12m": 5300.0}
 """Official DreamerV3 (JAX) float32 training step on an idle 2-core CPU of this
 kind, per issue 13 (ms); the in-run measurement supersedes it."""
@@ -236,6 +237,35 @@ def wmx_programs(n: int, cfg, batch: dict, obs_v, first, seed: int,
     return out
 
 
+def online_program(task: str, preset: str, n_envs: int = N_ENVS, ticks: int = ONLINE_TICKS,
+                   seed: int = 0, compute_dtype: str = "float32", n_seeds: int = 1,
+                   episode_length: int | None = None, chunks: int = 0,
+                   scan_weight_grads: str = "auto"):
+    """The online program the ``online`` record times, run past its first update
+    (`_online.start_online`).
+
+    The run: ``OnlineRunConfig(task, agent="dreamerv3", seeds, preset, n_envs)`` with the
+    agent overrides ``compute_dtype`` and ``scan_weight_grads``, at the task's own episode
+    length (``episode_length`` overrides it), seeds ``seed`` .. ``seed + n_seeds - 1``
+    vmapped in one program (as ``train_online --seeds`` runs them), sized for at least
+    one round (``chunks``: the calls to come); chunks of ``ticks`` ticks (the trainer's
+    chunk is one round of T + 1 ticks; the tick program is the same). Warm-up: chunks
+    (the first compiles) until one has run updates, then one more.
+
+    Returns:
+      `_online.OnlineChunk`: calling it runs the next chunk on the carries the last left.
+
+    Raises:
+      ValueError: an unknown task or preset, a seed outside [0, 2**32), or an episode
+        length under 4 (`OnlineRunConfig`).
+    """
+    from _online import start_online
+    over = {"compute_dtype": compute_dtype, "scan_weight_grads": scan_weight_grads}
+    return start_online(task, "dreamerv3", preset, n_seeds=n_seeds, seed=seed, n_envs=n_envs,
+                        ticks=ticks, episode_length=episode_length, agent_overrides=over,
+                        chunks=chunks)
+
+
 # ==== worker: wmx ====================================================================
 class WmxWorker:
     """wmx's DreamerV3 at one size: jitted update and policy (handlers of `_worker.serve`),
@@ -302,16 +332,10 @@ class WmxWorker:
 
     def setup_online(self, task: str, preset: str, n_envs: int, ticks: int, seed: int = 0,
                      compute_dtype: str = "float32", n_seeds: int = 1) -> dict:
-        """Build the online program of a real run and run it past its first update,
-        replacing the program an earlier call built (its state is dropped first, so the
-        device holds one program's state at a time).
-
-        The run: ``OnlineRunConfig(task, agent="dreamerv3", seeds, preset, n_envs)`` with
-        the agent override ``compute_dtype``, at the task's own episode length, seeds
-        ``seed`` .. ``seed + n_seeds - 1`` vmapped in one program (as ``train_online
-        --seeds`` runs them); chunks of ``ticks`` ticks (the trainer's chunk is one round
-        of T + 1 ticks; the tick program is the same). Runs chunks (the first compiles)
-        until one has run updates, then one more (warm-up).
+        """Build the online program of a real run and run it past its first update
+        (`online_program`), replacing the program an earlier call built (its state is
+        dropped first, so the device holds one program's state at a time); the item
+        "online" runs its next chunk.
 
         Returns:
           {"compile_s", "warmup_chunks", "updates_per_chunk" (training steps per chunk,
@@ -324,54 +348,18 @@ class WmxWorker:
           ValueError: an unknown task or preset, or a seed outside [0, 2**32)
             (`OnlineRunConfig`).
         """
-        import jax
-        import numpy as np
         from _machine import device_memory
-        from wmx.agents.dreamerv3 import schedule as sched_lib
-        from wmx.envs.playground import cached_env
-        from wmx.runs.online_config import OnlineRunConfig
-        from wmx.train_online import program
-        self.items, self.carries, self.chunk = {}, None, None   # the earlier program's state
-        over = {"compute_dtype": compute_dtype}
-        seeds = tuple(range(seed, seed + n_seeds))
-        probe = OnlineRunConfig(task=task, agent="dreamerv3", seeds=seeds, n_envs=n_envs,
-                                preset=preset, agent_overrides=over)
-        T, repeat = probe.task_spec.T, probe.task_spec.action_repeat
-        rc = OnlineRunConfig(task=task, agent="dreamerv3", seeds=seeds, n_envs=n_envs,
-                             preset=preset, env_steps=T * n_envs * repeat, agent_overrides=over)
-        cfg = rc.agent_config
-        env = cached_env(rc.task, rc.episode_length)
-        sched = sched_lib.make_schedule(n_envs, batch_size=cfg.batch_size,
-                                        batch_length=cfg.batch_length,
-                                        replay_context=cfg.replay_context,
-                                        train_ratio=cfg.train_ratio)
-        first = sched_lib.first_update_tick(sched)
-        self.carries = program.init_carries(rc, env)
-        self.chunk = program.make_chunk_fn(rc, env)
-        self.ticks, self.next_tick = ticks, 0
-
-        def run_chunk():
-            t0 = self.next_tick
-            self.carries, rows = self.chunk(self.carries, np.arange(t0, t0 + ticks,
-                                                                    dtype=np.int32))
-            jax.block_until_ready((self.carries.n_updates, rows))
-            self.next_tick += ticks
-
-        t = time.perf_counter()
-        run_chunk()
-        compile_s = time.perf_counter() - t
-        warm = 1
-        while self.next_tick <= first + ticks:   # past the first update, plus one full chunk
-            run_chunk()
-            warm += 1
-        updates = (sched_lib.total_updates(self.next_tick + ticks - 1, sched)
-                   - sched_lib.total_updates(self.next_tick - 1, sched))
-        self.items = {"online": run_chunk}
-        return {"compile_s": compile_s, "warmup_chunks": warm, "updates_per_chunk": updates,
-                "env_steps_per_chunk": ticks * n_envs * repeat, "episode_length": T,
-                "action_repeat": repeat, "first_update_tick": first,
-                "model_size": cfg.model_size, "train_ratio": cfg.train_ratio,
-                "compute_dtype": cfg.compute_dtype, "n_seeds": n_seeds, "seeds": list(seeds),
+        self.items = {}                       # the earlier program's state
+        run = online_program(task, preset, n_envs, ticks, seed, compute_dtype, n_seeds)
+        self.items = {"online": run}
+        cfg = run.rc.agent_config
+        return {"compile_s": run.compile_s, "warmup_chunks": run.warmup_chunks,
+                "updates_per_chunk": run.updates_next_call(),
+                "env_steps_per_chunk": run.env_steps_per_call // n_seeds,
+                "episode_length": run.rc.task_spec.T, "action_repeat": run.env.action_repeat,
+                "first_update_tick": run.first_update_tick, "model_size": cfg.model_size,
+                "train_ratio": cfg.train_ratio, "compute_dtype": cfg.compute_dtype,
+                "n_seeds": n_seeds, "seeds": list(run.rc.seeds),
                 "device_memory": device_memory()}
 
     def stats(self) -> dict:
@@ -628,7 +616,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser,
                    help="time each online preset with N seeds vmapped in one program, for each "
                         f"N given (1 to {MAX_SEEDS}; default 1), one seed count after another "
                         "in the preset's one worker")
-    p.add_argument("--online-ticks", type=int, default=4,
+    p.add_argument("--online-ticks", type=int, default=ONLINE_TICKS,
                    help="ticks per timed online chunk (16 envs each; 8 updates per tick)")
     p.add_argument("--online-rounds", type=int, default=3)
     p.add_argument("--load-threshold", type=float, default=0.25,

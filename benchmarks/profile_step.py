@@ -8,6 +8,26 @@ policy step (``policy``: 16 envs), from `dreamerv3_speed.wmx_inputs` and
 decision (``plan``), from `tdmpc2_speed.wmx_update` and `tdmpc2_speed.wmx_plan`. With
 ``--seeds N`` the program is vmapped over N seeds, as the trainers run seeds.
 
+``online`` (both agents) is one chunk of wmx's jitted ``train_online`` loop after the seed
+phase, built and warmed up by the online throughput benchmarks' code
+(`tdmpc2_speed.online_program`, `dreamerv3_speed.online_program`, `_online.start_online`):
+a real run at ``--task`` (default walker-walk) and ``--preset`` (default paper) with
+``--seeds`` seeds vmapped in the chunk. TD-MPC2: one call is one round of T + 1 ticks
+(planning, an env step and one update per tick; T = ``--episode-length``, default 100, and
+T seed steps, as tdmpc2_speed.py's online runs); DreamerV3: one call is
+`dreamerv3_speed.ONLINE_TICKS` (4) ticks of the preset's envs (16 at paper and cpu;
+8 updates per tick at paper), after the first update, at the task's episode length unless
+``--episode-length`` says, computing in ``--compute-dtype``. Each call runs the next chunk
+on the carries the last one left (the chunk donates them; the run is sized for the calls
+made). The preset sets the model: the record's ``size`` is the preset's, and ``--size``, if
+given, must be that one (a preset with widths of its own, such as tiny, has none).
+``--task``, ``--preset`` and ``--episode-length`` belong to ``online`` only. Per-call
+figures are per chunk; the record adds ``task``, ``preset``, ``episode_length``,
+``n_envs``, ``ticks_per_call``, ``env_steps_per_call`` (simulator steps, all envs and
+seeds), ``updates_per_call`` and ``warmup_chunks`` (`ONLINE_FIELDS`; None for the other
+programs), and ``gflop`` is None (the chunk's updates run in a loop whose trip count the
+schedule sets per tick: the jaxpr count cannot multiply it), so are the TFLOP/s figures.
+
 Method: build and compile the program, call it ``--warmup`` times, time ``--calls`` calls
 (wall, untraced), then record ``--calls`` more under ``jax.profiler.trace`` (the Python
 tracer off) and read the trace back with ``jax.profiler.ProfileData``: no TensorBoard or
@@ -33,7 +53,8 @@ Writes into ``--out`` (created; nothing else is written outside it):
   matmul FLOPs per call, 2·M·N·K per dot, `_machine.program_flops`), ``tflop_s`` (gflop /
   busy time) and ``matmul_tflop_s`` (gflop / time in matmul ops); ``peak`` (the chip's
   bfloat16 peak where the device kind is known, `PEAK_TFLOPS`, or ``--peak-tflops`` gives
-  it; else null); and ``verdict``, one paragraph: where the time goes and what bounds it;
+  it; else null); and ``verdict``, one paragraph: where the time goes and what bounds it
+  (for ``online`` also per tick, and the env steps/s of the untraced calls);
 - ``profile_<agent>_<program>_<platform>.xplane.pb.gz``: the trace itself, gzipped (open
   it with xprof or TensorBoard's profile plugin after gunzip, or
   ``jax.profiler.ProfileData.from_serialized_xspace``); left out, with a note in the JSON,
@@ -52,11 +73,17 @@ run leaves no half-written file.
         --seeds 5 --compute-dtype bfloat16 --calls 5 --out DIR
     python benchmarks/profile_step.py --agent tdmpc2 --program update --size 5 \\
         --seeds 5 --calls 5 --out DIR
+    python benchmarks/profile_step.py --agent tdmpc2 --program online --size 5 \\
+        --seeds 5 --task walker-walk --preset paper --calls 3 --out DIR
+    python benchmarks/profile_step.py --agent dreamerv3 --program online --size 12m \\
+        --seeds 5 --task walker-walk --preset paper --compute-dtype bfloat16 --calls 3 \\
+        --out DIR
     python benchmarks/profile_step.py --reanalyse DIR/profile_tdmpc2_update_tpu.json
 
 The defaults (DreamerV3 1m training step, 1 seed, 5 calls) run in about a minute on a
-2-core CPU, most of it compilation. docs/performance.md ("On accelerators") has the TPU
-commands.
+2-core CPU, most of it compilation; an online chunk compiles for minutes there even at the
+tiny preset (``--task probe-action --preset tiny --episode-length 4`` is the smallest).
+docs/performance.md ("On accelerators") has the TPU commands.
 """
 from __future__ import annotations
 
@@ -68,7 +95,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -77,7 +104,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]   # _machine and the speed benchmar
 
 from _profile_analysis import analyse  # noqa: E402
 
-PROGRAMS = {"dreamerv3": ("train", "policy"), "tdmpc2": ("update", "plan")}
+PROGRAMS = {"dreamerv3": ("train", "policy", "online"), "tdmpc2": ("update", "plan", "online")}
+ONLINE_DEFAULTS = {"task": "walker-walk", "preset": "paper"}
+"""``--task`` and ``--preset`` of ``--program online`` when not given."""
 PEAK_TFLOPS = {"TPU v5 lite": 197.0}
 """Dense bfloat16 peak (TFLOP/s) by ``device_kind``: TPU v5e (the figure docs/performance.md
 judges the TPU goals by). Other kinds: ``--peak-tflops``."""
@@ -99,10 +128,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        + "\nThe script's docstring has the details.")
     p.add_argument("--agent", choices=sorted(PROGRAMS), default="dreamerv3")
     p.add_argument("--program", default=None,
-                   help="dreamerv3: train (default) or policy; tdmpc2: update (default) or plan")
+                   help="dreamerv3: train (default), policy or online; tdmpc2: update "
+                        "(default), plan or online (one chunk of the online training loop)")
     p.add_argument("--size", default=None,
                    help="model size: dreamerv3 1m (default), 12m (the paper's), ...; "
-                        "tdmpc2 1 (default), 5 (the paper's), ...")
+                        "tdmpc2 1 (default), 5 (the paper's), ...; online: the preset's size "
+                        "(given, it must be that one)")
+    p.add_argument("--task", default=None,
+                   help="online only: the Playground task (default walker-walk)")
+    p.add_argument("--preset", default=None,
+                   help="online only: the agent's preset (default paper), which sets the model")
+    p.add_argument("--episode-length", type=int, default=None, metavar="T",
+                   help="online only: T in agent steps (default: TD-MPC2 100, as "
+                        "tdmpc2_speed.py's online runs; DreamerV3 the task's own)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="seeds vmapped in one call, as the trainers run them (default 1: the "
                         "unbatched program)")
@@ -118,7 +156,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="calls timed untraced, then K more recorded in the trace (default 5)")
     p.add_argument("--warmup", type=int, default=2, metavar="W",
                    help="untimed calls after compilation (default 2; the first call of a "
-                        "TD-MPC2 program compiles it)")
+                        "TD-MPC2 program compiles it; online: W calls after the "
+                        "benchmark's own warm-up chunks)")
     p.add_argument("--top", type=int, default=25, metavar="N",
                    help="ops listed in top_ops (default 25)")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
@@ -156,45 +195,102 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     programs = PROGRAMS[args.agent]
     args.program = args.program or programs[0]
     if args.program not in programs:
-        p.error(f"--program {args.program}: {args.agent} has {' and '.join(programs)}")
+        p.error(f"--program {args.program}: {args.agent} has {', '.join(programs[:-1])} and "
+                f"{programs[-1]}")
+    online = args.program == "online"
+    for name in ("task", "preset", "episode_length"):
+        if getattr(args, name) is not None and not online:
+            flag = "--" + name.replace("_", "-")
+            p.error(f"{flag} {getattr(args, name)}: only for --program online (add "
+                    f"--program online, or drop {flag})")
     if args.agent == "dreamerv3":
-        from wmx.agents.dreamerv3.config import MODEL_SIZES
-        args.size = args.size or "1m"
+        from wmx.agents.dreamerv3.config import MODEL_SIZES, PRESETS
+        default_size = "1m"
     else:
-        from wmx.agents.tdmpc2.config import MODEL_SIZES
-        args.size = args.size or "1"
+        from wmx.agents.tdmpc2.config import MODEL_SIZES, PRESETS
+        default_size = "1"
         if args.compute_dtype != "float32":
             p.error(f"--compute-dtype {args.compute_dtype}: TD-MPC2 computes in float32 "
                     "(its config has no compute dtype)")
         if args.scan_weight_grads != "auto":
             p.error(f"--scan-weight-grads {args.scan_weight_grads}: a DreamerV3 setting "
                     "(drop it for --agent tdmpc2)")
-        if args.size.isdigit():
+        if args.size is not None and args.size.isdigit():
             args.size = int(args.size)
-    if args.size not in MODEL_SIZES:
+    if args.size is not None and args.size not in MODEL_SIZES:
         p.error(f"--size {args.size}: {args.agent} sizes are "
                 f"{', '.join(map(str, MODEL_SIZES))}")
+    if online:
+        _check_online(p, args, PRESETS)
+    else:
+        args.size = args.size or default_size
+        if args.agent == "tdmpc2":
+            args.size = int(args.size)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         p.error(f"--out {args.out}: exists and is not a folder")
+
+
+def _check_online(p: argparse.ArgumentParser, args: argparse.Namespace,
+                  presets: dict) -> None:
+    """``--program online``: fill ``--task`` and ``--preset`` (`ONLINE_DEFAULTS`) and set
+    ``args.size`` to the preset's model size (None for a preset of its own widths); refuse
+    (``p.error``: exit 2) an unknown task or preset, an episode length under 4, or a
+    ``--size`` other than the preset's: the preset sets the model."""
+    from wmx.envs.registry import get_task
+    args.task = args.task or ONLINE_DEFAULTS["task"]
+    args.preset = args.preset or ONLINE_DEFAULTS["preset"]
+    if args.preset not in presets:
+        p.error(f"--preset {args.preset}: {args.agent} presets are {', '.join(presets)}")
+    try:
+        get_task(args.task)
+    except ValueError as e:
+        p.error(f"--task {args.task}: {str(e).split(';')[0]} (wmx.envs.registry lists the "
+                "tasks)")
+    if args.episode_length is not None and args.episode_length < 4:
+        p.error(f"--episode-length {args.episode_length}: must be at least 4")
+    size = presets[args.preset].get("model_size")
+    if args.size is not None and args.size != size:
+        p.error(f"--size {args.size}: --preset {args.preset} runs size {size} (drop --size, "
+                "or pick the preset of that size)" if size is not None else
+                f"--size {args.size}: --preset {args.preset} has widths of its own, no "
+                "named size (drop --size)")
+    args.size = size
 
 
 # ---- the program --------------------------------------------------------------------
 @dataclass
 class Program:
     """One compiled program: ``call()`` runs it once and blocks until its results are
-    ready; ``gflop``: its matmul FLOPs per call / 1e9; ``hlo``: its optimized HLO text (None
-    if the backend gives none); ``compile_s``: compilation (and, for TD-MPC2, the first
-    call's) seconds."""
+    ready; ``gflop``: its matmul FLOPs per call / 1e9 (None: not counted, see
+    ``notes``); ``hlo``: its optimized HLO text (None if the backend gives none);
+    ``compile_s``: compilation (and, for TD-MPC2 and the online chunk, the first call's)
+    seconds; ``facts``: fields the record adds (`ONLINE_FIELDS` for ``online``);
+    ``notes``: lines for the record's notes."""
     call: Callable[[], None]
-    gflop: float
+    gflop: float | None
     hlo: str | None
     compile_s: float
+    facts: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+
+ONLINE_FIELDS = ("task", "preset", "episode_length", "n_envs", "ticks_per_call",
+                 "env_steps_per_call", "updates_per_call", "warmup_chunks")
+"""The record's fields of the online chunk (None for the other programs): the run's task,
+preset, T (agent steps) and envs per seed; per call its ticks, its simulator steps (all
+envs and seeds), its training steps (the median over the timed and traced calls, each
+step updating every seed); the benchmark's warm-up chunks before the profile's own
+``--warmup`` calls."""
 
 
 def build_program(args: argparse.Namespace) -> Program:
-    """The benchmarked program of ``args``, compiled and warmed up (``args.warmup`` calls)."""
-    if args.agent == "dreamerv3":
+    """The benchmarked program of ``args``, compiled and warmed up (``args.warmup`` calls;
+    for ``online`` after the benchmark's own warm-up chunks)."""
+    if args.program == "online":
+        prog = build_online(args)
+        warmup = args.warmup
+    elif args.agent == "dreamerv3":
         import dreamerv3_speed as dv
         from wmx.agents.dreamerv3 import agent as dv3
         cfg, batch, obs, first = dv.wmx_inputs(args.size, compute_dtype=args.compute_dtype,
@@ -218,6 +314,44 @@ def build_program(args: argparse.Namespace) -> Program:
     for _ in range(warmup):
         prog.call()
     return prog
+
+
+def build_online(args: argparse.Namespace) -> Program:
+    """The online chunk of ``args`` (``--program online``), built and warmed up by the speed
+    benchmark's code: TD-MPC2's `tdmpc2_speed.online_program` (one call: one round of
+    T + 1 ticks, T = ``--episode-length`` or 100, ``seed_steps`` T, one env per seed),
+    DreamerV3's `dreamerv3_speed.online_program` (one call: `dreamerv3_speed.ONLINE_TICKS`
+    ticks of the preset's envs per seed, computing in ``--compute-dtype``). Each call runs
+    the next chunk on the carries the last one left. The run is sized for the calls the
+    profile makes. ``gflop`` is None: the chunk's updates run in a loop whose trip count
+    the schedule sets per tick, which the jaxpr count (a while loop's body once) cannot
+    multiply."""
+    chunks = args.warmup + 2 * args.calls
+    if args.agent == "tdmpc2":
+        import tdmpc2_speed as ts
+        T = args.episode_length or ts.ONLINE_EPISODE_LENGTH
+        run = ts.online_program(args.seeds, args.task, args.preset, chunks, episode_length=T)
+    else:
+        import dreamerv3_speed as dv
+        from wmx.agents.dreamerv3.config import PRESETS
+        run = dv.online_program(args.task, args.preset,
+                                n_envs=PRESETS[args.preset].get("n_envs", dv.N_ENVS),
+                                n_seeds=args.seeds, compute_dtype=args.compute_dtype,
+                                scan_weight_grads=args.scan_weight_grads,
+                                episode_length=args.episode_length, chunks=chunks)
+        args.scan_weight_grads = run.rc.agent_config.scan_weight_grads   # resolved
+    first = run.next_tick + args.warmup * run.ticks        # the first timed call's tick
+    updates = [sum(int(run.schedule.n_updates(t)) for t in range(t0, t0 + run.ticks))
+               for t0 in range(first, first + 2 * args.calls * run.ticks, run.ticks)]
+    facts = {"task": args.task, "preset": args.preset, "episode_length": run.rc.task_spec.T,
+             "n_envs": run.rc.n_envs, "ticks_per_call": run.ticks,
+             "env_steps_per_call": run.env_steps_per_call,
+             "updates_per_call": statistics.median(updates),
+             "warmup_chunks": run.warmup_chunks}
+    note = ("gflop: not counted for the online chunk (its updates run in a loop of a "
+            "per-tick trip count; the jaxpr count takes a loop body once); the train/update "
+            "and policy/plan profiles give the rates")
+    return Program(run, None, _hlo_text(run.lower().compile()), run.compile_s, facts, [note])
 
 
 def _hlo_text(compiled) -> str | None:
@@ -269,6 +403,12 @@ def verdict(rec: dict) -> str:
                     f"{peak['what']})"
         text += f"; the whole call at {rec['tflop_s']:.2f} TFLOP/s of busy time."
     idle = rec.get("idle_share_of_wall")
+    ticks = rec.get("ticks_per_call")
+    if ticks:
+        text += (f" A call is {ticks} ticks of the online loop: "
+                 f"{rec['wall_ms_median'] / ticks:.3g} ms wall and {rec['busy_ms_per_call'] / ticks:.3g} ms busy per tick, "
+                 f"{rec['env_steps_per_call'] / rec['wall_ms_median'] * 1e3:.0f} env steps/s "
+                 "(all seeds).")
     text += f" Ops busy {rec['busy_ms_per_call']:.3g} ms of the {rec['wall_ms_median']:.3g} " \
             f"ms wall time per call" + (f" (the device idle {idle:.0%})." if idle is not None
                                         else ".")
@@ -332,16 +472,17 @@ def read_trace(trace_dir: Path) -> bytes:
     return files[-1].read_bytes()
 
 
-def add_rates(rec: dict, gflop: float, peak: dict | None) -> dict:
+def add_rates(rec: dict, gflop: float | None, peak: dict | None) -> dict:
     """Add to ``rec`` (`analyse`'s fields and "wall_ms_median") the program's ``gflop`` per
-    call, the rates (TFLOP/s of busy time, of matmul time), the busy and idle shares of the
+    call, the rates (TFLOP/s of busy time, of matmul time; None when ``gflop`` is None),
+    the busy and idle shares of the
     wall time (idle: only with a device plane; on the CPU the ops and the dispatch share
     the cores), ``peak`` and the verdict. Returns ``rec``."""
     busy_s = rec["busy_ms_per_call"] / 1e3
     mm_s = rec["categories"]["matmul/convolution"]["ms_per_call"] / 1e3
     rec["gflop"] = gflop
-    rec["tflop_s"] = gflop / 1e3 / busy_s if busy_s else None
-    rec["matmul_tflop_s"] = gflop / 1e3 / mm_s if mm_s else None
+    rec["tflop_s"] = gflop / 1e3 / busy_s if busy_s and gflop is not None else None
+    rec["matmul_tflop_s"] = gflop / 1e3 / mm_s if mm_s and gflop is not None else None
     rec["busy_share_of_wall"] = rec["busy_ms_per_call"] / rec["wall_ms_median"]
     rec["idle_share_of_wall"] = (max(0.0, 1 - rec["busy_share_of_wall"])
                                  if rec["trace"]["device_plane"] else None)
@@ -370,6 +511,7 @@ def profile(args: argparse.Namespace) -> dict:
     raw = read_trace(trace_dir)
     rec = {
         "agent": args.agent, "program": args.program, "size": args.size,
+        **{k: prog.facts.get(k) for k in ONLINE_FIELDS},
         "seeds": args.seeds, "compute_dtype": args.compute_dtype,
         "scan_weight_grads": args.scan_weight_grads if args.agent == "dreamerv3" else None,
         "calls": args.calls,
@@ -379,7 +521,7 @@ def profile(args: argparse.Namespace) -> dict:
         "compile_s": prog.compile_s, "gflop": prog.gflop,
         "wall_ms_median": statistics.median(wall), "wall_ms": wall,
         "traced_wall_ms_median": statistics.median(traced), "traced_wall_ms": traced,
-        "files": {}, "notes": []}
+        "files": {}, "notes": list(prog.notes)}
     # the trace and the HLO first: a failed analysis can be redone from them (--reanalyse)
     for kind, suffix, blob in (("trace", "xplane.pb.gz", raw),
                                ("hlo", "hlo.txt.gz", (prog.hlo or "").encode())):
@@ -416,8 +558,8 @@ def write_record(path: Path, rec: dict, raw: bytes, hlo: str | None,
     return {**rec, "_path": str(path)}
 
 
-_MEASURED = ("agent", "program", "size", "seeds", "compute_dtype", "scan_weight_grads",
-             "calls", "warmup",
+_MEASURED = ("agent", "program", "size", *ONLINE_FIELDS, "seeds", "compute_dtype",
+             "scan_weight_grads", "calls", "warmup",
              "platform", "device_kind", "jax", "wmx_commit", "command", "compile_s", "gflop",
              "wall_ms_median", "wall_ms", "traced_wall_ms_median", "traced_wall_ms", "files",
              "notes")
@@ -442,7 +584,13 @@ def print_summary(rec: dict) -> None:
     print(f"{rec['agent']} {rec['program']} size {rec['size']}, {rec['seeds']} seed(s), "
           f"{rec['compute_dtype']} on {rec['device_kind']}: wall {rec['wall_ms_median']:.3g} "
           f"ms per call (traced {rec['traced_wall_ms_median']:.3g}), busy "
-          f"{rec['busy_ms_per_call']:.3g} ms; {rec['gflop']:.3g} GFLOP of matmuls")
+          f"{rec['busy_ms_per_call']:.3g} ms; "
+          + (f"{rec['gflop']:.3g} GFLOP of matmuls" if rec["gflop"] is not None
+             else "matmul FLOPs not counted"))
+    if rec.get("ticks_per_call"):
+        print(f"online {rec['preset']} {rec['task']}: {rec['ticks_per_call']} ticks, "
+              f"{rec['env_steps_per_call']} env steps (all seeds), {rec['updates_per_call']:g} "
+              "training steps per call")
     print(f"ops from: {rec['trace']['source']}")
     for name, c in sorted(rec["categories"].items(), key=lambda kv: -kv[1]["share"]):
         print(f"  {c['share']:6.1%} {c['ms_per_call']:9.3f} ms  {name} ({c['ops']} ops)")

@@ -285,16 +285,21 @@ def summarise(blocks: list[dict], ref_blocks: list[dict] | None, target: float |
             out["met"] = out["ratio"] >= target
     return out
 
+ONLINE_EPISODE_LENGTH = 100
+"""T (agent steps) of the online throughput runs' episodes: one chunk is a round of T + 1
+ticks."""
+
+
 def bench_online(n_seeds: int, task: str, preset: str, repeats: int,
-                 episode_length: int = 100) -> dict:
+                 episode_length: int = ONLINE_EPISODE_LENGTH) -> dict:
     """Env steps/s of wmx's jitted online training chunk (`wmx.train_online.program`) with
     ``n_seeds`` seeds vmapped (seeds 0 .. n_seeds - 1, as ``train_online --seeds`` runs
     them), after the seed phase.
 
-    The run: ``OnlineRunConfig(task, seeds, preset)`` at episodes of ``episode_length``
-    (T) agent steps and T seed steps; one chunk is one round of T + 1 ticks (planning and
-    one update per agent step). Rounds 0-2 (seed phase, burst, a first planning round;
-    the first compiles) are not timed, then ``repeats`` rounds are.
+    The program: `online_program` (`_online.start_online`): one chunk is one round of
+    T + 1 ticks (planning and one update per agent step); the warm-up rounds 0-2 (seed
+    phase, burst, a first planning round; the first compiles) are not timed, then
+    ``repeats`` rounds are.
 
     Returns:
       {"n_seeds", "task", "preset", "episode_length", "env_steps_per_s" (simulator steps
@@ -305,37 +310,38 @@ def bench_online(n_seeds: int, task: str, preset: str, repeats: int,
     Raises:
       ValueError: an unknown task or preset, or T < 4 (`OnlineRunConfig`).
     """
-    from wmx.envs.playground import cached_env
-    from wmx.runs.online_config import OnlineRunConfig
-    from wmx.train_online import program
-    T = episode_length
-    rc = OnlineRunConfig(task=task, seeds=tuple(range(n_seeds)), env_steps=T * 2 * (3 + repeats),
-                         preset=preset, agent_overrides={"seed_steps": T},
-                         episode_length=T)
-    env = cached_env(rc.task, rc.episode_length)
-    carries = program.init_carries(rc, env)
-    chunk = program.make_chunk_fn(rc, env)
-    ticks_per_round = T + 1
-    # rounds 0-2: seed phase, burst, and a first planning round (all chunks
-    # have the same length, so one compilation serves the timed rounds too)
-    for r in range(3):
-        carries, _ = chunk(carries, np.arange(r * ticks_per_round, (r + 1) * ticks_per_round,
-                                              dtype=np.int32))
-    jax.block_until_ready(carries.n_updates)
-    start = 3 * ticks_per_round
+    run = online_program(n_seeds, task, preset, repeats, episode_length)
     times = []
-    for r in range(repeats):
-        ticks = np.arange(start, start + ticks_per_round, dtype=np.int32)
+    for _ in range(repeats):
         t = time.perf_counter()
-        carries, _ = chunk(carries, ticks)
-        jax.block_until_ready(carries.n_updates)
+        run()
         times.append(time.perf_counter() - t)
-        start += ticks_per_round
     med = statistics.median(times)
-    steps = T * n_seeds * env.action_repeat
-    return {"n_seeds": n_seeds, "task": task, "preset": preset, "episode_length": T,
-            "env_steps_per_s": steps / med, "env_steps_per_s_per_seed": steps / med / n_seeds,
-            "round_s_median": med, "round_s": times, "device_memory": device_memory()}
+    steps = run.env_steps_per_call
+    return {"n_seeds": n_seeds, "task": task, "preset": preset,
+            "episode_length": episode_length, "env_steps_per_s": steps / med,
+            "env_steps_per_s_per_seed": steps / med / n_seeds, "round_s_median": med,
+            "round_s": times, "device_memory": device_memory()}
+
+
+def online_program(n_seeds: int, task: str, preset: str, chunks: int,
+                   episode_length: int = ONLINE_EPISODE_LENGTH):
+    """The online program `bench_online` times, warmed up (`_online.start_online`).
+
+    The run: ``OnlineRunConfig(task, seeds 0 .. n_seeds - 1, preset)`` at episodes of
+    ``episode_length`` (T) agent steps and T seed steps, sized for the warm-up and
+    ``chunks`` more chunks; one call is one round of T + 1 ticks.
+
+    Returns:
+      `_online.OnlineChunk`: calling it runs the next round on the carries the last left.
+
+    Raises:
+      ValueError: an unknown task or preset, or T < 4 (`OnlineRunConfig`).
+    """
+    from _online import start_online
+    return start_online(task, "tdmpc2", preset, n_seeds=n_seeds,
+                        episode_length=episode_length,
+                        agent_overrides={"seed_steps": episode_length}, chunks=chunks)
 
 
 def online_line(r: dict) -> str:

@@ -1,5 +1,6 @@
 """benchmarks/profile_step.py: on the CPU it profiles the smallest DreamerV3 training step
-and TD-MPC2 update into a complete record (the two runs at once, ~40 s on 2 cores); its
+and TD-MPC2 update into a complete record (the two runs at once, ~40 s on 2 cores), and
+(slow: minutes of compilation) one online chunk of each agent at the tiny preset; its
 trace analysis reads a device plane (a synthetic TPU trace: nested while loops, ops
 classified from the HLO, the trace stat or the name) and says when there are no op events;
 bad input exits 2 with a one-line message."""
@@ -287,7 +288,7 @@ def test_bad_seeds_exit_2_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["--calls", "0"], "--calls 0: must be at least 1"),
-    (["--agent", "tdmpc2", "--program", "train"], "tdmpc2 has update and plan"),
+    (["--agent", "tdmpc2", "--program", "train"], "tdmpc2 has update, plan and online"),
     (["--agent", "tdmpc2", "--compute-dtype", "bfloat16"], "TD-MPC2 computes in float32"),
     (["--size", "3m"], "dreamerv3 sizes are 1m, 12m"),
     (["--agent", "tdmpc2", "--size", "2"], "tdmpc2 sizes are 1, 5"),
@@ -322,5 +323,123 @@ def test_the_tpu_commands_in_the_docs_parse(tmp_path):
     doc = doc.replace("\\\n", " ")                  # a command continued over lines
     cmds = re.findall(r"^python benchmarks/profile_step\.py (.*--out DIR.*)$", doc, re.M)
     parsed = [ps.parse_args(shlex.split(c.replace("DIR", str(tmp_path)))) for c in cmds]
-    assert sorted((a.agent, a.program, a.size, a.seeds, a.compute_dtype) for a in parsed) == [
-        ("dreamerv3", "train", "12m", 5, "bfloat16"), ("tdmpc2", "update", 5, 5, "float32")]
+    assert sorted((a.agent, a.program, a.size, a.seeds, a.compute_dtype, a.task, a.preset)
+                  for a in parsed) == [
+        ("dreamerv3", "online", "12m", 5, "bfloat16", "walker-walk", "paper"),
+        ("dreamerv3", "train", "12m", 5, "bfloat16", None, None),
+        ("tdmpc2", "online", 5, 5, "float32", "walker-walk", "paper"),
+        ("tdmpc2", "update", 5, 5, "float32", None, None)]
+    # the same commands stand in the script's --help
+    usage = " ".join(ps.__doc__.replace("\\\n", " ").split())
+    assert all(" ".join(c.split()) in usage for c in cmds)
+
+
+# ---- the online chunk -----------------------------------------------------------------
+ONLINE = {"tdmpc2": ["--seeds", "2", "--calls", "2"], "dreamerv3": ["--calls", "1"]}
+"""The online runs: the tiny preset on probe-action, T = 4 (TD-MPC2 2 seeds vmapped, one
+round of 5 ticks per call; DreamerV3 1 seed, 4 ticks of 2 envs per call)."""
+
+
+@pytest.fixture(scope="module")
+def online_runs(tmp_path_factory):
+    """{agent: (out folder, return code, stdout, stderr)} of the two online CPU runs,
+    started together."""
+    procs = {}
+    for agent, argv in ONLINE.items():
+        out = tmp_path_factory.mktemp(f"online_{agent}")
+        procs[agent] = (out, subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--agent", agent, "--program", "online", "--task",
+             "probe-action", "--preset", "tiny", "--episode-length", "4", "--warmup", "1",
+             "--top", "8", *argv, "--out", str(out)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=_env()))
+    done = {}
+    for agent, (out, proc) in procs.items():
+        stdout, stderr = proc.communicate(timeout=1800)
+        done[agent] = (out, proc.returncode, stdout, stderr)
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", sorted(ONLINE))
+def test_online_chunk_writes_a_complete_record(online_runs, agent):
+    out, rc, stdout, stderr = online_runs[agent]
+    assert rc == 0, stderr[-3000:]
+    stem = f"profile_{agent}_online_cpu"
+    rec = json.loads((out / f"{stem}.json").read_text())
+    assert FIELDS | set(ps.ONLINE_FIELDS) <= set(rec), (FIELDS | set(ps.ONLINE_FIELDS)) - set(rec)
+    seeds, calls = (2, 2) if agent == "tdmpc2" else (1, 1)
+    assert (rec["program"], rec["task"], rec["preset"], rec["episode_length"], rec["seeds"],
+            rec["calls"], rec["size"]) == ("online", "probe-action", "tiny", 4, seeds, calls,
+                                           None)
+    if agent == "tdmpc2":       # one round of T + 1 ticks; T steps of 1 env, action repeat 1
+        assert (rec["ticks_per_call"], rec["n_envs"], rec["env_steps_per_call"],
+                rec["updates_per_call"], rec["warmup_chunks"]) == (5, 1, 2 * 4, 4, 3)
+    else:                       # 4 ticks of the tiny preset's 2 envs, after the first update
+        assert (rec["ticks_per_call"], rec["n_envs"], rec["env_steps_per_call"]) == (4, 2, 8)
+        assert rec["updates_per_call"] > 0 and rec["warmup_chunks"] >= 2
+        assert rec["scan_weight_grads"] in ("inside", "outside")
+    assert rec["gflop"] is None and rec["tflop_s"] is None and rec["matmul_tflop_s"] is None
+    assert any(n.startswith("gflop: not counted") for n in rec["notes"])
+    assert len(rec["wall_ms"]) == calls and rec["wall_ms_median"] > 0
+    assert rec["op_events"] > 100 and rec["classified_by"]["hlo"] > 0.99
+    assert sum(c["share"] for c in rec["categories"].values()) == pytest.approx(1.0)
+    assert f"A call is {rec['ticks_per_call']} ticks of the online loop" in rec["verdict"]
+    assert "Bounded by" in rec["verdict"] and "matmul FLOPs not counted" in stdout
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{stem}.{s}" for s in ("json", "xplane.pb.gz", "hlo.txt.gz"))
+
+
+def test_online_chunk_calls_advance_the_carries(monkeypatch):
+    """Each call of the online program runs the next ticks on the carries the last call
+    left (a stand-in chunk), and the warm-up runs past the first update."""
+    from types import SimpleNamespace
+    import _online
+    import wmx.envs.playground as playground
+    from wmx.train_online import program
+    seen = []
+    monkeypatch.setattr(playground, "cached_env",
+                        lambda task, T: SimpleNamespace(action_repeat=1))
+    monkeypatch.setattr(program, "init_carries",
+                        lambda rc, env: SimpleNamespace(n_updates=0, calls=0))
+    monkeypatch.setattr(program, "make_chunk_fn", lambda rc, env: lambda c, ticks: (
+        seen.append((c.calls, ticks.tolist())) or SimpleNamespace(n_updates=0,
+                                                                   calls=c.calls + 1), None))
+    run = _online.start_online("probe-action", "tdmpc2", "tiny", n_seeds=3, episode_length=4,
+                               agent_overrides={"seed_steps": 4}, chunks=2)
+    assert (run.first_update_tick, run.warmup_chunks, run.rc.seeds) == (5, 3, (0, 1, 2))
+    assert run.rc.rounds == 5                       # the warm-up and the 2 calls to come
+    run()
+    run()
+    assert seen == [(i, list(range(5 * i, 5 * i + 5))) for i in range(5)]
+    assert (run.env_steps_per_call, run.updates_next_call()) == (3 * 4, 4)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--task", "walker-walk"], "--task walker-walk: only for --program online"),
+    (["--agent", "tdmpc2", "--preset", "paper"], "--preset paper: only for --program online"),
+    (["--episode-length", "50"], "--episode-length 50: only for --program online"),
+    (["--program", "online", "--preset", "huge"], "dreamerv3 presets are paper, cpu, tiny"),
+    (["--program", "online", "--task", "walker-crawl"], "unknown task 'walker-crawl'"),
+    (["--program", "online", "--episode-length", "3"], "--episode-length 3: must be at least 4"),
+    (["--program", "online", "--size", "1m"], "--preset paper runs size 12m (drop --size"),
+    (["--agent", "tdmpc2", "--program", "online", "--size", "1"],
+     "--preset paper runs size 5"),
+    (["--agent", "tdmpc2", "--program", "online", "--preset", "tiny", "--size", "5"],
+     "--preset tiny has widths of its own, no named size (drop --size)"),
+])
+def test_online_flags_are_refused_in_one_line(argv, words, tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), *argv, "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, env=_env(), timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("profile_step.py: error: ") and words in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_online_defaults_fill_in(tmp_path):
+    a = ps.parse_args(["--agent", "tdmpc2", "--program", "online", "--out", str(tmp_path)])
+    assert (a.task, a.preset, a.size, a.episode_length) == ("walker-walk", "paper", 5, None)
+    a = ps.parse_args(["--program", "online", "--preset", "cpu", "--size", "1m", "--out",
+                       str(tmp_path)])
+    assert (a.task, a.preset, a.size) == ("walker-walk", "cpu", "1m")
+    a = ps.parse_args(["--program", "online", "--preset", "tiny", "--out", str(tmp_path)])
+    assert a.size is None

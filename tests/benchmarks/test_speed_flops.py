@@ -284,8 +284,8 @@ def test_dreamerv3_setup_online_tiny_replaces_its_program():
     w = dv.WmxWorker()
     two = w.setup_online("probe-action", "tiny", n_envs=4, ticks=2, n_seeds=2)
     assert two["n_seeds"] == 2 and two["seeds"] == [0, 1] and two["updates_per_chunk"] > 0
-    assert jax.tree.leaves(w.carries)[0].shape[0] == 2
+    assert jax.tree.leaves(w.items["online"].carries)[0].shape[0] == 2
     t = w.time("online", 1)
     assert len(t["wall_ms"]) == 1
     one = w.setup_online("probe-action", "tiny", n_envs=4, ticks=2, seed=3, n_seeds=1)
-    assert one["seeds"] == [3] and jax.tree.leaves(w.carries)[0].shape[0] == 1
+    assert one["seeds"] == [3] and jax.tree.leaves(w.items["online"].carries)[0].shape[0] == 1
