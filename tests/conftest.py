@@ -83,3 +83,43 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(
                     reason="parity tests run at XLA's default optimisation level, not with "
                            "WMX_TEST_XLA_OPT=0 (make test runs them in a second pass)"))
+
+
+# The test modules that take longest (each well over a minute of CPU on 2 cores, mostly
+# compilation: `--durations`), longest first. With `--dist loadfile` a worker takes the
+# next module when it is nearly done with its own; xdist's default order (most tests
+# first) leaves these few-test modules for the end, where one worker then runs them
+# while the other waits. `pytest_xdist_make_scheduler` hands them out first instead.
+HEAVY_MODULES = (
+    "tests/train_online/test_playground_smoke.py",
+    "tests/agents/dreamerv3/test_offline_terms.py",
+    "tests/train_online/test_train_online.py",
+    "tests/reliability/test_faults.py",
+    "tests/train_offline/test_train_offline.py",
+    "tests/agents/dreamerv3/test_scan_grads.py",
+    "tests/agents/tdmpc2/test_tdmpc2_fast_paths.py",
+    "tests/benchmarks/test_mt19_campaign.py",
+    "tests/reliability/test_damaged_inputs.py",
+    "tests/benchmarks/test_profile_step.py",
+    "tests/train_offline/test_dreamerv3_offline.py",
+    "tests/agents/dreamerv3/test_compute_dtype.py",
+    "tests/envs/test_env_playground.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` handing out `HEAVY_MODULES` first (in that order), then the rest
+    in xdist's own order; any other --dist: xdist's scheduler. Which tests run, and in
+    which process each module runs whole, is unchanged; only the order of modules."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+    rank = {m: i for i, m in enumerate(HEAVY_MODULES)}
+
+    class HeavyFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            first = min(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return HeavyFirst(config, log)
