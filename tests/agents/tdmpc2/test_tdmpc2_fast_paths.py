@@ -154,8 +154,9 @@ def test_q_pair_split_first_layer_equals_concatenated(setup):
                              split_input=split)
         return jnp.sum(v * jnp.arange(v.size, dtype=v.dtype).reshape(v.shape) / v.size), v
 
+    vg = jax.jit(jax.value_and_grad(f, has_aux=True), static_argnums=1)   # not op by op
     with jax.default_matmul_precision("highest"):
-        (_, v0), g0 = jax.value_and_grad(f, has_aux=True)(a, False)
-        (_, v1), g1 = jax.value_and_grad(f, has_aux=True)(a, True)
+        (_, v0), g0 = vg(a, False)
+        (_, v1), g1 = vg(a, True)
     np.testing.assert_allclose(v1, v0, **TOL)
     np.testing.assert_allclose(g1, g0, rtol=1e-4, atol=1e-5)
