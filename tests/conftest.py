@@ -107,6 +107,7 @@ HEAVY_MODULES = (
 )
 
 
+@pytest.hookimpl(optionalhook=True)     # a hook of xdist's: pytest -p no:xdist runs too
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` handing out `HEAVY_MODULES` first (in that order), then the rest
     in xdist's own order; any other --dist: xdist's scheduler. Which tests run, and in
