@@ -30,7 +30,8 @@ install: $(VENV)/.installed
 ## in TEST_WORKERS processes (pytest-xdist; one test module stays in one process,
 ## so module fixtures compile once). TEST_WORKERS=0 runs in this process.
 ## Two passes: everything but the parity tests compiled at XLA's optimisation
-## level 0 (half the compile time; tests/conftest.py), then the parity tests
+## level 0 with its older fusion emitters (a quarter of the compile time;
+## tests/conftest.py), then the parity tests
 ## (recordings of the official code) at the default level.
 TEST_WORKERS ?= 2
 PYTEST_RUN = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile

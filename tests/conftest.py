@@ -13,7 +13,13 @@ compiles at LLVM optimisation level 0 (`--xla_backend_optimization_level=0`
 added to XLA_FLAGS, here and in every subprocess a test starts): compilation
 dominates the suite and takes about half the CPU time that way, and results
 differ from the default level only in float32 rounding (relative 1e-9 to
-3e-6 on a tiny run's losses). The parity tests (modules named `*parity*`,
+3e-6 on a tiny run's losses). The same pass also emits XLA's fusions with its
+older element-wise emitters (`--xla_cpu_use_fusion_emitters=false`) instead
+of the MLIR fusion emitters: a tiny DreamerV3 training step then compiles in
+about half the time again (1513 kernels instead of 1906, 10 s against 23 s),
+and runs as fast; the programs compute the same HLO, so results again differ
+only in rounding. The flag is one of the pinned jaxlib's (requirements-lock.txt);
+an XLA without it refuses to start, so a jax upgrade shows at once if it goes. The parity tests (modules named `*parity*`,
 marked `parity`) compare against recordings of the official code at tight
 tolerances and always run at the default level (`make test`'s second pass):
 at level 0 they are skipped.
@@ -28,10 +34,12 @@ import pytest
 # turns it on in a subprocess): results must not depend on test order or history.
 os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
 
-_OPT0 = "--xla_backend_optimization_level=0"
+_OPT0_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 OPT0 = os.environ.get("WMX_TEST_XLA_OPT") == "0"
-if OPT0 and _OPT0 not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_OPT0}".strip()
+if OPT0:
+    for _flag in _OPT0_FLAGS:
+        if _flag not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 
 from tiny_runs import build_offline_dataset, train_tiny  # noqa: E402
 
@@ -75,3 +83,44 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(
                     reason="parity tests run at XLA's default optimisation level, not with "
                            "WMX_TEST_XLA_OPT=0 (make test runs them in a second pass)"))
+
+
+# The test modules that take longest (each well over a minute of CPU on 2 cores, mostly
+# compilation: `--durations`), longest first. With `--dist loadfile` a worker takes the
+# next module when it is nearly done with its own; xdist's default order (most tests
+# first) leaves these few-test modules for the end, where one worker then runs them
+# while the other waits. `pytest_xdist_make_scheduler` hands them out first instead.
+HEAVY_MODULES = (
+    "tests/train_online/test_playground_smoke.py",
+    "tests/agents/dreamerv3/test_offline_terms.py",
+    "tests/train_online/test_train_online.py",
+    "tests/reliability/test_faults.py",
+    "tests/train_offline/test_train_offline.py",
+    "tests/agents/dreamerv3/test_scan_grads.py",
+    "tests/agents/tdmpc2/test_tdmpc2_fast_paths.py",
+    "tests/benchmarks/test_mt19_campaign.py",
+    "tests/reliability/test_damaged_inputs.py",
+    "tests/benchmarks/test_profile_step.py",
+    "tests/train_offline/test_dreamerv3_offline.py",
+    "tests/agents/dreamerv3/test_compute_dtype.py",
+    "tests/envs/test_env_playground.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)     # a hook of xdist's: pytest -p no:xdist runs too
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` handing out `HEAVY_MODULES` first (in that order), then the rest
+    in xdist's own order; any other --dist: xdist's scheduler. Which tests run, and in
+    which process each module runs whole, is unchanged; only the order of modules."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+    rank = {m: i for i, m in enumerate(HEAVY_MODULES)}
+
+    class HeavyFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            first = min(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return HeavyFirst(config, log)

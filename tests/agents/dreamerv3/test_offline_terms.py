@@ -260,12 +260,16 @@ def test_penalty_lowers_the_imagined_rewards_hand_made():
     B, T = c_pen.batch_size, c_pen.batch_length
     seq = agent.window_sequence(_batch(c_pen), c_pen)
     noise = draw_train_noise(jax.random.key(3), c_pen, B, T)
-    wm = world_model_loss(params, c_pen, sequence_carry(seq), seq.obs, seq.action, seq.reward,
-                          seq.is_first, seq.is_terminal, noise.post)
-    imag = imagine(params, c_pen, wm.post, noise.start, noise.imag_prior, noise.imag_policy)
-    r0, cont0 = seq.reward.reshape(-1), jnp.ones(B * T)
-    off = imagination_loss(params, state.slow_critic, c_off, imag, r0, cont0, retnorm(c_off).init())
-    pen = imagination_loss(params, state.slow_critic, c_pen, imag, r0, cont0, retnorm(c_pen).init())
+
+    @jax.jit                                  # one program, not op by op (faster)
+    def losses(params, seq, noise):
+        wm = world_model_loss(params, c_pen, sequence_carry(seq), seq.obs, seq.action,
+                              seq.reward, seq.is_first, seq.is_terminal, noise.post)
+        imag = imagine(params, c_pen, wm.post, noise.start, noise.imag_prior, noise.imag_policy)
+        r0, cont0 = seq.reward.reshape(-1), jnp.ones(B * T)
+        return [imagination_loss(params, state.slow_critic, c, imag, r0, cont0,
+                                 retnorm(c).init()) for c in (c_off, c_pen)]
+    off, pen = losses(params, seq, noise)
     assert off.penalty is None
     np.testing.assert_allclose(np.asarray(pen.penalty), want, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(off.reward[:, 1:] - pen.reward[:, 1:]), want,

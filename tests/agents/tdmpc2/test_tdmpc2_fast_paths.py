@@ -88,27 +88,35 @@ def _reference_pi_actions(params, z, pi_eps, cfg, mask, e):
 
 
 def test_policy_rollout_cache_equals_recomputation(setup):
+    """Each side runs as one jitted program (the reference's Python loop traced once):
+    run op by op, each of its many small operations compiled on its own, the test took
+    about 6 times as long."""
     cfg, params, e, mask = setup
     H, P, N, A = cfg.horizon, cfg.num_pi_trajs, cfg.num_samples, cfg.action_dim
     ks = jax.random.split(jax.random.key(5), 5)
     z = wm.encode(params, jax.random.normal(ks[0], (cfg.obs_dim,)), cfg, e=e)
     pi_eps = jax.random.normal(ks[1], (H, P, A))
+
+    def jit(f):
+        return jax.jit(lambda *a: f(params, *a))
     with jax.default_matmul_precision("highest"):
-        roll = pl.policy_rollout(params, z, pi_eps, cfg, mask, e)
-        np.testing.assert_allclose(roll.actions, _reference_pi_actions(params, z, pi_eps, cfg,
-                                                                       mask, e), **TOL)
-        np.testing.assert_array_equal(pl.policy_trajectories(params, z, pi_eps, cfg, mask, e),
-                                      roll.actions)
+        roll = jit(lambda p, z, x: pl.policy_rollout(p, z, x, cfg, mask, e))(z, pi_eps)
+        np.testing.assert_allclose(roll.actions, jit(
+            lambda p, z, x: _reference_pi_actions(p, z, x, cfg, mask, e))(z, pi_eps), **TOL)
+        np.testing.assert_array_equal(jit(
+            lambda p, z, x: pl.policy_trajectories(p, z, x, cfg, mask, e))(z, pi_eps),
+            roll.actions)
         mean = jnp.zeros((H, A))
         std = jnp.full((H, A), cfg.max_std)
         cand = pl.sample_candidates(roll.actions, mean, std,
                                     jax.random.normal(ks[2], (H, N - P, A)), mask)
         eps = jax.random.normal(ks[3], (N, A))
         pair = jnp.array([2, 0], jnp.int32)
-        want_v, want_g = _reference_value(params, z, cand, eps, pair, cfg, mask, e)
+        want_v, want_g = jit(lambda p, *a: _reference_value(p, *a, cfg, mask, e))(
+            z, cand, eps, pair)
         for cache in (None, roll):
-            v, g = pl.trajectory_value(params, z, cand, eps, pair, None, cfg, mask, e,
-                                       pi_rollout=cache)
+            v, g = jit(lambda p, *a: pl.trajectory_value(p, *a, None, cfg, mask, e,
+                                                         pi_rollout=cache))(z, cand, eps, pair)
             np.testing.assert_allclose(g, want_g, **TOL)
             np.testing.assert_allclose(v, want_v, **TOL)
 
@@ -146,8 +154,9 @@ def test_q_pair_split_first_layer_equals_concatenated(setup):
                              split_input=split)
         return jnp.sum(v * jnp.arange(v.size, dtype=v.dtype).reshape(v.shape) / v.size), v
 
+    vg = jax.jit(jax.value_and_grad(f, has_aux=True), static_argnums=1)   # not op by op
     with jax.default_matmul_precision("highest"):
-        (_, v0), g0 = jax.value_and_grad(f, has_aux=True)(a, False)
-        (_, v1), g1 = jax.value_and_grad(f, has_aux=True)(a, True)
+        (_, v0), g0 = vg(a, False)
+        (_, v1), g1 = vg(a, True)
     np.testing.assert_allclose(v1, v0, **TOL)
     np.testing.assert_allclose(g1, g0, rtol=1e-4, atol=1e-5)
