@@ -19,10 +19,10 @@ of the MLIR fusion emitters: a tiny DreamerV3 training step then compiles in
 about half the time again (1513 kernels instead of 1906, 10 s against 23 s),
 and runs as fast; the programs compute the same HLO, so results again differ
 only in rounding. The flag is one of the pinned jaxlib's (requirements-lock.txt);
-an XLA without it refuses to start, so a jax upgrade shows at once if it goes. The parity tests (modules named `*parity*`,
-marked `parity`) compare against recordings of the official code at tight
-tolerances and always run at the default level (`make test`'s second pass):
-at level 0 they are skipped.
+an XLA without it refuses to start, so a jax upgrade shows at once if it goes.
+The parity tests (modules named `*parity*`, marked `parity`) compare against
+recordings of the official code at tight tolerances and always run at the
+default level (`make test`'s second pass): at level 0 they are skipped.
 """
 from __future__ import annotations
 
