@@ -92,6 +92,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))    # this checkout's wmx, whatever an installed wmx points at
+from wmx.version import code_version  # noqa: E402  (no jax: the orchestrator never imports it)
 DEFAULT_TOTAL_S = 570.0
 FINISH_RESERVE_S = 30.0
 """Seconds kept after the last stage for the JSON and the plot (part of the total; they
@@ -702,14 +704,6 @@ def portable(obj, places: dict[str, str]):
     return obj
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 # ---- the check ----------------------------------------------------------------------
 def scaled(plan: list[Stage], total_s: float, only: set[str] | None = None) -> list[Stage]:
     """Budgets scaled so that the stages that run (`selected`) plus FINISH_RESERVE_S sum to
@@ -964,7 +958,7 @@ def main(argv=None) -> int:
         "device_memory_bytes_limit": info["device_memory_bytes_limit"],
         "default_matmul_precision": info["default_matmul_precision"],
         "nvidia_smi": driver, "python": sys.version.split()[0],
-        "git_commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "git_commit": code_version(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "total_budget_s": args.total_s, "kill_grace_s": KILL_GRACE_S,
         "shared": str(shared) if any(s.name == "parity" for s in runs) else None,
         "stages": []}

@@ -428,15 +428,6 @@ def _check_reference(ref_dir: str, ref_python: str) -> dict:
             "has_29eb964_fix": fix_29eb964}
 
 
-def _git_commit() -> str | None:
-    import subprocess
-    try:
-        return subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 class Blocks:
     """Timed blocks with the load rule of the module docstring."""
 
@@ -662,6 +653,7 @@ def main() -> None:
     # as wmx's command lines run: huge pages for malloc's mapped memory (docs/performance.md
     # "Huge pages"; WMX_HUGE_PAGES=0 to time without); the official side inherits the same
     from wmx.runs.heap import restart_with_huge_pages
+    from wmx.version import code_version
     restart_with_huge_pages()
     p, args = parse_args()
     if args.worker:
@@ -709,7 +701,7 @@ def main() -> None:
                      "load_threshold": args.load_threshold,
                      "load_retries": args.load_retries, "quick": args.quick,
                      "compile_cache": args.compile_cache or None},
-        "wmx_commit": _git_commit(), "reference": reference,
+        "wmx_commit": code_version(), "reference": reference,
         "anchor_official_idle_ms": ANCHOR_MS, "target_ratio": TARGET_RATIO,
         "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     blocks = Blocks(pids, args.load_threshold, args.load_retries)

@@ -103,9 +103,8 @@ def main(argv=None) -> int:
         return 0 if same else 1
     with tempfile.TemporaryDirectory(prefix="wmx-fp-") as tmp:
         fp = fingerprint(Path(tmp))
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                         text=True).stdout.strip()
-    fp["meta"] = {"commit": rev}
+    from wmx.version import code_version
+    fp["meta"] = {"commit": code_version()}
     text = json.dumps(fp, indent=1, sort_keys=True)
     if args.out:
         args.out.write_text(text + "\n")

@@ -497,7 +497,7 @@ def profile(args: argparse.Namespace) -> dict:
     record (`write_record`); return the record."""
     import jax
     from _machine import time_calls
-    from dreamerv3_speed import _git_commit
+    from wmx.version import code_version
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     platform = jax.default_backend()
@@ -516,7 +516,7 @@ def profile(args: argparse.Namespace) -> dict:
         "scan_weight_grads": args.scan_weight_grads if args.agent == "dreamerv3" else None,
         "calls": args.calls,
         "warmup": args.warmup, "platform": platform, "device_kind": device_kind,
-        "jax": jax.__version__, "wmx_commit": _git_commit(),
+        "jax": jax.__version__, "wmx_commit": code_version(),
         "command": " ".join(["profile_step.py", *sys.argv[1:]]),
         "compile_s": prog.compile_s, "gflop": prog.gflop,
         "wall_ms_median": statistics.median(wall), "wall_ms": wall,

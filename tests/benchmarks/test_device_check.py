@@ -401,13 +401,17 @@ def test_offline_results_from_the_json_or_the_runs_metrics(tmp_path):
 
 def test_force_cpu_parity_stage_without_fixtures_fails_with_one_line(tmp_path):
     """The probe runs (on the CPU), the parity stage is refused with its reason, the JSON
-    names the platform and device kind."""
+    names the platform and device kind; run as a copy without git (GIT_DIR names no
+    repository, as on a device machine), the JSON's commit is WMX_CODE_VERSION's."""
     out = tmp_path / "out"
+    code = "c0ffee" * 6 + "abcd"
     r = _run("--force-cpu", "--only", "parity", "--out", str(out), "--total-s", "120",
-             env={"WMX_SHARED": str(tmp_path)})
+             env={"WMX_SHARED": str(tmp_path), "GIT_DIR": str(tmp_path / "no-git"),
+                  "WMX_CODE_VERSION": code})
     assert r.returncode == 0, r.stdout + r.stderr
     rec = json.loads((out / "device_check.json").read_text())
     assert rec["platform"] == "cpu" and rec["device_kind"] and rec["device_count"] >= 1
+    assert rec["git_commit"] == code
     st = {s["name"]: s for s in rec["stages"]}
     assert st["parity"]["status"] == "failed"
     assert st["parity"]["reason"].startswith(f"no fixtures/ in {tmp_path}: pass --shared DIR")
