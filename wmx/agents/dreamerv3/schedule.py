@@ -140,7 +140,9 @@ def n_updates(tick, sched: Schedule):
 
 
 def first_update_tick(sched: Schedule) -> int:
-    """The tick after which the first update runs (64 with 16 envs, B = 16, L = 65)."""
+    """The tick after which the first update runs, the first with `n_updates` > 0
+    (64 with 16 envs, B = 16, L = 65): the tick holding transition t0 = gate, the
+    smallest i with (i + 1)·n_envs >= t0 (`total_updates` is 1 there, 0 before)."""
     return (sched.gate - 1) // sched.n_envs
 
 

@@ -76,6 +76,25 @@ def n_updates(tick, sched: Schedule):
                      ).astype(jnp.int32)
 
 
+def first_update_tick(sched: Schedule) -> int:
+    """The first tick with `n_updates` > 0 (host helper).
+
+    The burst tick when seed_steps S > 0 (its S updates). With S = 0 the burst runs
+    none and the first updates (n_envs) follow the next stepping tick: burst_tick + 1,
+    or burst_tick + 2 when burst_tick + 1 is the held tick ending its round.
+
+    Args:
+        sched: the Schedule.
+
+    Returns:
+        int: the absolute tick index.
+    """
+    if sched.seed_steps > 0:
+        return sched.burst_tick
+    _, k = tick_position(sched.burst_tick + 1, sched.episode_length)
+    return sched.burst_tick + (1 if k < sched.episode_length else 2)
+
+
 def agent_steps_after(tick: int, sched: Schedule) -> int:
     """Agent steps per env completed after tick ``tick`` (host helper)."""
     e, k = tick_position(tick, sched.episode_length)
