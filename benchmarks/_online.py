@@ -73,16 +73,29 @@ class OnlineChunk:
         return sum(int(self.schedule.n_updates(int(t))) for t in self._ticks())
 
 
-def first_update_tick(schedule, limit: int = 10 ** 7) -> int:
-    """The first tick whose ``schedule.n_updates`` is positive.
+def first_update_tick(schedule) -> int:
+    """The first tick whose ``schedule.n_updates`` is positive, in closed form from the
+    agent's static schedule (each agent's ``schedule.first_update_tick``): TD-MPC2's
+    burst tick (with no seed steps, the stepping tick after it), DreamerV3's tick
+    holding the transition that opens the replay gate.
+
+    Args:
+      schedule: an agent's online schedule, ``agent.schedule(cfg, T, n_envs)`` (a
+        `wmx.agents.api.BoundSchedule` over either agent's ``Schedule``).
+
+    Returns:
+      int: the absolute tick index.
 
     Raises:
-      ValueError: none within ``limit`` ticks.
+      TypeError: a schedule of neither agent.
     """
-    for t in range(limit):
-        if int(schedule.n_updates(t)) > 0:
-            return t
-    raise ValueError(f"the schedule runs no update in its first {limit} ticks")
+    from wmx.agents.dreamerv3 import schedule as dreamerv3_schedule
+    from wmx.agents.tdmpc2 import schedule as tdmpc2_schedule
+    for lib in (tdmpc2_schedule, dreamerv3_schedule):
+        if isinstance(schedule.inner, lib.Schedule):
+            return lib.first_update_tick(schedule.inner)
+    raise TypeError(f"no closed-form first update tick for a {type(schedule.inner).__name__} "
+                    "schedule")
 
 
 def start_online(task: str, agent: str, preset: str, n_seeds: int = 1, seed: int = 0,
