@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import _mt19_bundle as bundle_lib
-from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, run_cost
+from _compile_meter import CompileMeter
+from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, run_cost, sps_for
 from _mt19_tasks import AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state
 
 MAX_BUDGET_S = 570
@@ -86,7 +87,7 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         return None, "every task of the campaign is done"
 
     def need(s: TaskState) -> float:
-        return run_cost(s.target / args.sps, Clock(elapsed_s, 0.0), args)[0]
+        return run_cost(s.target / sps_for(s.task, args.sps), Clock(elapsed_s, 0.0), args)[0]
     for s in todo:
         if device_left_s is None or need(s) <= device_left_s:
             return s, "the next task not done"
@@ -121,21 +122,26 @@ def piece_timing(run_dir: Path, rc, env_steps_from: int, wall_s: float,
         startup_s: seconds from the call's start to the piece's.
 
     Returns:
-        {"startup_s", "piece_wall_s", "rounds"} and, with two rounds or more, the first
-        round's seconds (compilation included), the median round's (an evaluation in
-        between included), the env steps/s per seed of the median round and the
-        compilation estimate (first minus median round).
+        {"startup_s", "piece_wall_s", "rounds", "evals_s"} and, with two rounds or more,
+        the first round's seconds (compilation included), the median round's, the env
+        steps/s per seed of the median round and the compilation estimate (first minus
+        median round). ``evals_s``: the seconds of each evaluation in the piece (from the
+        row before it to its row: the first one of a process compiles the evaluation).
+        Wall times are the run's own clock (metrics.csv ``wall_s``).
     """
     import statistics
 
     from wmx.runs.listing import read_metrics
-    rows = [r for r in read_metrics(run_dir / "metrics.csv")
-            if r.get("kind") == "train" and r.get("seed") == str(rc.seeds[0])]
-    walls = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows if r.get("wall_s")]
+    seed0 = [r for r in read_metrics(run_dir / "metrics.csv")
+             if r.get("seed") == str(rc.seeds[0]) and r.get("wall_s")]
+    rows = [r for r in seed0 if r.get("kind") == "train"]
+    walls = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows]
     before = [w for x, w in walls if x <= env_steps_from]
     mine = [w for x, w in walls if x > env_steps_from]
+    evals = [float(b["wall_s"]) - float(a["wall_s"]) for a, b in zip(seed0, seed0[1:])
+             if b.get("kind") == "eval" and int(b["env_steps"]) > env_steps_from]
     out: dict[str, Any] = {"startup_s": round(startup_s, 1), "piece_wall_s": round(wall_s, 1),
-                           "rounds": len(mine)}
+                           "rounds": len(mine), "evals_s": [round(e, 1) for e in evals]}
     if len(mine) >= 2:
         diffs = [b - a for a, b in zip(([before[-1]] if before else [0.0]) + mine, mine)]
         med = statistics.median(diffs[1:])
@@ -207,7 +213,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
           f"{rc.total_env_steps:,} env steps; stopping by {max(0.0, stop_at - t):.0f} s from now",
           flush=True)
     export = online_cli.make_export(store, rc, run_dir)
-    with training(run_dir, {}) as stop:
+    with training(run_dir, {}) as stop, CompileMeter() as meter:
         timer = threading.Timer(max(0.0, stop_at - time.monotonic()), stop.set)
         timer.daemon = True
         if stop_at <= time.monotonic():
@@ -226,6 +232,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
              "stop": None if summary["finished"] else ("signal" if signum else "budget"),
              "signal": bool(signum), "command": _redact(argv)}
     piece["timing"] = piece_timing(run_dir, rc, before, piece["wall_s"], t - t0)
+    piece["timing"]["compile"] = meter.summary()
     path = _calls_path(store.home, run_dir.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     from wmx.runs.host import write_json_atomic

@@ -14,13 +14,46 @@ from pathlib import Path
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import Campaign, load_record, read_state
 
-SPS = 210.0
+SPS_BY_DOMAIN = {"reacher": 286.0, "walker": 160.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
-after the seed phase (walker-walk, wmx 5c239e8: `benchmarks/results/tdmpc2_online_speed_tpu.json`;
-166 on reacher-easy before the Q-dropout masks' planar layout)."""
-COMPILE_S = 150.0
-"""Seconds of a run's first call spent compiling: the first three rounds of the same
-measurement, nearly all compilation, took 149 s."""
+after the seed phase, evaluations included (one of 10 episodes every 10,000 env steps).
+reacher: the campaign's reacher-easy run (wmx 6d4c8d4): 10,000 env steps per 35.0 s of the
+run's clock, 26.7 s training (374.5 per s) and 8.3 s evaluating. walker: 210 per s training
+(walker-walk, wmx 5c239e8: `benchmarks/results/tdmpc2_online_speed_tpu.json`) with the
+same evaluation share (x 26.7 / 35.0)."""
+SPS_DEFAULT = 160.0
+"""A domain not measured yet: the slowest measured."""
+COMPILE_S = 180.0
+"""Seconds of a run's first call spent compiling, measured on reacher-easy: 116 s from the
+run's start to its first training row (the training chunk and the seed phase's program)
+and 62 s more at the first evaluation (its program)."""
+CACHED_COMPILE_S = 110.0
+"""Seconds of a run's later calls spent compiling on the warm machine (its persistent
+compilation cache in the data root), measured on reacher-easy's two resumed calls: 56 and
+62 s to the first row, 54 and 46 s more at the first evaluation. The CPU hits the cache
+for the training chunk; whether the TPU does is recorded per piece from now on
+(``timing.compile`` of mt19_call.json)."""
+STARTUP_S = 40.0
+"""Seconds from a call's start to its compiling: the wheels' check and imports (11 s) and
+the run's set-up outside its clock (env, agent, restoring the checkpoint and replay; about
+30 s, what the first run's calls spent outside its clock less ~1.8 s per checkpoint)."""
+
+
+def sps_for(task: str, override: float | None) -> float:
+    """Env steps per second per seed of a task's run in the plan's model.
+
+    Args:
+        task: an mt19 task (its domain is the part before the first dash).
+        override: ``--sps`` (None: the measured table).
+
+    Returns:
+        ``override``, else `SPS_BY_DOMAIN` of the task's domain, else `SPS_DEFAULT`.
+    """
+    if override is not None:
+        return override
+    return SPS_BY_DOMAIN.get(task.split("-")[0], SPS_DEFAULT)
+
+
 GZIP_RATIO = 0.91
 """Bundle bytes per byte of `bundle_mib`'s row count: measured on 100 real walker-walk
 episodes (obs 24, action 6; T = 500, action repeat 2) of a train_online run stored as one
@@ -79,9 +112,8 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
             dev += train_s + args.finish_s
             break
         train_s -= avail
-        dev += avail + args.reserve_s + args.gap_s
+        dev += avail + args.reserve_s + args.gap_s      # the stop, then the wait for the next
         c.call_t = None
-        dev -= args.gap_s            # counted when the next call opens
     c.session_used += dev
     return dev, calls, c
 
@@ -93,8 +125,8 @@ def simulate(targets: list[tuple[str, int]], args) -> tuple[list[tuple[float, in
 
     Args:
         targets: [(task, env steps per seed)] in order.
-        args: the model's flags (`run_cost`'s, ``sps``, ``session_s``,
-            ``machine_start_s``).
+        args: the model's flags (`run_cost`'s, ``sps`` (None: `sps_for`'s table),
+            ``session_s``, ``machine_start_s``).
 
     Returns:
         ([(training s, calls, device s, session number, fits one session)] per task,
@@ -102,8 +134,8 @@ def simulate(targets: list[tuple[str, int]], args) -> tuple[list[tuple[float, in
     """
     out, session = [], 0
     clock = Clock(None, float("inf"))
-    for _, steps in targets:
-        train = steps / args.sps
+    for task, steps in targets:
+        train = steps / sps_for(task, args.sps)
         dev, calls, after = run_cost(train, clock, args)
         if after.session_used > args.session_s:
             session += 1
@@ -173,7 +205,10 @@ def cmd_plan(args, campaign: Campaign) -> int:
         rows.append((t, f"{target:,}", f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
                      str(session) if fits else f"{session}: DOES NOT FIT ONE SESSION"))
     print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
-          f"{' '.join(map(str, campaign.seeds))}, {args.sps:g} env steps/s per seed. Calls of "
+          f"{' '.join(map(str, campaign.seeds))}, "
+          + (f"{args.sps:g}" if args.sps is not None else "; ".join(
+              f"{d} {v:g}" for d, v in SPS_BY_DOMAIN.items()) + f"; other {SPS_DEFAULT:g}")
+          + " env steps/s per seed, evaluations included. Calls of "
           f"{args.budget_s:g} s: {args.startup_s:g} s start-up, {args.compile_s:g} s compile "
           f"({args.cached_compile_s:g} s in a run's later calls), {args.reserve_s:g} s reserve "
           f"at a stop, {args.finish_s:g} s to finish a run, {args.gap_s:g} s between calls. "

@@ -57,7 +57,7 @@ sys.path[:0] = [str(HERE), str(HERE / "learning")]
 import _mt19_bundle as bundle_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
-from _mt19_plan import COMPILE_S, SPS, cmd_plan  # noqa: E402
+from _mt19_plan import CACHED_COMPILE_S, COMPILE_S, STARTUP_S, cmd_plan  # noqa: E402
 from _mt19_tasks import (DEFAULT_TARGET, TARGETS, Campaign,  # noqa: E402,F401
                          add_campaign_args, campaign_of, load_record, read_state)
 
@@ -307,17 +307,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start or resume a run only with at least this many seconds "
                             "left before the stop (its compile included); 0: always (a run "
                             "past its stop time trains one chunk)")
-        q.add_argument("--sps", type=float, default=SPS,
-                       help="env steps per second per seed while training (the model of "
-                            "plan and of next's --device-left-s)")
+        q.add_argument("--sps", type=float, default=None,
+                       help="env steps per second per seed, evaluations included, of every "
+                            "task (default: measured per domain, _mt19_plan.SPS_BY_DOMAIN; "
+                            "the model of plan and of next's --device-left-s)")
         q.add_argument("--compile-s", type=float, default=COMPILE_S,
                        help="seconds of compilation in a run's first call")
-        q.add_argument("--cached-compile-s", type=float, default=90.0,
-                       help="seconds of compilation in a run's later calls (less once the "
-                            "warm machine's compilation cache is measured to help)")
-        q.add_argument("--startup-s", type=float, default=30.0,
-                       help="seconds from a call's start to its compiling")
-        q.add_argument("--finish-s", type=float, default=20.0,
+        q.add_argument("--cached-compile-s", type=float, default=CACHED_COMPILE_S,
+                       help="seconds of compilation in a run's later calls (the warm "
+                            "machine's persistent compilation cache)")
+        q.add_argument("--startup-s", type=float, default=STARTUP_S,
+                       help="seconds from a call's start to its compiling (imports, the "
+                            "run's env, agent and checkpoint)")
+        q.add_argument("--finish-s", type=float, default=30.0,
                        help="seconds a run's end takes: final evaluation, export, packing")
         q.add_argument("--gap-s", type=float, default=20.0,
                        help="device seconds between two calls (the machine is held)")

@@ -25,7 +25,8 @@ from wmx.datasets.store import Store  # noqa: E402
 from wmx.runs.listing import FINISHED, read_run  # noqa: E402
 
 TINY = ["--tasks", "probe-action", "--preset", "tiny", "--seeds", "0", "3", "--env-steps", "120",
-        "--eval-every", "40", "--eval-episodes", "2", "--set", "seed_steps=40"]
+        "--checkpoint-every", "1", "--eval-every", "40", "--eval-episodes", "2",
+        "--set", "seed_steps=40"]
 """The campaign flags whose run is TINY_RC (asserted below)."""
 
 
@@ -100,6 +101,11 @@ def test_next_stops_at_its_budget_and_the_next_call_resumes_exactly(calls):
     rc2, call2 = second
     assert rc2 == 0 and [p["action"] for p in call2["pieces"]] == ["resume"]
     assert call2["pieces"][0]["finished"] and call2["pieces"][0]["env_steps_from"] == 20
+    timing = call2["pieces"][0]["timing"]
+    evals = [r for r in _metrics(run_dir) if r["kind"] == "eval" and r["seed"] == "0"]
+    assert len(timing["evals_s"]) == len(evals) == 3 and min(timing["evals_s"]) >= 0
+    assert {"compile_s", "compiles", "trace_s", "lower_s", "cache_hits", "cache_misses",
+            "cache_load_s", "longest"} <= set(timing["compile"])
     run = tmp / "h" / "runs" / call2["pieces"][0]["run"]
     assert _metrics(run) == _metrics(run_dir)              # as the uninterrupted run
     mine = json.loads((run / "summary.json").read_text())["episode_sets"]
@@ -239,8 +245,14 @@ def test_plan(tmp_path, capsys):
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
-    assert walker.split()[1:5] == ["100,000", "7.9", "2", "14.0"]       # 100k / 210 per s
-    assert "DOES NOT FIT" not in out and "in 19 session(s)" in out      # 150 s per compile
+    assert walker.split()[1:5] == ["100,000", "10.4", "3", "21.8"]      # 100k / 160 per s
+    reacher = next(r for r in out.splitlines() if r.startswith("reacher-hard"))
+    # 100k / 286 per s, after reacher-easy in the same session (its call still open)
+    assert reacher.split()[1:6] == ["100,000", "5.8", "2", "12.9", "3.5"]
+    # 200k at 160 per s: 20.8 training minutes and four calls' overhead exceed a session
+    acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
+    assert acrobot.split()[1:5] == ["200,000", "20.8", "4", "35.8"]
+    assert "DOES NOT FIT ONE SESSION" in out and "in 18 session(s)" in out
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
                       "--sps", "166", "--compile-s", "90"]) == 0
     out = capsys.readouterr().out
@@ -248,13 +260,13 @@ def test_plan(tmp_path, capsys):
             camp.campaign_of(camp.build_parser().parse_args(["plan"])).tasks]
     assert len(rows) == 19
     walker = next(r for r in rows if r.startswith("walker-walk"))
-    assert walker.split()[1:5] == ["100,000", "10.0", "2", "15.1"]      # 100k / 166 per s
+    assert walker.split()[1:5] == ["100,000", "10.0", "2", "16.3"]      # 100k / 166 per s
     assert "DOES NOT FIT ONE SESSION" in out                 # 200k at 90 s per compile
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
                       "--sps", "166", "--compile-s", "90",
                       "--cached-compile-s", "20", "--budget-s", "570", "--reserve-s", "30"]) == 0
     out = capsys.readouterr().out
-    assert "DOES NOT FIT" not in out and "in 12 session(s)" in out
+    assert "DOES NOT FIT" not in out and "in 19 session(s)" in out
     args = camp.build_parser().parse_args(["plan", "--budget-s", "60"])   # no time to train
     assert plan_lib.run_cost(10.0, plan_lib.Clock(None, 0.0), args)[0] == \
         float("inf")
