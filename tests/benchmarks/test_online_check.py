@@ -42,7 +42,8 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
     out = tmp_path / "out"
     argv = ["--task", "reacher-easy", "--env-steps", "32000", "--home", str(tmp_path / "home"),
-            "--out", str(out), "--threshold", "300", "--chunk-ticks", "50"]
+            "--out", str(out), "--threshold", "300", "--checkpoint-every", "10",
+            "--chunk-ticks", "50"]
     res = online_check.main("dreamerv3", {"eval_every": 16_000, "threshold_on": "train"}, argv)
 
     run_dir = Path(res["run_dir"])
@@ -52,6 +53,7 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert seen["stop_request"] is not None and not seen["stop_request"].is_set()
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["chunk_ticks"] == 50 and cfg["n_envs"] == 16     # the agent preset's envs
+    assert cfg["checkpoint_every_chunks"] == 10
     assert res["train_curve"] == {"16000": [120.0, 80.0], "32000": [310.0, 330.0]}
     assert res["final_mean_eval_return"] == 260.0
     assert res["best_mean_return_judged"] == 320.0 and res["passed"] is True
@@ -125,9 +127,11 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch, capsys):
     seen.clear()
     res = online_check.main("dreamerv3", {}, [
         "--resume", run_dir, "--out", out, "--task", "reacher-easy", "--seeds", "0",
-        "--set", "train_ratio=1024", "--chunk-ticks", "25", "--threshold", "100"])
+        "--set", "train_ratio=1024", "--chunk-ticks", "25", "--checkpoint-every", "4",
+        "--threshold", "100"])
     assert seen["owner"] is not None and res["passed"] is True
-    assert json.loads((Path(run_dir) / "config.json").read_text())["chunk_ticks"] == 25
+    saved = json.loads((Path(run_dir) / "config.json").read_text())
+    assert (saved["chunk_ticks"], saved["checkpoint_every_chunks"]) == (25, 4)
 
 
 def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys):
