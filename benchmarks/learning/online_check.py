@@ -83,9 +83,10 @@ RESUME_FIELDS = {"task": "task", "seeds": "seeds", "env_steps": "env_steps", "pr
 def resumed(args, run_dir: Path, agent: str):
     """(run config, {config key: new value}) of ``--resume run_dir``: a train_online run
     of ``agent`` that no live process trains, every run flag typed equal to the run's
-    saved value (`wmx.runs.cli_common.resume_changes`; ``--chunk-ticks`` and
-    ``--checkpoint-every`` may change: parts of a round give the results of whole rounds,
-    and checkpoints do not change them). Raises SystemExit naming the problem."""
+    saved value (`wmx.runs.cli_common.resume_changes`; ``--chunk-ticks`` may change: parts
+    of a round give the results of whole rounds. ``--checkpoint-every`` may not, as in
+    train_online: the cadence is part of the run's config hash, which its episode sets'
+    producer records). Raises SystemExit naming the problem."""
     from wmx.runs.cli_common import agent_config_of, parse_set, resume_changes
     from wmx.runs.owner import probe
     path = run_dir / "config.json"
@@ -106,7 +107,7 @@ def resumed(args, run_dir: Path, agent: str):
     try:
         rc = OnlineRunConfig.from_json(cfg)
         changes = resume_changes(
-            args, cfg, RESUME_FIELDS, changeable=("chunk_ticks", "checkpoint_every"),
+            args, cfg, RESUME_FIELDS, changeable=("chunk_ticks",),
             free=("threshold", "threshold_on", "budget_min", "report_only", "out", "home"),
             overrides=parse_set(args.set_) if "set_" in args.given else None,
             new_run="start a new check run (without --resume)", config_of=agent_config_of(rc))
@@ -148,7 +149,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                         "stop and the end always checkpoint). A paper-preset checkpoint is "
                         "large (DreamerV3 12m, 2 seeds: 1.06 GiB with its replay; TD-MPC2 "
                         "size 5: 139 MiB) and takes seconds to write: on an accelerator give "
-                        "10 or more")
+                        "10 or more. Fixed for the run (--resume keeps it)")
     p.add_argument("--home", default=None, help="data root of the run (default: wmx's home)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue an earlier (budget-stopped) learning run with its saved "
@@ -172,11 +173,8 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         run_dir = Path(args.resume).resolve()
         rc, changes = resumed(args, run_dir, agent)
         if args.report_only and changes:                  # it would not be recorded
-            flags = {"chunk_ticks": "--chunk-ticks", "checkpoint_every_chunks":
-                     "--checkpoint-every"}
-            typed = " ".join(f"{flags.get(k, k)} {v}" for k, v in changes.items())
-            p.error(f"{typed} with --report-only: nothing is trained here (with --resume "
-                    "alone it changes how the run trains)")
+            p.error(f"--chunk-ticks {args.chunk_ticks} with --report-only: nothing is trained "
+                    "here (--chunk-ticks with --resume alone changes the run's parts)")
         store = Store(run_dir.parent.parent)
     else:
         from wmx.runs.cli_common import parse_set

@@ -127,11 +127,14 @@ def test_resume_keeps_the_runs_config(tmp_path, monkeypatch, capsys):
     seen.clear()
     res = online_check.main("dreamerv3", {}, [
         "--resume", run_dir, "--out", out, "--task", "reacher-easy", "--seeds", "0",
-        "--set", "train_ratio=1024", "--chunk-ticks", "25", "--checkpoint-every", "4",
-        "--threshold", "100"])
+        "--set", "train_ratio=1024", "--chunk-ticks", "25", "--threshold", "100"])
     assert seen["owner"] is not None and res["passed"] is True
-    saved = json.loads((Path(run_dir) / "config.json").read_text())
-    assert (saved["chunk_ticks"], saved["checkpoint_every_chunks"]) == (25, 4)
+    assert json.loads((Path(run_dir) / "config.json").read_text())["chunk_ticks"] == 25
+    before = (Path(run_dir) / "config.json").read_text()
+    with pytest.raises(SystemExit, match="checkpoint"):    # in the producer's config hash
+        online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out,
+                                            "--checkpoint-every", "4"])
+    assert (Path(run_dir) / "config.json").read_text() == before
 
 
 def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys):
