@@ -36,7 +36,7 @@ class OnlineChunk:
         self.chunk = program.make_chunk_fn(rc, env)
         self.next_tick = 0
         self.schedule = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs)
-        self.first_update_tick = first_update_tick(self.schedule)
+        self.first_update_tick = self.schedule.first_update_tick()
         self.compile_s = self.warmup_chunks = None
 
     def _ticks(self) -> np.ndarray:
@@ -71,31 +71,6 @@ class OnlineChunk:
         """Training steps (each updating every seed) the next call runs, by the agent's
         schedule."""
         return sum(int(self.schedule.n_updates(int(t))) for t in self._ticks())
-
-
-def first_update_tick(schedule) -> int:
-    """The first tick whose ``schedule.n_updates`` is positive, in closed form from the
-    agent's static schedule (each agent's ``schedule.first_update_tick``): TD-MPC2's
-    burst tick (with no seed steps, the stepping tick after it), DreamerV3's tick
-    holding the transition that opens the replay gate.
-
-    Args:
-      schedule: an agent's online schedule, ``agent.schedule(cfg, T, n_envs)`` (a
-        `wmx.agents.api.BoundSchedule` over either agent's ``Schedule``).
-
-    Returns:
-      int: the absolute tick index.
-
-    Raises:
-      TypeError: a schedule of neither agent.
-    """
-    from wmx.agents.dreamerv3 import schedule as dreamerv3_schedule
-    from wmx.agents.tdmpc2 import schedule as tdmpc2_schedule
-    for lib in (tdmpc2_schedule, dreamerv3_schedule):
-        if isinstance(schedule.inner, lib.Schedule):
-            return lib.first_update_tick(schedule.inner)
-    raise TypeError(f"no closed-form first update tick for a {type(schedule.inner).__name__} "
-                    "schedule")
 
 
 def start_online(task: str, agent: str, preset: str, n_seeds: int = 1, seed: int = 0,
@@ -135,7 +110,7 @@ def start_online(task: str, agent: str, preset: str, n_seeds: int = 1, seed: int
                             agent_overrides=over, episode_length=episode_length)
     spec = probe.task_spec
     L = ticks or spec.T + 1
-    first = first_update_tick(probe.agent_module.schedule(probe.agent_config, spec.T, n_envs))
+    first = probe.agent_module.schedule(probe.agent_config, spec.T, n_envs).first_update_tick()
     warm = first // L + 2          # the chunk holding the first update, then one more
     rounds = max(1, -(-(warm + chunks) * L // (spec.T + 1)))
     rc = OnlineRunConfig(task=task, agent=agent, seeds=seeds, n_envs=n_envs, preset=preset,

@@ -52,8 +52,8 @@ class BatchSpec(NamedTuple):
 class Schedule(Protocol):
     """The online schedule of an agent: static arithmetic on the absolute tick.
 
-    Both methods take the absolute, unbatched tick index as a Python int or a
-    jnp int scalar and return the same kind (DESIGN.md §3 principle 2).
+    `action_mode` and `n_updates` take the absolute, unbatched tick index as a Python
+    int or a jnp int scalar and return the same kind (DESIGN.md §3 principle 2).
     """
 
     def action_mode(self, tick: Any) -> Any:
@@ -62,24 +62,34 @@ class Schedule(Protocol):
     def n_updates(self, tick: Any) -> Any:
         """Updates to run right after the row of ``tick`` was added to the replay."""
 
+    def first_update_tick(self) -> int:
+        """The first tick whose `n_updates` is positive (a Python int, host side)."""
+
 
 @dataclass(frozen=True)
 class BoundSchedule:
-    """A `Schedule` from an agent's static schedule and its two functions.
+    """A `Schedule` from an agent's static schedule and its functions.
 
     inner: the agent's schedule value (e.g. its ``make_schedule(...)``);
-    action_mode_fn / n_updates_fn: ``f(tick, inner)``, the agent's arithmetic.
+    action_mode_fn / n_updates_fn: ``f(tick, inner)``, the agent's arithmetic;
+    first_update_tick_fn: ``f(inner) -> int``, the first tick with ``n_updates`` > 0 in
+    closed form (host side).
     """
 
     inner: Any
     action_mode_fn: Callable[[Any, Any], Any]
     n_updates_fn: Callable[[Any, Any], Any]
+    first_update_tick_fn: Callable[[Any], int]
 
     def action_mode(self, tick: Any) -> Any:
         return self.action_mode_fn(tick, self.inner)
 
     def n_updates(self, tick: Any) -> Any:
         return self.n_updates_fn(tick, self.inner)
+
+    def first_update_tick(self) -> int:
+        """The absolute index of the first tick whose ``n_updates`` is positive."""
+        return int(self.first_update_tick_fn(self.inner))
 
 
 @runtime_checkable

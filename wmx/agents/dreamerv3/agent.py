@@ -305,7 +305,7 @@ def schedule(cfg: DreamerV3Config, episode_length: int, n_envs: int) -> BoundSch
                                                  batch_length=c.batch_length,
                                                  replay_context=c.replay_context,
                                                  train_ratio=c.train_ratio),
-                         sched_lib.action_mode, sched_lib.n_updates)
+                         sched_lib.action_mode, sched_lib.n_updates, sched_lib.first_update_tick)
 
 
 def init_replay(cfg: DreamerV3Config, n_envs: int, episode_length: int,

@@ -169,7 +169,7 @@ def schedule(cfg: TDMPC2Config, episode_length: int, n_envs: int) -> BoundSchedu
     """The seed phase, burst and UTD-1 schedule (`schedule`, T7) as the protocol's."""
     return BoundSchedule(sched_lib.make_schedule(episode_length, n_envs,
                                                  cfg.resolved().seed_steps),
-                         sched_lib.action_mode, sched_lib.n_updates)
+                         sched_lib.action_mode, sched_lib.n_updates, sched_lib.first_update_tick)
 
 
 @struct.dataclass

@@ -1,12 +1,10 @@
-"""benchmarks/_online.py: `first_update_tick`, the closed form of each agent's online
-schedule, equals a scan of ``schedule.n_updates`` over the ticks (the oracle) for a grid
-of configs built as ``train_online`` builds them (the agent's ``make_config`` on the task,
-then ``schedule(cfg, T, n_envs)``): TD-MPC2 over seed steps, envs, action repeat and
-episode length; DreamerV3 over envs, action repeat, train ratio, batch size and length
-and replay context."""
+"""`BoundSchedule.first_update_tick`, the closed form of each agent's online schedule
+(its ``schedule.first_update_tick``), equals a scan of ``n_updates`` over the ticks (the
+oracle) for a grid of configs built as ``train_online`` builds them (the agent's
+``make_config`` on the task, then ``schedule(cfg, T, n_envs)``): TD-MPC2 over seed
+steps, envs, action repeat and episode length; DreamerV3 over envs, action repeat, train
+ratio, batch size and length and replay context."""
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,13 +12,10 @@ from wmx.agents.dreamerv3 import agent as dreamerv3
 from wmx.agents.tdmpc2 import agent as tdmpc2
 from wmx.envs.registry import get_task
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _online import first_update_tick  # noqa: E402
-
 
 def scanned_first_update_tick(schedule, limit: int = 10 ** 6) -> int:
     """The oracle: the first tick whose ``schedule.n_updates`` is positive, by looping
-    over the ticks (what `_online.first_update_tick` did before its closed form)."""
+    over the ticks."""
     for t in range(limit):
         if int(schedule.n_updates(t)) > 0:
             return t
@@ -45,7 +40,7 @@ def test_tdmpc2_closed_form_equals_the_scan(action_repeat, T):
         over = {} if s is None else {"seed_steps": s}
         cfg = tdmpc2.make_config("cpu", over, task=task)
         sched = tdmpc2.schedule(cfg, T, n_envs)
-        assert first_update_tick(sched) == scanned_first_update_tick(sched), (s, n_envs)
+        assert sched.first_update_tick() == scanned_first_update_tick(sched), (s, n_envs)
 
 
 @pytest.mark.parametrize("action_repeat", [1, 2])
@@ -58,19 +53,13 @@ def test_dreamerv3_closed_form_equals_the_scan(action_repeat, replay_context):
                 "batch_length": batch_length, "replay_context": replay_context}
         cfg = dreamerv3.make_config("cpu", over, task=task)
         sched = dreamerv3.schedule(cfg, task.T, n_envs)
-        assert first_update_tick(sched) == scanned_first_update_tick(sched), over
+        assert sched.first_update_tick() == scanned_first_update_tick(sched), over
 
 
-def test_the_paper_settings_and_an_unknown_schedule():
+def test_the_paper_settings():
     """DreamerV3 paper protocol: tick 64 (16 envs, B 16, L 65); TD-MPC2 on T = 500 with
-    one env: S = max(1000, 5T) = 2500, the burst after agent step 2500, tick 5·501 = 2505;
-    a schedule of neither agent is refused."""
+    one env: S = max(1000, 5T) = 2500, the burst after agent step 2500, tick 5·501 = 2505."""
     cfg = dreamerv3.make_config("paper", {}, task=_task(2))
-    assert first_update_tick(dreamerv3.schedule(cfg, 500, 16)) == 64
+    assert dreamerv3.schedule(cfg, 500, 16).first_update_tick() == 64
     cfg = tdmpc2.make_config("paper", {}, task=_task(2))
-    assert cfg.seed_steps == 2500 and first_update_tick(tdmpc2.schedule(cfg, 500, 1)) == 2505
-
-    class Other:
-        inner = object()
-    with pytest.raises(TypeError, match="object schedule"):
-        first_update_tick(Other())
+    assert cfg.seed_steps == 2500 and tdmpc2.schedule(cfg, 500, 1).first_update_tick() == 2505
