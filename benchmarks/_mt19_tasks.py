@@ -36,6 +36,8 @@ replay is 3.5 MiB on reacher) and took about 1.8 s to write on the TPU v5e machi
 against 2.7 s of training per round of reacher-easy: a checkpoint each round cost the
 campaign's first run a fifth to a quarter of each call's wall time. A budget stop always
 checkpoints, so only a crash loses rounds."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Campaign:
     """The runs the campaign trains: tasks (mt30 order), preset, seeds, evaluations,
