@@ -1,0 +1,336 @@
+"""DreamerV3 online beside the official agent: wmx's training-episode curves, the official
+code's on the same chip, and the published points, judged by the issue's criterion.
+
+Inputs are metrics.csv files in wmx's online columns (`wmx.train_online.loop.BASE_COLUMNS`;
+the official runs' are converted by ``benchmarks/official_dreamerv3.py``): their ``train``
+rows, one per seed and group of training episodes that ended together (16 episodes of
+1,000 env steps per seed with 16 envs, so a point every 16,000 env steps).
+
+Points are matched by env steps rounded to ``--match`` (default 1,000, one episode): wmx
+logs its groups at 16,000, 32,000, ...; the official counter also counts the envs'
+reset steps, so its groups end at 16,032, 32,064, ... A published point at X summarises
+the training episodes that ended in (X - 10,000, X] (the published curve's 10,000-step
+bins; `wmx.evaluate.reference_curves`), so a logged point at x is read against the
+published point at ceil(x / 10,000) · 10,000.
+
+Criterion (the judged wmx arm, ``--judge``; every arm's readings are in the JSON):
+
+- ``within_official``: at every point where wmx and all official seeds logged a group,
+  up to ``--until`` env steps, wmx's seed mean lies inside the official seeds' range;
+- ``threshold``: wmx's seed mean reaches ``--threshold`` at a logged point at or below
+  ``--by`` env steps;
+- ``within_published``: at every published point wmx's logged points reach (their bins),
+  wmx's seed mean lies inside the published seeds' range. Reported, and in ``passed``
+  only with ``--judge-published``: the published curve is the 2023 agent's (its
+  provenance note), not the official code that runs beside wmx.
+
+Writes ``<out>.json`` (every arm's curves per seed, the official summaries' chip, commit
+and rates, the readings and ``passed``), ``<out>.png`` and, given official run folders,
+``<out>_official_metrics.csv`` (their train rows, from which the JSON can be made again):
+
+    python benchmarks/learning/dreamerv3_official_compare.py --task reacher-easy \\
+        --official OUT0 OUT1 --wmx "bfloat16=RUN_DIR" \\
+        --out benchmarks/results/dreamerv3_online_reacher-easy_official_tpu
+
+An official argument is a folder from ``official_dreamerv3.py --out`` (metrics.csv and
+official_summary.json) or a metrics.csv; a wmx arm is ``LABEL=PATH`` with PATH a run
+folder (metrics.csv, config.json: its commit is read there) or a metrics.csv, and
+``LABEL=PATH@COMMIT`` names the commit of a bare csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from wmx.evaluate.reference_curves import curve, reference_source
+
+PUBLISHED_BIN = 10_000
+"""Env steps of one published bin: the point at X holds the episodes that ended in (X - bin, X]."""
+
+Curve = dict[int, dict[int, float]]
+"""{matched env steps: {seed: training-episode return (the group's mean)}}."""
+
+
+def read_train_rows(path: Path) -> list[dict[str, str]]:
+    """The ``train`` rows of a metrics.csv (any seeds). Raises SystemExit naming a file
+    that is missing or has no such rows."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such metrics.csv; give a run folder or its metrics.csv")
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("kind") == "train"
+                and r.get("return") not in ("", None)]
+    if not rows:
+        raise SystemExit(f"{path}: no train rows (kind=train with a return); is it an online "
+                         "run's metrics.csv?")
+    return rows
+
+
+def train_curve(rows: list[dict[str, str]], match: int = 1000) -> Curve:
+    """{env steps rounded to ``match``: {seed: return}} of train rows. Raises ValueError
+    when one seed has two rows at the same rounded point."""
+    out: Curve = {}
+    for r in rows:
+        x = int(round(int(r["env_steps"]) / match) * match)
+        seed = int(r["seed"])
+        if seed in out.setdefault(x, {}):
+            raise ValueError(f"seed {seed} has two train rows near env step {x} (rounded to "
+                             f"{match}); give a smaller --match")
+        out[x][seed] = float(r["return"])
+    return dict(sorted(out.items()))
+
+
+def published_bin(x: int, bin_steps: int = PUBLISHED_BIN) -> int:
+    """The published point whose bin (X - bin, X] holds a logged point at env step x."""
+    return int(math.ceil(x / bin_steps) * bin_steps)
+
+
+def published_ranges(task: str) -> dict[int, tuple[float, float, float]]:
+    """{env steps: (mean, seed min, seed max)} of DreamerV3's published points of ``task``
+    ({} when none is published or no seeds are)."""
+    c = curve(task, "dreamerv3")
+    if c is None or c[2] is None:
+        return {}
+    xs, ys, seeds = c
+    return {int(x): (float(y), float(np.nanmin(seeds[:, j])), float(np.nanmax(seeds[:, j])))
+            for j, (x, y) in enumerate(zip(xs, ys))}
+
+
+def judge(arm: Curve, official: Curve, published: dict[int, tuple[float, float, float]],
+          until: int, threshold: float, by: int) -> dict:
+    """The criterion's readings of one wmx arm (module docstring).
+
+    Returns {"within_official": {"points": [...], "ok"}, "threshold": {"best", "at",
+    "ok"}, "within_published": {"points": [...], "ok"}}; an ``ok`` is None when it has no
+    point to judge.
+    """
+    n_official = max((len(v) for v in official.values()), default=0)
+    pts = []
+    for x, seeds in arm.items():
+        off = official.get(x)
+        if x > until or off is None or len(off) < n_official:
+            continue
+        mean = float(np.mean(list(seeds.values())))
+        lo, hi = min(off.values()), max(off.values())
+        pts.append({"env_steps": x, "mean": mean, "official_min": lo,
+                    "official_max": hi, "ok": lo <= mean <= hi})
+    early = [(float(np.mean(list(s.values()))), x) for x, s in arm.items() if x <= by]
+    best = max(early, default=(None, None))
+    pub = []
+    for x, seeds in arm.items():
+        p = published.get(published_bin(x))
+        if p is None:
+            continue
+        mean = float(np.mean(list(seeds.values())))
+        pub.append({"env_steps": x, "published_at": published_bin(x), "mean": mean,
+                    "published_mean": p[0], "published_min": p[1], "published_max": p[2],
+                    "ok": p[1] <= mean <= p[2]})
+    return {"within_official": {"points": pts,
+                                "ok": all(p["ok"] for p in pts) if pts else None},
+            "threshold": {"value": threshold, "by": by, "best": best[0], "at": best[1],
+                          "ok": None if best[0] is None else best[0] >= threshold},
+            "within_published": {"points": pub,
+                                 "ok": all(p["ok"] for p in pub) if pub else None}}
+
+
+def verdict(reading: dict, judge_published: bool = False) -> bool | None:
+    """``passed`` of the judged arm's reading: None when a judged part has no point."""
+    parts = [reading["within_official"]["ok"], reading["threshold"]["ok"]]
+    if judge_published:
+        parts.append(reading["within_published"]["ok"])
+    if any(p is None for p in parts):
+        return None
+    return all(parts)
+
+
+def parse_arm(text: str) -> tuple[str, Path, str | None]:
+    """(label, path, commit) of ``LABEL=PATH[@COMMIT]``. Raises SystemExit on bad form."""
+    label, sep, rest = text.partition("=")
+    if not sep or not label or not rest:
+        raise SystemExit(f"--wmx {text!r}: write LABEL=PATH (a run folder or a metrics.csv), "
+                         "e.g. --wmx bfloat16=runs/<run>")
+    path, _, commit = rest.partition("@")
+    return label, Path(path), commit or None
+
+
+def wmx_arm(path: Path, commit: str | None) -> tuple[list[dict[str, str]], str | None]:
+    """(train rows, commit) of a wmx run folder or metrics.csv."""
+    if path.is_dir():
+        cfg = path / "config.json"
+        if commit is None and cfg.is_file():
+            commit = json.loads(cfg.read_text()).get("code_version")
+        path = path / "metrics.csv"
+    return read_train_rows(path), commit
+
+
+def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict]]:
+    """(train rows of all seeds, the official summaries found) of --official arguments."""
+    rows, summaries = [], []
+    for p in paths:
+        if p.is_dir():
+            s = p / "official_summary.json"
+            if s.is_file():
+                summaries.append(json.loads(s.read_text()))
+            p = p / "metrics.csv"
+        rows += read_train_rows(p)
+    return rows, summaries
+
+
+def summary_of(s: dict) -> dict:
+    """The parts of an official summary the JSON keeps: config, steps, rates, calls."""
+    calls = s.get("calls") or []
+    rates = [c["after_first_train"]["env_steps_per_s"] for c in calls
+             if c.get("after_first_train") and c["after_first_train"]["s"] > 60]
+    return {"config": s.get("config"), "official_commit": s.get("official_commit"),
+            "env_steps": s.get("env_steps"), "train_steps": s.get("train_steps"),
+            "wall_s": s.get("wall_s"),
+            "env_steps_per_s_training": (float(np.median(rates)) if rates else None),
+            "devices": sorted({d for c in calls for d in c.get("devices", [])}),
+            "jax": sorted({c["jax"] for c in calls if c.get("jax")}),
+            "calls": [{k: c.get(k) for k in ("stop", "wall_s", "env_steps_start",
+                                              "env_steps_end", "until_first_train_s")}
+                      for c in calls]}
+
+
+def plot(task: str, arms: dict[str, Curve], official: Curve,
+         published: dict[int, tuple[float, float, float]], path: Path,
+         official_label: str = "official DreamerV3") -> None:
+    """Seed mean (line) and range (band) of each wmx arm (labelled by its key) and of the
+    official agent, the published points (markers, their seeds' range as error bars) up
+    to the longest curve."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot(1, 1, 1)
+    colours = ["#1f77b4", "#17becf", "#2ca02c", "#9467bd"]
+    series = [(k, v, colours[i % len(colours)]) for i, (k, v) in enumerate(arms.items())]
+    series.append((official_label, official, "#d62728"))
+    top = 0
+    for label, c, colour in series:
+        if not c:
+            continue
+        xs = np.array(list(c), float)
+        vals = [np.array(list(s.values()), float) for s in c.values()]
+        n = max(len(v) for v in vals)
+        ax.plot(xs, [v.mean() for v in vals], "o-", ms=3, color=colour,
+                label=f"{label} ({n} seeds: mean, range)")
+        ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals], color=colour,
+                        alpha=0.15)
+        top = max(top, int(xs.max()))
+    pub = [(x, p) for x, p in published.items() if x <= published_bin(top)]
+    if pub:
+        px = [x for x, _ in pub]
+        py = [p[0] for _, p in pub]
+        yerr = np.array([[p[0] - p[1] for _, p in pub], [p[2] - p[0] for _, p in pub]])
+        ax.errorbar(px, py, yerr=yerr, fmt="s", ms=4, capsize=2, color="#7f7f7f",
+                    label="published (5 seeds: mean, range)")
+    ax.set_title(f"DreamerV3 online, {task}: training episodes", fontsize=10)
+    ax.set_xlabel("env steps", fontsize=9)
+    ax.set_ylabel("episode return", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_official_csv(rows: list[dict[str, str]], path: Path) -> None:
+    """The official train rows (all seeds, their columns) as one csv."""
+    cols = list(rows[0])
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="reacher-easy", help="the DMC task (default reacher-easy)")
+    p.add_argument("--official", nargs="+", type=Path, required=True,
+                   help="official runs: folders of official_dreamerv3.py --out, or metrics.csv")
+    p.add_argument("--wmx", action="append", required=True, metavar="LABEL=PATH[@COMMIT]",
+                   help="a wmx arm (repeatable): a run folder or metrics.csv")
+    p.add_argument("--judge", help="the label of the arm judged (default: the first --wmx)")
+    p.add_argument("--until", type=int, default=64_000,
+                   help="env steps up to which wmx must be inside the official range")
+    p.add_argument("--threshold", type=float, default=300.0,
+                   help="return wmx's mean must reach by --by (default 300)")
+    p.add_argument("--by", type=int, default=50_000, help="env steps of --threshold")
+    p.add_argument("--match", type=int, default=1000,
+                   help="env steps points are rounded to before matching (default 1,000)")
+    p.add_argument("--judge-published", action="store_true",
+                   help="make the published range part of passed (default: reported only)")
+    p.add_argument("--chip", help="the accelerator the runs trained on, for the record "
+                   "(default: the official summaries' devices)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="prefix of the outputs: <out>.json, <out>.png, <out>_official_metrics.csv")
+    a = p.parse_args(argv)
+    arms_in = [parse_arm(t) for t in a.wmx]
+    labels = [lab for lab, _, _ in arms_in]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"--wmx: labels must differ, got {labels}")
+    judged = a.judge or labels[0]
+    if judged not in labels:
+        raise SystemExit(f"--judge {judged}: not a --wmx label; give one of {labels}")
+    off_rows, summaries = official_runs(a.official)
+    try:
+        official = train_curve(off_rows, a.match)
+        arms, commits = {}, {}
+        for lab, path, commit in arms_in:
+            rows, commits[lab] = wmx_arm(path, commit)
+            arms[lab] = train_curve(rows, a.match)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    published = published_ranges(a.task)
+    readings = {lab: judge(c, official, published, a.until, a.threshold, a.by)
+                for lab, c in arms.items()}
+    official_reading = judge(official, official, published, a.until, a.threshold, a.by)
+    runs = [summary_of(s) for s in summaries]
+    result = {
+        "task": a.task, "chip": a.chip or sorted({d for s in summaries
+                                                  for d in summary_of(s)["devices"]}),
+        "criterion": {"until": a.until, "threshold": a.threshold, "by": a.by,
+                      "match": a.match, "judge_published": a.judge_published,
+                      "published_bin": PUBLISHED_BIN},
+        "judged": judged,
+        "wmx": {lab: {"commit": commits[lab],
+                      "curve": {str(x): {str(k): v for k, v in s.items()}
+                                for x, s in arms[lab].items()},
+                      "reading": readings[lab]} for lab in labels},
+        "official": {"curve": {str(x): {str(k): v for k, v in s.items()}
+                               for x, s in official.items()},
+                     "threshold": official_reading["threshold"],
+                     "within_published": official_reading["within_published"],
+                     "runs": runs},
+        "published": {"source": reference_source("dreamerv3"),
+                      "points": {str(x): list(v) for x, v in published.items()
+                                 if x <= published_bin(max(list(official) + [
+                                     x for c in arms.values() for x in c]))}},
+        "passed": verdict(readings[judged], a.judge_published),
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    if summaries:
+        write_official_csv(off_rows, a.out.with_name(a.out.name + "_official_metrics.csv"))
+    dtypes = sorted({(r["config"] or {}).get("compute_dtype") or "" for r in runs} - {""})
+    official_label = " ".join(["official DreamerV3"] + sorted(
+        {(r["official_commit"] or "")[:7] for r in runs} - {""}) + dtypes)
+    plot(a.task, {" ".join(["wmx", lab] + ([commits[lab][:7]] if commits[lab] else [])): c
+                  for lab, c in arms.items()},
+         official, published, a.out.with_name(a.out.name + ".png"), official_label)
+    tmp = a.out.with_name(a.out.name + ".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(a.out.with_name(a.out.name + ".json"))
+    r = readings[judged]
+    print(f"[compare] {a.task}: wmx {judged} inside the official range at "
+          f"{sum(p['ok'] for p in r['within_official']['points'])}/"
+          f"{len(r['within_official']['points'])} points; best mean by {a.by}: "
+          f"{r['threshold']['best']}; passed {result['passed']}", file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":
+    main()
