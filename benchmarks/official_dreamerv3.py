@@ -18,8 +18,10 @@ the paper protocol for DMC proprio: the ``dmc_proprio`` config (the
 compute), the ``--size`` preset on top, then the flags given. Around that
 loop the driver only adds what short, killable calls need:
 
-- the loop stops when ``--budget-s`` has passed since the driver started,
-  when the env-step target is reached, or on SIGTERM/SIGINT (``timeout -k``'s
+- the loop stops when ``--budget-s`` has passed since the driver started (with
+  ``--episode-window S``: at the first episode end in the last S seconds before it,
+  as a resumed loop restarts its envs and never scores the episodes that were
+  running), when the env-step target is reached, or on SIGTERM/SIGINT (``timeout -k``'s
   first signal; the env processes ignore it), and then saves a checkpoint
   (also every ``--save-every`` seconds, synchronously, so the resume point's
   counters are exact); the next call with the same ``--logdir`` continues
@@ -165,17 +167,34 @@ def official_task(task: str) -> str:
 
 # ==== the official run ==================================================================
 class _Stop:
-    """Why the loop should stop (None while it should go on): budget, target, signal."""
+    """Why the loop should stop (None while it should go on): budget, target, signal.
 
-    def __init__(self, deadline: float | None):
-        self.deadline = deadline
+    With ``episode_window`` (seconds) the budget stop comes early, at the first episode
+    end within that window before the deadline: a resumed official loop restarts its
+    envs, so the episodes still running at a stop are never scored, and on DMC (all envs
+    end together) a stop just after a group ended loses none.
+    """
+
+    def __init__(self, deadline: float | None, episode_window: float = 0.0):
+        self.deadline, self.episode_window = deadline, float(episode_window)
         self.reason: str | None = None
+        self.last_episode_end: float | None = None
 
-    def check(self) -> bool:
-        """True once the loop must stop (sets ``reason`` to "budget" at the deadline)."""
-        if self.reason is None and self.deadline is not None \
-                and time.monotonic() >= self.deadline:
-            self.reason = "budget"
+    def episode_ended(self, now: float | None = None) -> None:
+        """An env's episode ended (the logger got its score) at ``now`` (monotonic s)."""
+        self.last_episode_end = time.monotonic() if now is None else now
+
+    def check(self, now: float | None = None) -> bool:
+        """True once the loop must stop: sets ``reason`` to "budget" at the deadline, or
+        to "budget, at an episode end" inside the episode window once an episode ended there."""
+        if self.reason is None and self.deadline is not None:
+            now = time.monotonic() if now is None else now
+            opens = self.deadline - self.episode_window
+            if now >= self.deadline:
+                self.reason = "budget"
+            elif self.episode_window > 0 and now >= opens and \
+                    self.last_episode_end is not None and self.last_episode_end >= opens:
+                self.reason = "budget, at an episode end"
         return self.reason is not None
 
 
@@ -502,7 +521,7 @@ def train(args) -> None:
       final save or the env processes (its traceback printed, the logs so far converted).
     """
     t0 = time.monotonic()
-    stop = _Stop(None if args.budget_s is None else t0 + args.budget_s)
+    stop = _Stop(None if args.budget_s is None else t0 + args.budget_s, args.episode_window)
     on_signal = _OnSignal(stop)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -619,7 +638,16 @@ def train(args) -> None:
         def progress_output(summaries):
             progress("log")
         multiplier = config.env.get(config.task.split("_")[0], {}).get("repeat", 1)
-        return embodied.Logger(counter, [
+
+        class EpisodeWatch(embodied.Logger):
+            """The official logger; an episode's score tells the stop (--episode-window)."""
+
+            def add(self, mapping, prefix=None):
+                if prefix == "episode":
+                    stop.episode_ended()
+                return super().add(mapping, prefix)
+
+        return EpisodeWatch(counter, [
             embodied.logger.TerminalOutput(config.filter, "Agent"),
             embodied.logger.JSONLOutput(logdir, "metrics.jsonl"),
             embodied.logger.JSONLOutput(logdir, "scores.jsonl", "episode/score"),
@@ -960,6 +988,12 @@ def parse(argv=None):
     p.add_argument("--budget-s", type=float, help="stop the loop once this many seconds have "
                    "passed since the driver started (then it saves: allow ~10-30 s more "
                    "before an external limit)")
+    p.add_argument("--episode-window", type=float, default=0.0, metavar="S",
+                   help="with --budget-s: stop at the first episode end within S seconds "
+                   "before the budget (a resumed official loop restarts its envs and never "
+                   "scores the episodes running at a stop; on DMC with 16 envs a group of "
+                   "episodes ends every ~100 s on a TPU v5e, so e.g. 150); default 0: at "
+                   "the budget")
     p.add_argument("--size", choices=SIZES, help="the model size preset (default 12m, the "
                    "paper's for DMC; 1m: the reference's later size1m widths; debug: the "
                    "official debug block, tiny)")
@@ -1019,6 +1053,9 @@ def parse(argv=None):
         fail(f"--check-finite {args.check_finite}: give at least one policy call")
     if args.check_train_steps < 0:
         fail(f"--check-train-steps {args.check_train_steps}: give 0 or more")
+    if args.episode_window < 0 or (args.episode_window > 0 and args.budget_s is None):
+        fail(f"--episode-window {args.episode_window}: give a non-negative number of seconds, "
+             "with --budget-s")
     if args.budget_s is not None and args.budget_s <= 0:
         fail(f"--budget-s {args.budget_s}: give a positive number of seconds")
     if args.time_train is not None and args.time_train < 1:

@@ -149,6 +149,20 @@ def test_loop_condition_stops_at_target_budget_and_signal():
     assert not lt(1, steps)
 
 
+def test_episode_window_stops_at_the_first_episode_end_inside_it():
+    stop = off._Stop(deadline=1000.0, episode_window=150.0)
+    stop.episode_ended(now=820.0)                   # before the window: no stop
+    assert not stop.check(now=900.0) and stop.reason is None
+    stop.episode_ended(now=910.0)                   # inside it: stop at the next check
+    assert stop.check(now=911.0) and stop.reason == "budget, at an episode end"
+    late = off._Stop(deadline=1000.0, episode_window=150.0)
+    late.episode_ended(now=700.0)
+    assert not late.check(now=999.0) and late.check(now=1000.0) and late.reason == "budget"
+    off_ = off._Stop(deadline=1000.0)               # no window: only the deadline
+    off_.episode_ended(now=990.0)
+    assert not off_.check(now=995.0) and off_.check(now=1001.0)
+
+
 def test_resume_refuses_a_changed_setting(tmp_path, capsys):
     logdir = tmp_path / "run"
     _made_up_run(logdir)
