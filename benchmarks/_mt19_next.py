@@ -1,6 +1,10 @@
 """`mt19_campaign.py next`, on the device machine: train the campaign's next piece within one
 call's budget and pack what finished.
 
+`choose` picks the piece and its run's env steps per seed: a run in progress keeps its own;
+a new run takes its task's aim, or with ``--device-left-s`` the largest of its sizes
+(`Campaign.sizes`) that the plan's model says fits the session's device time left.
+
 The run is train_online's own (`train_piece`); a finished run's bundle goes into the call's
 output folder (`pack_finished`, `_mt19_bundle.pack`) with ``mt19_call.json``, the call's
 account: what it trained, how fast, what it packed, and what comes next.
@@ -58,44 +62,71 @@ def _chip() -> tuple[str, str]:
 
 
 def choose(states: list[TaskState], campaign: Campaign, task: str | None,
-           device_left_s: float | None, elapsed_s: float, args) -> tuple[TaskState | None, str]:
-    """The task to train next.
+           device_left_s: float | None, elapsed_s: float,
+           args) -> tuple[TaskState | None, int, str]:
+    """The task to train next and its run's env steps per seed.
+
+    A new run trains to the task's aim when that fits the session's device time left (in
+    the plan's model, `run_cost` from this call's elapsed time), else to the largest
+    multiple of `_mt19_tasks.FIT_STEP` from the task's floor up that fits (a fixed
+    target has one size: `Campaign.sizes`); a task none of whose sizes fit is skipped.
 
     Args:
         states: the tasks (`read_state`).
         campaign: the campaign.
         task: ``--task`` (None: any).
-        device_left_s: the session's device seconds left (None: not checked).
+        device_left_s: the session's device seconds left (None: not checked: the aim).
         elapsed_s: seconds of this call so far.
         args: the plan model's flags (`run_cost`).
 
     Returns:
-        (state, why): ``task`` unless it is done; else the task whose campaign run is in
-        progress; else the first task not done whose run, started now, fits
-        ``device_left_s``. (None, why) when there is none.
+        (state, env steps, why): ``task`` unless it is done or no size of its new run
+        fits; else the task whose campaign run is in progress (env steps: the run's own
+        total); else the first task not done with a size that fits. (None, 0, why) when
+        there is none.
     """
+    def need(s: TaskState, n: int) -> float:
+        return run_cost(n / sps_for(s.task, args.sps), Clock(elapsed_s, 0.0), args)[0]
+
+    def size(s: TaskState) -> int | None:
+        for n in campaign.sizes(s.task):
+            if device_left_s is None or need(s, n) <= device_left_s:
+                return n
+        return None
+
+    def running(s: TaskState) -> int:
+        run = s.active()
+        return int(run.total) if run.total is not None else s.aim
+
+    def minutes(x: float) -> str:
+        return f"{x / 60:.1f}" if x < float("inf") else "more calls than the budget allows"
+
     if task is not None:
         s = next(x for x in states if x.task == task)
-        if s.done and s.active() is None:
-            return None, f"{task} is done (recorded or trained to {s.target:,} env steps)"
-        return s, "--task"
+        if s.active() is not None:
+            return s, running(s), "--task; its run is in progress"
+        if s.done:
+            return None, 0, (f"{task} is done (recorded or trained to at least {s.floor:,} "
+                             "env steps)")
+        n = size(s)
+        if n is None:
+            return None, 0, (f"--task {task}: no run of it fits the {device_left_s / 60:.1f} "
+                             f"device minutes left (its floor of {s.floor:,} env steps needs "
+                             f"{minutes(need(s, s.floor))}); end the session")
+        return s, n, "--task"
     active = [s for s in states if s.active() is not None]
     if active:
-        return active[0], "its run is in progress"
+        return active[0], running(active[0]), "its run is in progress"
     todo = [s for s in states if not s.done]
     if not todo:
-        return None, "every task of the campaign is done"
-
-    def need(s: TaskState) -> float:
-        return run_cost(s.target / sps_for(s.task, args.sps), Clock(elapsed_s, 0.0), args)[0]
+        return None, 0, "every task of the campaign is done"
     for s in todo:
-        if device_left_s is None or need(s) <= device_left_s:
-            return s, "the next task not done"
-    least = min(need(s) for s in todo)
-    return None, (f"no task left fits the {device_left_s / 60:.1f} device minutes left (the "
-                  "shortest needs " + (f"{least / 60:.1f}" if least < float("inf") else
-                                       "more calls than the budget allows") +
-                  "); end the session")
+        n = size(s)
+        if n is not None:
+            return s, n, "the next task not done"
+    least = min(need(s, s.floor) for s in todo)
+    return None, 0, (f"no task left fits the {device_left_s / 60:.1f} device minutes left (the "
+                     f"shortest floor needs {minutes(least)}); end the session")
 
 
 def _calls_path(home: Path, run: str) -> Path:
@@ -152,8 +183,8 @@ def piece_timing(run_dir: Path, rc, env_steps_from: int, wall_s: float,
     return out
 
 
-def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: list[str],
-                progress: bool, t0: float) -> dict[str, Any]:
+def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at: float,
+                argv: list[str], progress: bool, t0: float) -> dict[str, Any]:
     """Start the task's run (or resume its run in progress) and train it until it ends
     or ``stop_at`` (a ``time.monotonic()`` value) passes; returns the piece's record.
 
@@ -168,18 +199,22 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
         store: the data root's `wmx.datasets.store.Store`.
         campaign: the campaign (the run's flags).
         s: the task.
+        env_steps: a new run's env steps per seed (`choose`); a run in progress keeps its
+            own, which must be one the campaign allows the task (`Campaign.allows`).
         stop_at: when to stop, a ``time.monotonic()`` value (past: after one chunk).
         argv: the campaign command's arguments (recorded, folders redacted).
         progress: show the trainer's progress bar.
         t0: the call's start (``time.monotonic()``).
 
     Returns:
-        The piece: task, run, new or resume, env steps from and to, finished, seconds,
-        why it stopped, the command, `piece_timing`. Also appended to
+        The piece: task, run, new or resume, env steps from and to, the run's total,
+        the task's aim and whether the total was fitted below it, finished, seconds, why
+        it stopped, the command, `piece_timing`. Also appended to
         ``<home>/campaign/<run>.calls.json`` (the run's calls, packed with it).
 
     Raises:
-        ValueError: the run in progress has other settings than the campaign's.
+        ValueError: the run in progress has other settings than the campaign's (its
+            env steps: not one the campaign allows the task).
     """
     from check_run import training
     from wmx.runs.cli_common import create_run_dir, sweep_stale, warn_if_restarting
@@ -188,11 +223,12 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
     from wmx.train_online import cli as online_cli
     from wmx.train_online.loop import run
 
-    rc = campaign.run_config(s.task)
     active = s.active()
     if active is not None:
         run_dir = active.path
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+        own = saved.total_env_steps
+        rc = campaign.run_config(s.task, own if campaign.allows(s.task, own) else None)
         if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
                 rc, chunk_ticks=None):
             a, b = saved.to_json(), rc.to_json()
@@ -203,6 +239,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
         warn_if_restarting(run_dir)
         action = "resume"
     else:
+        rc = campaign.run_config(s.task, env_steps)
         name = f"{RUN_PREFIX}{AGENT}-{s.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         action = "new"
@@ -227,7 +264,8 @@ def train_piece(store, campaign: Campaign, s: TaskState, stop_at: float, argv: l
         signum = getattr(stop, "signum", None)
     piece = {"task": s.task, "run": run_dir.name, "action": action, "started": started,
              "env_steps_from": before, "env_steps_to": int(summary["env_steps"]),
-             "total_env_steps": rc.total_env_steps, "finished": bool(summary["finished"]),
+             "total_env_steps": rc.total_env_steps, "aim_env_steps": s.aim,
+             "fitted": rc.total_env_steps < s.aim, "finished": bool(summary["finished"]),
              "wall_s": round(time.monotonic() - t, 1),
              "stop": None if summary["finished"] else ("signal" if signum else "budget"),
              "signal": bool(signum), "command": _redact(argv)}
@@ -362,23 +400,23 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
                                              code)
             states = read_state(store.home, campaign, record)
-            s, why = choose(states, campaign, args.task, args.device_left_s,
-                            time.monotonic() - t0, args)
+            s, n, why = choose(states, campaign, args.task, args.device_left_s,
+                               time.monotonic() - t0, args)
             if s is None:
                 call["next"] = {"what": why}
                 break
             left = stop_at - time.monotonic()
             files_left, bytes_left = _out_room(out)
-            est_mib = bundle_mib(s.task, s.target, len(campaign.seeds), GZIP_RATIO)
+            est_mib = bundle_mib(s.task, n, len(campaign.seeds), GZIP_RATIO)
             short = args.min_start_s > 0 and left < args.min_start_s
             if short or files_left < 1 + math.ceil(
                     est_mib * 2 ** 20 / bundle_lib.PART_BYTES) or bytes_left < est_mib * 2 ** 20:
                 reason = (f"{left:.0f} s left, --min-start-s {args.min_start_s:g}"
                           if short else "no room left in DIR for its bundle")
-                call["next"] = {"task": s.task, "what": s.next_text(),
-                                "how": f"call again ({reason})"}
+                call["next"] = {"task": s.task, "what": s.next_text(n), "env_steps": n,
+                                "fitted": n < s.aim, "how": f"call again ({reason})"}
                 break
-            piece = train_piece(store, campaign, s, stop_at, argv, args.progress, t0)
+            piece = train_piece(store, campaign, s, n, stop_at, argv, args.progress, t0)
             call["pieces"].append(piece)
             if piece["signal"]:              # SIGTERM or Ctrl-C: this call goes no further
                 status = 143
@@ -386,6 +424,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                 call["next"] = {"task": s.task, "run": piece["run"],
                                 "what": f"resume {piece['run']} at {piece['env_steps_to']:,} of "
                                         f"{piece['total_env_steps']:,} env steps",
+                                "env_steps": piece["total_env_steps"],
+                                "fitted": piece["fitted"],
                                 "how": "call again within 100 s (while the machine is "
                                        "warm) with the same command"}
                 break

@@ -2,7 +2,8 @@
 
 A simulated timeline of device calls within sessions: each call starts up, compiles the
 run it trains, trains until its budget less a reserve, and the next call follows after a
-gap; a run never spans sessions (its replay and checkpoints stay on the machine). Also
+gap; a run never spans sessions (its replay and checkpoints stay on the machine), so a
+task whose aim does not fit one session is planned at a fitted size (`simulate`). Also
 the estimated size of a run's bundle.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from pathlib import Path
 
 import _mt19_bundle as bundle_lib
-from _mt19_tasks import Campaign, load_record, read_state
+from _mt19_tasks import FIT_STEP, Campaign, load_record, read_state
 
 SPS_BY_DOMAIN = {"reacher": 286.0, "walker": 160.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
@@ -118,31 +119,41 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
     return dev, calls, c
 
 
-def simulate(targets: list[tuple[str, int]], args) -> tuple[list[tuple[float, int, float, int,
-                                                                       bool]], int]:
+def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
+        list[tuple[int, float, int, float, int, bool]], int]:
     """The campaign's timeline: tasks in order, each run within one session (its replay
     stays on the machine), a new session when the next run would not fit the one open.
 
+    A task's run is planned at its first size (the aim) in the session open, else in a
+    fresh session, else at the largest of its other sizes that fits a fresh session
+    (`Campaign.sizes`: multiples of `_mt19_tasks.FIT_STEP` down to the floor); when none
+    fits, at its last size (the floor), marked as not fitting.
+
     Args:
-        targets: [(task, env steps per seed)] in order.
+        targets: [(task, env steps per seed its run may train to, largest first)] in
+            order.
         args: the model's flags (`run_cost`'s, ``sps`` (None: `sps_for`'s table),
             ``session_s``, ``machine_start_s``).
 
     Returns:
-        ([(training s, calls, device s, session number, fits one session)] per task,
-        sessions).
+        ([(env steps per seed planned, training s, calls, device s, session number, fits
+        one session)] per task, sessions).
     """
     out, session = [], 0
     clock = Clock(None, float("inf"))
-    for task, steps in targets:
-        train = steps / sps_for(task, args.sps)
-        dev, calls, after = run_cost(train, clock, args)
+    for task, sizes in targets:
+        sps = sps_for(task, args.sps)
+        steps = sizes[0]
+        dev, calls, after = run_cost(steps / sps, clock, args)
         if after.session_used > args.session_s:
             session += 1
             clock = Clock(None, args.machine_start_s)
-            dev, calls, after = run_cost(train, clock, args)
+            for steps in sizes:
+                dev, calls, after = run_cost(steps / sps, clock, args)
+                if after.session_used <= args.session_s:
+                    break
         fits = after.session_used <= args.session_s
-        out.append((train, calls, dev, session, fits))
+        out.append((steps, steps / sps, calls, dev, session, fits))
         clock = after
     return out, session
 
@@ -169,7 +180,8 @@ def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
 
 def cmd_plan(args, campaign: Campaign) -> int:
     """Print the campaign's device time per task and the sessions it takes (tasks done
-    are left out of the timeline); writes nothing.
+    are left out of the timeline; a task whose aim does not fit one session is planned
+    at its fitted env steps, shown as "AIM -> N"); writes nothing.
 
     Args:
         args: the parsed flags (the model's, ``home``, ``results``).
@@ -188,21 +200,24 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          "longer budget")
     record = load_record(Path(args.results))
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
-    todo = [(t, campaign.target(t)) for t in campaign.tasks if not states[t].done]
+    todo = [(t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
     timeline, sessions = simulate(todo, args)
     at = dict(zip([t for t, _ in todo], timeline))
-    rows, total = [], 0.0
+    rows, total, fitted = [], 0.0, 0
     for t in campaign.tasks:
-        target = campaign.target(t)
-        size = bundle_mib(t, target, len(campaign.seeds), GZIP_RATIO)
+        aim = campaign.aim(t)
+        steps = at[t][0] if t in at else aim
+        size = bundle_mib(t, steps, len(campaign.seeds), GZIP_RATIO)
         parts = math.ceil(size * 2 ** 20 / bundle_lib.PART_BYTES)
         mib = f"{size:.1f}" + (f" ({parts} parts)" if parts > 1 else "")
         if t not in at:
-            rows.append((t, f"{target:,}", "-", "-", "-", mib, "done"))
+            rows.append((t, f"{aim:,}", "-", "-", "-", mib, "done"))
             continue
-        train, calls, dev, session, fits = at[t]
+        steps, train, calls, dev, session, fits = at[t]
         total += dev
-        rows.append((t, f"{target:,}", f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
+        fitted += steps < aim
+        rows.append((t, f"{aim:,}" + (f" -> {steps:,}" if steps < aim else ""),
+                     f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
                      str(session) if fits else f"{session}: DOES NOT FIT ONE SESSION"))
     print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
           f"{' '.join(map(str, campaign.seeds))}, "
@@ -213,10 +228,13 @@ def cmd_plan(args, campaign: Campaign) -> int:
           f"({args.cached_compile_s:g} s in a run's later calls), {args.reserve_s:g} s reserve "
           f"at a stop, {args.finish_s:g} s to finish a run, {args.gap_s:g} s between calls. "
           f"Sessions of {args.session_s / 60:g} device min with {args.machine_start_s:g} s "
-          "machine start; a run never spans sessions (its replay stays on the machine). "
-          "DEVICE MIN counts a run's calls from its start to its end.")
+          "machine start; a run never spans sessions (its replay stays on the machine): "
+          "a task whose aim does not fit one is planned at the largest multiple of "
+          f"{FIT_STEP:,} from its floor up that fits (AIM -> N; a fixed --target or "
+          "--env-steps is never fitted). DEVICE MIN counts a run's calls from its start to "
+          "its end.")
     print_table(("TASK", "ENV STEPS/SEED", "TRAIN MIN", "CALLS", "DEVICE MIN", "BUNDLE MIB",
                  "SESSION"), rows)
-    print(f"to do: {len(todo)} task(s), {total / 60:.0f} device minutes in {sessions} "
-          f"session(s)")
+    print(f"to do: {len(todo)} task(s), {fitted} fitted below their aim, {total / 60:.0f} "
+          f"device minutes in {sessions} session(s)")
     return 0

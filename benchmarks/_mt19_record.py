@@ -22,14 +22,17 @@ FILE = "mt19_sources.json"
 PLOT = "mt19_sources.png"
 
 ENTRY_KEYS = {
-    "target_env_steps": int, "done": bool, "run": str, "agent": str, "preset": str,
-    "seeds": list, "env_steps": int, "episode_sets": list, "final_return": dict,
+    "target_env_steps": int, "floor_env_steps": int, "done": bool, "run": str, "agent": str,
+    "preset": str, "seeds": list, "env_steps": int, "episode_sets": list, "final_return": dict,
     "final_return_env_steps": int, "final_return_mean": float, "eval_curve": dict,
     "published_tdmpc2": (dict, type(None)), "command": str, "campaign_commands": list,
     "calls": list, "chip": str, "jax": str, "wmx_commit": str, "run_wall_s": float,
     "ingested": str,
 }
-"""The keys of a task's entry and their JSON types (`check`)."""
+"""The keys of a task's entry and their JSON types (`check`). ``target_env_steps``: the
+task's aim when ingested; ``floor_env_steps``: the least its source may have (the aim when
+the campaign fixed it); ``done``: ``env_steps`` (what the run trained: the aim, or a size
+fitted to the device time) is at least the floor."""
 
 SET_KEYS = {"seed": int, "content_hash": str, "episodes": int, "env_steps": int,
             "last10_mean_return": float}
@@ -116,8 +119,8 @@ def check(data: Any) -> list[str]:
     Returns:
         The problems, one line each ([] when it holds): the top-level keys, every entry's
         keys and types (`ENTRY_KEYS`, `SET_KEYS`), one episode set per seed, the eval
-        curve with one return per seed at every point, a final return per seed, ``done``
-        agreeing with the env steps and the target.
+        curve with one return per seed at every point, a final return per seed, a floor of
+        at most the target, ``done`` agreeing with the env steps and the floor.
     """
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return [f"schema is not {SCHEMA!r}"]
@@ -158,8 +161,13 @@ def check(data: Any) -> list[str]:
                 seeds) or any(len(v) != len(xs) for v in rets.values()):
             out.append(f"tasks[{task!r}]: eval_curve is not env_steps + returns per seed of "
                        "the same length")
-        if e["done"] != (e["env_steps"] >= e["target_env_steps"]):
-            out.append(f"tasks[{task!r}]: done disagrees with env_steps and the target")
+        if not all(_type_ok(e[k], int) for k in ("env_steps", "target_env_steps",
+                                                  "floor_env_steps")):
+            continue                              # its types are reported above
+        if e["floor_env_steps"] > e["target_env_steps"]:
+            out.append(f"tasks[{task!r}]: floor_env_steps is above target_env_steps")
+        if e["done"] != (e["env_steps"] >= e["floor_env_steps"]):
+            out.append(f"tasks[{task!r}]: done disagrees with env_steps and the floor")
     return out
 
 
@@ -181,7 +189,7 @@ def eval_rows(metrics_csv: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-def entry_of(home: Path, run: str, record: dict[str, Any], target: int,
+def entry_of(home: Path, run: str, record: dict[str, Any], target: int, floor: int,
              ingested: str) -> dict[str, Any]:
     """The task entry of an ingested campaign run.
 
@@ -189,7 +197,9 @@ def entry_of(home: Path, run: str, record: dict[str, Any], target: int,
         home: the data root the run and its episode sets are in.
         run: the run's name (``home/runs/<run>``).
         record: the bundle's campaign record (commands, chip, jax, code version, calls).
-        target: the task's target env steps (done when the run reached it).
+        target: the task's aim (env steps per seed).
+        floor: the least env steps per seed of its source (done when the run trained at
+            least that: a run fitted below the aim counts).
         ingested: the ingest time (ISO 8601).
 
     Returns:
@@ -217,7 +227,8 @@ def entry_of(home: Path, run: str, record: dict[str, Any], target: int,
                      "last10_mean_return": float(np.mean(m.episode_returns[-10:]))})
     env_steps = int(summary["env_steps"])
     pub = published_return(cfg["task"], final_x) if cfg.get("agent") == "tdmpc2" else None
-    return {"target_env_steps": int(target), "done": env_steps >= target,
+    return {"target_env_steps": int(target), "floor_env_steps": int(floor),
+            "done": env_steps >= floor,
             "run": f"runs/{run}", "agent": cfg["agent"], "preset": cfg["preset"],
             "seeds": seeds, "env_steps": env_steps, "episode_sets": sets,
             "final_return": final, "final_return_env_steps": final_x,
@@ -236,8 +247,9 @@ def entry_of(home: Path, run: str, record: dict[str, Any], target: int,
 def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
     """Draw the record: one panel per task, the source's eval return per seed over env
     steps (seed mean and range), TD-MPC2's published points up to the larger of the
-    target and the run's env steps, the title marked "not done" (with how far it got)
-    or "no source yet".
+    target (the aim) and the run's env steps, the title marked with the run's env steps
+    when fitted below the aim, "not done" (how far it got of the floor) or "no source
+    yet".
 
     Args:
         data: the record.
@@ -260,7 +272,10 @@ def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
             xs = e["eval_curve"]["env_steps"]
             per_seed = [e["eval_curve"]["returns"][str(s)] for s in e["seeds"]]
             rets = [list(v) for v in zip(*per_seed)]
-            title = t if e["done"] else f"{t}: not done ({e['env_steps']:,}/{target:,})"
+            title = (f"{t}: not done ({e['env_steps']:,}/{e['floor_env_steps']:,})"
+                     if not e["done"] else
+                     f"{t} ({e['env_steps']:,}; aim {e['target_env_steps']:,})"
+                     if e["env_steps"] < e["target_env_steps"] else t)
             top = max(target, e["env_steps"])
         px, py, rng = points_up_to(t, top)
         panels.append({"task": title, "x": [x / 1000 for x in xs], "returns": rets,

@@ -1,8 +1,16 @@
 """The mt19 campaign's settings and what a data root holds of it (`mt19_campaign.py`).
 
 `Campaign`: the runs the campaign trains (tasks in mt30 order, TD-MPC2 preset, seeds,
-evaluations, targets per task); `TaskState`: one task as the data root (episode sets,
-campaign runs) and the committed record (benchmarks/results/mt19_sources.json) show it.
+evaluations, env steps per task: an aim and a floor, or a fixed value); `TaskState`: one
+task as the data root (episode sets, campaign runs) and the committed record
+(benchmarks/results/mt19_sources.json) show it.
+
+A task's table value (`TARGETS`, else `DEFAULT_TARGET`) is its *aim*: a new run trains to
+the aim when it fits the session's device time, else to the largest multiple of
+`FIT_STEP` between the task's *floor* (`FLOOR`, or the aim when smaller) and the aim that
+fits (`_mt19_next.choose`, `_mt19_plan.simulate`). An explicit ``--target TASK=N`` or
+``--env-steps N`` is *fixed*: exactly N, never fitted (floor = aim = N). A task is done
+once it has a source of at least its floor.
 """
 from __future__ import annotations
 
@@ -15,15 +23,21 @@ import _mt19_record as record_lib
 
 AGENT = "tdmpc2"
 DEFAULT_TARGET = 100_000
+"""Aim (env steps per seed) of a task not in `TARGETS`."""
+FLOOR = 100_000
+"""The least env steps per seed a source run of a task may have (a fitted run's lower
+bound; a task whose aim is below it has its aim as floor)."""
+FIT_STEP = 10_000
+"""A fitted run's env steps are a multiple of this (the campaign's evaluation interval)."""
 TARGETS = {"acrobot-swingup": 200_000, "cartpole-swingup-sparse": 200_000,
            "fish-swim": 200_000, "hopper-stand": 200_000, "hopper-hop": 200_000}
-"""Env steps per seed of the tasks that TD-MPC2's published curves show still far from
-their best at 100,000 (returns at 100k / 200k / 300k: acrobot-swingup 179/296/347,
+"""Aims (env steps per seed) of the tasks that TD-MPC2's published curves show still far
+from their best at 100,000 (returns at 100k / 200k / 300k: acrobot-swingup 179/296/347,
 cartpole-swingup-sparse 0/308/795, fish-swim 205/379/604, hopper-stand 28/262/788,
-hopper-hop 14/167/260). A run never spans device sessions, and 200,000 env steps fit one
-30-minute session only when a run's later calls load their programs from the warm
-machine's compilation cache (`plan --cached-compile-s`); `next --device-left-s` starts a
-run only when the plan's model says it fits."""
+hopper-hop 14/167/260). A run never spans device sessions, and at the plan model's
+default speeds 200,000 env steps do not fit one 30-minute session: such a run is fitted
+to the largest multiple of `FIT_STEP` from `FLOOR` up that the plan's model says fits
+(`next --device-left-s`: the session's time left; `plan`: a fresh session)."""
 RUN_PREFIX = "mt19-"
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,8 +55,9 @@ checkpoints, so only a crash loses rounds."""
 @dataclasses.dataclass(frozen=True)
 class Campaign:
     """The runs the campaign trains: tasks (mt30 order), preset, seeds, evaluations,
-    agent overrides (``--set``), an env-steps override of every target, and the runs'
-    checkpoint cadence (chunks between checkpoints; a stop always checkpoints)."""
+    agent overrides (``--set``), a fixed env steps of every task (``--env-steps``; None:
+    the table's aims), fixed env steps per task (``--target``: (task, N) pairs), and the
+    runs' checkpoint cadence (chunks between checkpoints; a stop always checkpoints)."""
     tasks: tuple[str, ...]
     preset: str = "paper"
     seeds: tuple[int, ...] = (0, 1)
@@ -53,8 +68,8 @@ class Campaign:
     checkpoint_every: int = CHECKPOINT_EVERY
     targets: tuple[tuple[str, int], ...] = ()
 
-    def target(self, task: str) -> int:
-        """Env steps per seed of a task's run.
+    def aim(self, task: str) -> int:
+        """Env steps per seed a task's new run trains to when the device time allows.
 
         Args:
             task: a task of the campaign.
@@ -66,17 +81,55 @@ class Campaign:
         return dict(self.targets).get(task) or self.env_steps or TARGETS.get(
             task, DEFAULT_TARGET)
 
-    def argv(self, task: str) -> list[str]:
-        """train_online's flags of a task's run.
+    def fixed(self, task: str) -> bool:
+        """Whether a task's env steps were given (``--target`` or ``--env-steps``): exactly
+        that, never fitted to the device time."""
+        return task in dict(self.targets) or self.env_steps is not None
+
+    def floor(self, task: str) -> int:
+        """The least env steps per seed of a task's source run.
 
         Args:
             task: a task of the campaign.
 
         Returns:
+            The aim when fixed, else the smaller of the aim and `FLOOR`.
+        """
+        return self.aim(task) if self.fixed(task) else min(self.aim(task), FLOOR)
+
+    def sizes(self, task: str) -> list[int]:
+        """Env steps per seed a new run of a task may train to, largest first.
+
+        Args:
+            task: a task of the campaign.
+
+        Returns:
+            The aim, then the multiples of `FIT_STEP` below it down to the floor ([aim]
+            when fixed or when the floor is the aim).
+        """
+        aim, floor = self.aim(task), self.floor(task)
+        below = aim - 1 - (aim - 1) % FIT_STEP       # the largest multiple under the aim
+        return [aim] + list(range(below, floor - 1, -FIT_STEP))
+
+    def allows(self, task: str, env_steps: int) -> bool:
+        """Whether a run of ``env_steps`` per seed is one of the task's campaign runs:
+        the aim, or (not fixed) between the floor and the aim."""
+        return env_steps == self.aim(task) or (
+            not self.fixed(task) and self.floor(task) <= env_steps <= self.aim(task))
+
+    def argv(self, task: str, env_steps: int | None = None) -> list[str]:
+        """train_online's flags of a task's run.
+
+        Args:
+            task: a task of the campaign.
+            env_steps: the run's env steps per seed (None: the aim).
+
+        Returns:
             The flags, less ``--name`` and ``--home``.
         """
+        n = self.aim(task) if env_steps is None else int(env_steps)
         out = ["--agent", AGENT, "--task", task, "--preset", self.preset,
-               "--seeds", *map(str, self.seeds), "--env-steps", str(self.target(task)),
+               "--seeds", *map(str, self.seeds), "--env-steps", str(n),
                "--eval-every", str(self.eval_every), "--eval-episodes", str(self.eval_episodes)]
         for s in self.sets:
             out += ["--set", s]
@@ -84,11 +137,12 @@ class Campaign:
             out += ["--checkpoint-every", str(self.checkpoint_every)]
         return out
 
-    def run_config(self, task: str):
+    def run_config(self, task: str, env_steps: int | None = None):
         """The config train_online would save for a task's run.
 
         Args:
             task: a task of the campaign.
+            env_steps: the run's env steps per seed (None: the aim).
 
         Returns:
             The `wmx.runs.online_config.OnlineRunConfig` that train_online's own parser
@@ -100,7 +154,7 @@ class Campaign:
         from wmx.runs.cli_common import given_flags
         from wmx.train_online import cli as online_cli
         p = online_cli.build_parser()
-        argv = self.argv(task)
+        argv = self.argv(task, env_steps)
         args = p.parse_args(argv)
         args.given = given_flags(p, argv)
         return online_cli.config_from_args(args)
@@ -120,11 +174,14 @@ def add_campaign_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=at_least(0), nargs="+", default=[0, 1],
                    help="seeds of each run, vmapped")
     p.add_argument("--env-steps", type=at_least(1), default=None,
-                   help="env steps per seed of every task's run (default: 100,000; 200,000 "
-                        "for " + ", ".join(TARGETS) + ")")
+                   help="env steps per seed of every task's run, fixed: exactly this, never "
+                        f"fitted (default: the table's aims, {DEFAULT_TARGET:,}; 200,000 for "
+                        + ", ".join(TARGETS) + f"; an aim a run cannot reach in the session's "
+                        f"device time is fitted down to at least {FLOOR:,}, in multiples of "
+                        f"{FIT_STEP:,})")
     p.add_argument("--target", action="append", default=[], metavar="TASK=N",
-                   help="env steps per seed of one task's run (repeatable; wins over "
-                        "--env-steps and the table)")
+                   help="env steps per seed of one task's run, fixed: exactly N, never "
+                        "fitted (repeatable; wins over --env-steps and the table's aim)")
     p.add_argument("--eval-every", type=count, default=10_000, help="env steps between "
                    "evaluations")
     p.add_argument("--eval-episodes", type=at_least(1), default=10,
@@ -179,12 +236,14 @@ def campaign_of(args: argparse.Namespace) -> Campaign:
 # ---- what is there: store, runs, record ----------------------------------------------------
 @dataclasses.dataclass
 class TaskState:
-    """One task of the campaign as the data root and the record show it: ``groups`` the
+    """One task of the campaign as the data root and the record show it: ``aim`` and
+    ``floor`` its env steps per seed (`Campaign.aim`, `Campaign.floor`), ``groups`` the
     store's episode sets by producer run ({run: [manifest, ...]}), ``runs`` the campaign's
     runs of the task in the home (`wmx.runs.listing.RunInfo`), ``recorded`` its entry in
     mt19_sources.json (None: none)."""
     task: str
-    target: int
+    aim: int
+    floor: int
     groups: dict[str, list[Any]]
     runs: list[Any]
     recorded: dict[str, Any] | None
@@ -195,28 +254,44 @@ class TaskState:
         return next((r for r in self.runs if r.status != FINISHED), None)
 
     def finished_run(self):
-        """A finished campaign run in the home that reached the target (`RunInfo`), or
-        None."""
+        """A finished campaign run in the home that reached its own total (fitted or not)
+        and that total at least the floor (`RunInfo`), or None."""
         from wmx.runs.listing import FINISHED
-        return next((r for r in self.runs if r.status == FINISHED and r.done >= self.target),
-                    None)
+        return next((r for r in self.runs if r.status == FINISHED and r.total is not None
+                     and r.done >= r.total >= self.floor), None)
 
     @property
     def done(self) -> bool:
-        """Recorded at (or past) the target, or trained to it in this home."""
-        rec = self.recorded is not None and self.recorded["env_steps"] >= self.target
+        """Recorded at (or past) the floor, or a run trained in this home to its total of
+        at least the floor."""
+        rec = self.recorded is not None and self.recorded["env_steps"] >= self.floor
         return rec or self.finished_run() is not None
 
-    def next_text(self) -> str:
-        """The task's next piece in words: "-" when done, "resume RUN (done/total env
-        steps)", or "new run to N" (with what the record has)."""
+    def next_text(self, env_steps: int | None = None) -> str:
+        """The task's next piece in words.
+
+        Args:
+            env_steps: a new run's env steps per seed as chosen (`_mt19_next.choose`;
+                None: not chosen yet, the aim and the floor are named).
+
+        Returns:
+            "-" when done, "resume RUN (done/total env steps)", or "new run to N" (with
+            "(at least FLOOR as device time allows)" when the floor is below the aim and
+            the size is not chosen, "(fitted; aim AIM)" when it was chosen below the aim,
+            and what the record has).
+        """
         if self.done:
             return "-"
         run = self.active()
         if run is not None:
             return f"resume {run.name} ({run.done:,}/{run.total or 0:,} env steps)"
         have = f" (has {self.recorded['env_steps']:,})" if self.recorded else ""
-        return f"new run to {self.target:,}{have}"
+        if env_steps is None:
+            room = (f" (at least {self.floor:,} as device time allows)"
+                    if self.floor < self.aim else "")
+            return f"new run to {self.aim:,}{room}{have}"
+        fit = f" (fitted; aim {self.aim:,})" if env_steps < self.aim else ""
+        return f"new run to {env_steps:,}{fit}{have}"
 
 
 def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) -> list[TaskState]:
@@ -224,7 +299,7 @@ def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) ->
 
     Args:
         home: the data root (nothing is written there).
-        campaign: the campaign (its tasks and targets).
+        campaign: the campaign (its tasks, aims and floors).
         record: the loaded mt19_sources.json, or None.
 
     Returns:
@@ -247,7 +322,7 @@ def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) ->
             groups.setdefault(m.producer.run_id, []).append(m)
         mine = [r for r in runs if r.name.startswith(f"{RUN_PREFIX}{AGENT}-{t}-")
                 and r.config.get("task") == t]
-        out.append(TaskState(t, campaign.target(t), groups, mine,
+        out.append(TaskState(t, campaign.aim(t), campaign.floor(t), groups, mine,
                              (record or {}).get("tasks", {}).get(t)))
     return out
 

@@ -2,12 +2,16 @@
 
 Every mt19 task gets one ordinary ``train_online`` run (TD-MPC2, ``--preset
 paper``, seeds 0 and 1 vmapped, an evaluation every 10,000 env steps) of at
-least 100,000 env steps, 200,000 for the tasks TD-MPC2's published curves show
-learning later (`TARGETS`); the run exports every episode as an episode set per
-seed, as every run does. A run's replay and checkpoints stay on the machine it
-trains on, so it must finish within one device session (calls of at most 10
-minutes, /tmp kept only while the machine is warm); what must be kept comes back
-as a bundle per finished run (`_mt19_bundle`).
+least 100,000 env steps (`_mt19_tasks.FLOOR`); the run exports every episode as
+an episode set per seed, as every run does. A run's replay and checkpoints stay
+on the machine it trains on, so it must finish within one device session (calls
+of at most 10 minutes, /tmp kept only while the machine is warm); what must be
+kept comes back as a bundle per finished run (`_mt19_bundle`). A task's table
+value is its aim: 100,000 env steps, 200,000 for the tasks TD-MPC2's published
+curves show learning later (`TARGETS`); a run whose aim does not fit the
+session's device time trains to the largest multiple of 10,000 from the floor up
+that the plan's model says fits. ``--target TASK=N`` and ``--env-steps N`` fix a
+task's env steps at exactly N, never fitted.
 
     python benchmarks/mt19_campaign.py status [--home H]    # per task: sets, runs, done, next
     python benchmarks/mt19_campaign.py plan                 # device minutes and sessions
@@ -15,22 +19,22 @@ as a bundle per finished run (`_mt19_bundle`).
         (status prints the whole device command)
     python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
 
-``next`` (on the device machine, one call at a time) resumes the campaign run
-in progress in H, or starts the next task not done (in mt30 order: done means
-benchmarks/results/mt19_sources.json records it at its target, or H holds its
-finished run; with ``--device-left-s``, only a run the plan's model says fits
-the session), and trains it until ``--budget-s`` seconds after the command
-started (``--call-start``, else the process), less ``--reserve-s`` for the
-chunk in flight, the final evaluation and the packing. It stops the run the
-way SIGTERM stops ``train_online``: after the running chunk, with its
-checkpoint and no extra evaluation, so the
-next call resumes it exactly (the metrics of a run split over calls are those
-of an uninterrupted one). A finished run is packed into DIR as
+``next`` (on the device machine, one call at a time) resumes the campaign run in
+progress in H, or starts the next task not done (in mt30 order: done means
+benchmarks/results/mt19_sources.json records it at its floor or more, or H holds
+its finished run of at least the floor; with ``--device-left-s``, at the largest
+of its sizes the plan's model says fits the session, and only then), and trains
+it until ``--budget-s`` seconds after the command started (``--call-start``,
+else the process), less ``--reserve-s`` for the chunk in flight, the final
+evaluation and the packing. It stops the run the way SIGTERM stops
+``train_online``: after the running chunk, with its checkpoint and no extra
+evaluation, so the next call resumes it exactly (the metrics of a run split over
+calls are those of an uninterrupted one). A finished run is packed into DIR as
 ``<task>.tar.gz`` (cut into parts of under 16 MiB when larger) and, with time
-left, the next task starts. DIR also gets ``mt19_call.json``: what the call
-did, where it stopped and what comes next. Call again within the machine's
-warm period (100 s) with the same command to continue; the device has no git,
-so start the command with ``WMX_CODE_VERSION=<commit>`` (``status`` prints it),
+left, the next task starts. DIR also gets ``mt19_call.json``: what the call did,
+where it stopped and what comes next. Call again within the machine's warm
+period (100 s) with the same command to continue; the device has no git, so
+start the command with ``WMX_CODE_VERSION=<commit>`` (``status`` prints it),
 which the episode sets' producers record.
 
 ``ingest`` (here) verifies the bundles (content hashes, file and record
@@ -99,7 +103,8 @@ def cmd_status(args, campaign: Campaign) -> int:
         state = "done" if s.done else ("short" if rec else "todo")
         run = s.active() or s.finished_run()
         run_cell = "-" if run is None else f"{run.status} {run.done:,}/{run.total or 0:,}"
-        head = [s.task, f"{s.target:,}", state, src, run_cell]
+        aim = f"{s.aim:,}" + (f" ({s.floor:,})" if s.floor < s.aim else "")
+        head = [s.task, aim, state, src, run_cell]
         if not s.groups:
             rows.append(head + ["-"] * 6 + [s.next_text()])
         for i, (producer, ms) in enumerate(sorted(s.groups.items())):
@@ -108,9 +113,9 @@ def cmd_status(args, campaign: Campaign) -> int:
             rows.append(lead + [hashes, producer, seeds, steps, eps, last,
                                 s.next_text() if i == 0 else ""])
     print(f"mt19 campaign: data root {home}; record {Path(args.results) / record_lib.FILE}")
-    print_table(("TASK", "TARGET", "STATE", "RECORDED (ENV STEPS / FINAL EVAL)", "RUN IN HOME",
-                 "SETS", "PRODUCER RUN", "SEEDS", "ENV STEPS", "EPISODES", "LAST-10 MEAN",
-                 "NEXT"), rows)
+    print_table(("TASK", "AIM (FLOOR)", "STATE", "RECORDED (ENV STEPS / FINAL EVAL)",
+                 "RUN IN HOME", "SETS", "PRODUCER RUN", "SEEDS", "ENV STEPS", "EPISODES",
+                 "LAST-10 MEAN", "NEXT"), rows)
     todo = [s for s in states if not s.done]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
     if todo:
@@ -172,7 +177,7 @@ def cmd_ingest(args, campaign: Campaign) -> int:
 
     Args:
         args: the parsed flags (``dirs``, ``home``, ``results``).
-        campaign: the campaign (tasks of the plot, targets of the entries).
+        campaign: the campaign (tasks of the plot, aims and floors of the entries).
 
     Returns:
         0.
@@ -200,7 +205,8 @@ def cmd_ingest(args, campaign: Campaign) -> int:
         for u in unpacked:
             got = bundle_lib.install(store, u)
             task = u.config["task"]
-            entry = record_lib.entry_of(store.home, u.run, u.record, campaign.target(task), now)
+            entry = record_lib.entry_of(store.home, u.run, u.record, campaign.aim(task),
+                                        campaign.floor(task), now)
             old = record["tasks"].get(task)
             if old is not None and old["run"] != entry["run"] and old["env_steps"] > entry[
                     "env_steps"]:
@@ -262,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "at --sps env steps/s per seed, the calls, the device "
                                     "minutes with their start-up and compile, the estimated "
                                     "bundle size, and the 30-minute sessions it takes (done "
-                                    "tasks are left out).")
+                                    "tasks are left out; a task whose aim does not fit one "
+                                    "session is planned at the largest multiple of 10,000 "
+                                    "from its floor up that does, shown as AIM -> N).")
     nx = sub.add_parser("next", help="on the device: train the next piece, pack what finished",
                         formatter_class=HelpFormatter,
                         description="On the device machine: resume the campaign run in "
@@ -294,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "progress, else the next task not done)")
     nx.add_argument("--device-left-s", type=float, default=None,
                     help="device time the session has left (the device tool's budget_left_s): "
-                         "a new task starts only if `plan` estimates it fits")
+                         "a new run starts only at a size `plan`'s model says fits: its aim, "
+                         "else the largest multiple of 10,000 down to its floor (a fixed "
+                         "--target or --env-steps: that or nothing)")
     nx.add_argument("--progress", action="store_true", help="the trainer's progress bar")
     ing.add_argument("dirs", nargs="*", metavar="DIR",
                      help="folders (or files) holding the bundles a device call brought back "

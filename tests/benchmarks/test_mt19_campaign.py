@@ -3,7 +3,9 @@
 runs. status on an empty home and on a home with a finished run; next stopped by its budget
 after one chunk and resumed by the next call, ending identical in metrics and episode sets to
 the uninterrupted run; the bundle (whole and in parts); ingest into a store (verified, all or
-nothing, a damaged bundle refused in one line with nothing written); the record's schema."""
+nothing, a damaged bundle refused in one line with nothing written); the record's schema; the
+env steps of a new run fitted to the device time between the task's floor and aim (a fixed
+--target or --env-steps never), a fitted run resumed and counted done."""
 import csv
 import io
 import json
@@ -16,8 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import _mt19_bundle as bundle_lib  # noqa: E402
+import _mt19_next as next_lib  # noqa: E402
 import _mt19_plan as plan_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
+import _mt19_tasks as tasks_lib  # noqa: E402
 import mt19_campaign as camp  # noqa: E402
 
 from tiny_runs import TINY_RC  # noqa: E402
@@ -28,6 +32,8 @@ TINY = ["--tasks", "probe-action", "--preset", "tiny", "--seeds", "0", "3", "--e
         "--checkpoint-every", "1", "--eval-every", "40", "--eval-episodes", "2",
         "--set", "seed_steps=40"]
 """The campaign flags whose run is TINY_RC (asserted below)."""
+TINY_AIMED = TINY[:TINY.index("--env-steps")] + TINY[TINY.index("--env-steps") + 2:]
+"""TINY without its fixed --env-steps: probe-action's env steps are the table's aim, fitted."""
 
 
 def _metrics(run_dir: Path) -> list[dict[str, str]]:
@@ -73,7 +79,11 @@ def test_status_on_an_empty_home(tmp_path, capsys):
     from wmx.schemas.taskset import mt19
     assert lines == list(mt19().names)                     # mt30 order, every task
     assert "0/19 tasks done" in out and "next piece: walker-stand: new run to 100,000" in out
-    assert "hopper-hop               200,000" in out
+    hop = next(ln for ln in out.splitlines() if ln.startswith("hopper-hop"))
+    assert hop.split()[1:4] == ["200,000", "(100,000)", "todo"]              # aim (floor)
+    assert hop.endswith("new run to 200,000 (at least 100,000 as device time allows)")
+    walker = next(ln for ln in out.splitlines() if ln.startswith("walker-walk"))
+    assert walker.split()[1:3] == ["100,000", "todo"] and walker.endswith("new run to 100,000")
     assert "WMX_CODE_VERSION=" in out and not (tmp_path / "h").exists()   # nothing written
 
 
@@ -249,10 +259,29 @@ def test_plan(tmp_path, capsys):
     reacher = next(r for r in out.splitlines() if r.startswith("reacher-hard"))
     # 100k / 286 per s, after reacher-easy in the same session (its call still open)
     assert reacher.split()[1:6] == ["100,000", "5.8", "2", "12.9", "3.5"]
-    # 200k at 160 per s: 20.8 training minutes and four calls' overhead exceed a session
+    # its aim of 200k at 160 per s (20.8 training minutes, four calls: 35.8 device minutes)
+    # exceeds a session; 150k is the largest multiple of 10k that fits a fresh one (three
+    # calls, 27.0 device minutes + 2.0 machine start of 30), 160k would need four
+    acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
+    assert acrobot.split()[1:8] == ["200,000", "->", "150,000", "15.6", "3", "27.0", "4.7"]
+    assert acrobot.split()[-1] == "6"
+    assert "DOES NOT FIT" not in out
+    assert "to do: 19 task(s), 5 fitted below their aim, 422 device minutes in 18 session(s)" \
+        in out
+    # a fixed --target is never fitted: it does not fit
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
+                      "--target", "acrobot-swingup=200000"]) == 0
+    out = capsys.readouterr().out
     acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
     assert acrobot.split()[1:5] == ["200,000", "20.8", "4", "35.8"]
-    assert "DOES NOT FIT ONE SESSION" in out and "in 18 session(s)" in out
+    assert acrobot.endswith("6: DOES NOT FIT ONE SESSION") and "4 fitted below" in out
+    # at 80 per s not even the floor fits: planned at the floor, said
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
+                      "--sps", "80"]) == 0
+    out = capsys.readouterr().out
+    acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
+    assert acrobot.split()[1:4] == ["200,000", "->", "100,000"]
+    assert acrobot.endswith("DOES NOT FIT ONE SESSION")
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
                       "--sps", "166", "--compile-s", "90"]) == 0
     out = capsys.readouterr().out
@@ -261,12 +290,16 @@ def test_plan(tmp_path, capsys):
     assert len(rows) == 19
     walker = next(r for r in rows if r.startswith("walker-walk"))
     assert walker.split()[1:5] == ["100,000", "10.0", "2", "16.3"]      # 100k / 166 per s
-    assert "DOES NOT FIT ONE SESSION" in out                 # 200k at 90 s per compile
+    acrobot = next(r for r in rows if r.startswith("acrobot-swingup"))
+    assert acrobot.split()[1:4] == ["200,000", "->", "170,000"]  # 200k at 90 s per compile
+    assert "DOES NOT FIT" not in out and "in 19 session(s)" in out
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
                       "--sps", "166", "--compile-s", "90",
                       "--cached-compile-s", "20", "--budget-s", "570", "--reserve-s", "30"]) == 0
     out = capsys.readouterr().out
-    assert "DOES NOT FIT" not in out and "in 19 session(s)" in out
+    acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
+    assert acrobot.split()[1:3] == ["200,000", "20.1"]                  # the aim fits
+    assert "0 fitted below their aim" in out and "in 19 session(s)" in out
     args = camp.build_parser().parse_args(["plan", "--budget-s", "60"])   # no time to train
     assert plan_lib.run_cost(10.0, plan_lib.Clock(None, 0.0), args)[0] == \
         float("inf")
@@ -285,8 +318,141 @@ def test_record_schema(calls, tmp_path):
     for broken, said in [({**e, "seeds": [0]}, "episode sets of seeds"),
                          ({k: v for k, v in e.items() if k != "chip"}, "lacks ['chip']"),
                          ({**e, "done": False}, "done disagrees"),
+                         ({**e, "floor_env_steps": e["target_env_steps"] + 1},
+                          "floor_env_steps is above"),
+                         ({**e, "floor_env_steps": 1.5}, "['floor_env_steps'] has the wrong"),
                          ({**e, "eval_curve": {"env_steps": [40], "returns": {"0": [1.0]}}},
                           "eval_curve")]:
         problems = record_lib.check({**rec, "tasks": {"probe-action": broken}})
         assert any(said in p for p in problems), (said, problems)
     assert record_lib.check({**rec, "schema": "x"}) == [f"schema is not {record_lib.SCHEMA!r}"]
+    # a source fitted below its aim is done at its floor, not below it
+    fitted = {**e, "target_env_steps": 200, "floor_env_steps": 100, "env_steps": 120,
+              "done": True}
+    assert record_lib.check({**rec, "tasks": {"probe-action": fitted}}) == []
+    short = {**fitted, "floor_env_steps": 160}
+    assert any("done disagrees" in p for p in record_lib.check(
+        {**rec, "tasks": {"probe-action": short}}))
+    assert record_lib.check({**rec, "tasks": {"probe-action": {**short, "done": False}}}) == []
+
+
+def _model(*flags: str):
+    """(campaign, the plan model's flags) of a ``next`` command line."""
+    args = camp.build_parser().parse_args(["next", "--home", "h", "--out", "o", "--budget-s",
+                                           "540", *flags])
+    return camp.campaign_of(args), args
+
+
+def test_choose_fits_a_new_run_to_the_device_time_left(tmp_path):
+    campaign, args = _model("--tasks", "acrobot-swingup,walker-stand")
+    assert campaign.sizes("acrobot-swingup") == list(range(200_000, 90_000, -10_000))
+    assert (campaign.floor("acrobot-swingup"), campaign.fixed("acrobot-swingup")) == \
+        (100_000, False)
+    states = camp.read_state(tmp_path, campaign, None)
+
+    def chosen(left, task=None, c=campaign, st=states):
+        s, n, why = next_lib.choose(st, c, task, left, 0.0, args)
+        return (s.task if s else None), n, why
+    # the model (call open at 0 s, 180 s compile, 110 s cached): 200k needs 2105 s, 160k
+    # 1640, 150k 1577.5, 130k 1452.5, 100k 1050
+    assert chosen(None)[:2] == ("acrobot-swingup", 200_000)        # not checked: the aim
+    assert chosen(2105)[:2] == ("acrobot-swingup", 200_000)
+    assert chosen(1800)[:2] == ("acrobot-swingup", 160_000)
+    assert chosen(1577.5)[:2] == ("acrobot-swingup", 150_000)
+    assert chosen(1577.4)[:2] == ("acrobot-swingup", 140_000)
+    assert chosen(1500, "acrobot-swingup")[:2] == ("acrobot-swingup", 130_000)
+    assert chosen(1050)[:2] == ("acrobot-swingup", 100_000)         # the floor
+    task, n, why = chosen(1049)
+    assert (task, n) == (None, 0) and "shortest floor needs 17.5" in why
+    # a table aim recorded at a fitted 140k is done (its floor is 100k); the next is walker
+    rec = {"tasks": {"acrobot-swingup": {"env_steps": 140_000}}}
+    done = camp.read_state(tmp_path, campaign, rec)
+    assert done[0].done and done[0].next_text() == "-"
+    assert chosen(1800, st=done)[:2] == ("walker-stand", 100_000)
+    short = camp.read_state(tmp_path, campaign, {"tasks": {"acrobot-swingup":
+                                                          {"env_steps": 90_000}}})
+    assert not short[0].done
+    assert short[0].next_text(150_000) == "new run to 150,000 (fitted; aim 200,000) " \
+        "(has 90,000)"
+
+
+@pytest.mark.parametrize("fixed", [["--target", "acrobot-swingup=200000"],
+                                   ["--env-steps", "200000"]])
+def test_a_fixed_target_is_never_fitted(tmp_path, fixed):
+    campaign, args = _model("--tasks", "acrobot-swingup,walker-stand", *fixed)
+    assert campaign.fixed("acrobot-swingup") and campaign.floor("acrobot-swingup") == 200_000
+    assert campaign.sizes("acrobot-swingup") == [200_000]
+    states = camp.read_state(tmp_path, campaign, None)
+    assert states[0].next_text() == "new run to 200,000"
+    s, n, _ = next_lib.choose(states, campaign, None, None, 0.0, args)
+    assert (s.task, n) == ("acrobot-swingup", 200_000)
+    s, n, why = next_lib.choose(states, campaign, None, 1800, 0.0, args)
+    if "--env-steps" in fixed:                       # walker-stand's 200k does not fit either
+        assert s is None and "shortest floor needs 35.1" in why
+    else:                                            # skipped: the next task that fits
+        assert (s.task, n) == ("walker-stand", 100_000)
+    s, n, why = next_lib.choose(states, campaign, "acrobot-swingup", 1800, 0.0, args)
+    assert s is None and "no run of it fits" in why and "35.1" in why
+    # recorded at a fitted 140k: not done for a fixed 200k
+    rec = camp.read_state(tmp_path, campaign, {"tasks": {"acrobot-swingup":
+                                                        {"env_steps": 140_000}}})
+    assert not rec[0].done
+
+
+def test_a_run_fitted_to_the_device_time_resumes_and_counts_as_done(tiny_online_run, tmp_path,
+                                                                    monkeypatch, capsys):
+    """probe-action aimed at 160 env steps, floor 80, steps of 40; the model's cost stood in
+    by env steps / --sps (1): with 130 device seconds left a new run is fitted to 120 (TINY_RC's
+    config), stopped after one chunk, resumed by the next call to the end, packed and done."""
+    home, store, run_dir, summary = tiny_online_run
+    monkeypatch.setattr(tasks_lib, "TARGETS", {"probe-action": 160})
+    monkeypatch.setattr(tasks_lib, "FLOOR", 80)
+    monkeypatch.setattr(tasks_lib, "FIT_STEP", 40)
+    monkeypatch.setattr(next_lib, "run_cost", lambda train_s, clock, args: (train_s, 1, clock))
+    h, results = tmp_path / "h", tmp_path / "results"
+
+    def call(out, *flags, aimed=TINY_AIMED):
+        rc = camp.main(["next", *aimed, "--home", str(h), "--out", str(tmp_path / out),
+                        "--results", str(results), "--reserve-s", "0", "--min-start-s", "0",
+                        "--sps", "1", "--device-left-s", "130", *flags])
+        path = tmp_path / out / camp.CALL_FILE
+        return rc, (json.loads(path.read_text()) if path.is_file() else {})
+    rc1, call1 = call("out1", "--budget-s", "0.001")
+    assert rc1 == 0
+    (p1,) = call1["pieces"]
+    assert (p1["action"], p1["total_env_steps"], p1["aim_env_steps"], p1["fitted"]) == \
+        ("new", 120, 160, True)
+    assert (p1["env_steps_to"], p1["finished"]) == (20, False)
+    assert (call1["next"]["env_steps"], call1["next"]["fitted"]) == (120, True)
+    (run,) = (h / "runs").iterdir()
+    assert camp.campaign_of(camp.build_parser().parse_args(["status", *TINY_AIMED])).run_config(
+        "probe-action", 120) == TINY_RC
+    assert json.loads((run / "config.json").read_text())["env_steps"] == 120
+    # the campaign at a fixed 160 does not take the fitted run as its own
+    capsys.readouterr()
+    rc, _ = call("other", "--budget-s", "100", aimed=[*TINY_AIMED, "--env-steps", "160"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "other settings (" in err and "env_steps" in err
+    rc2, call2 = call("out2", "--budget-s", "570")       # its run at its own 120: no error
+    assert rc2 == 0 and [p["action"] for p in call2["pieces"]] == ["resume"]
+    p2 = call2["pieces"][0]
+    assert (p2["env_steps_from"], p2["env_steps_to"], p2["finished"], p2["fitted"]) == \
+        (20, 120, True, True)
+    assert _metrics(run) == _metrics(run_dir)             # as the uninterrupted tiny run
+    assert [b["task"] for b in call2["bundles"]] == ["probe-action"]
+    assert call2["next"]["what"] == "every task of the campaign is done"
+    campaign = camp.campaign_of(camp.build_parser().parse_args(["status", *TINY_AIMED]))
+    (state,) = camp.read_state(h, campaign, None)
+    assert state.done and state.finished_run().name == run.name     # 120 >= floor 80
+    monkeypatch.setattr(tasks_lib, "FLOOR", 160)                    # a floor above it: not
+    (state,) = camp.read_state(h, campaign, None)
+    assert not state.done and state.finished_run() is None
+    monkeypatch.setattr(tasks_lib, "FLOOR", 80)
+    # ingested: recorded at 120 of an aim of 160, done at its floor of 80
+    assert camp.main(["ingest", str(tmp_path / "out2"), *TINY_AIMED, "--home",
+                      str(tmp_path / "local"), "--results", str(results)]) == 0
+    rec = json.loads((results / record_lib.FILE).read_text())
+    e = rec["tasks"]["probe-action"]
+    assert (e["env_steps"], e["target_env_steps"], e["floor_env_steps"], e["done"]) == \
+        (120, 160, 80, True)
+    assert record_lib.check(rec) == [] and "--env-steps 120" in e["command"]
