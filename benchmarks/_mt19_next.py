@@ -69,7 +69,10 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     A new run trains to the task's aim when that fits the session's device time left (in
     the plan's model, `run_cost` from this call's elapsed time), else to the largest
     multiple of `_mt19_tasks.FIT_STEP` from the task's floor up that fits (a fixed
-    target has one size: `Campaign.sizes`); a task none of whose sizes fit is skipped.
+    target has one size: `Campaign.sizes`); a task none of whose sizes fit is skipped,
+    and so is one that would train shorter here than in a fresh session (``session_s``
+    from ``machine_start_s``: `plan`'s size), so that a part-used session goes to the
+    tasks that fit it whole and a fitted task gets the most a session allows.
 
     Args:
         states: the tasks (`read_state`).
@@ -91,6 +94,15 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     def size(s: TaskState) -> int | None:
         for n in campaign.sizes(s.task):
             if device_left_s is None or need(s, n) <= device_left_s:
+                return n
+        return None
+
+    def fresh_size(s: TaskState) -> int | None:
+        """The size `plan` gives the task: the largest that fits a fresh session."""
+        for n in campaign.sizes(s.task):
+            c = run_cost(n / sps_for(s.task, args.sps), Clock(None, args.machine_start_s),
+                         args)[2]
+            if c.session_used <= args.session_s:
                 return n
         return None
 
@@ -120,10 +132,21 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     todo = [s for s in states if not s.done]
     if not todo:
         return None, 0, "every task of the campaign is done"
+    deferred = []
     for s in todo:
         n = size(s)
-        if n is not None:
-            return s, n, "the next task not done"
+        if n is None:
+            continue
+        best = fresh_size(s)
+        if device_left_s is not None and best is not None and n < best:
+            deferred.append((s.task, n, best))     # a fresh session trains it longer
+            continue
+        return s, n, "the next task not done"
+    if deferred:
+        t, n, best = deferred[0]
+        return None, 0, (f"no task left fits the {device_left_s / 60:.1f} device minutes left "
+                         f"at its best size: {t} would train to {n:,} env steps now, "
+                         f"{best:,} in a fresh session; end the session")
     least = min(need(s, s.floor) for s in todo)
     return None, 0, (f"no task left fits the {device_left_s / 60:.1f} device minutes left (the "
                      f"shortest floor needs {minutes(least)}); end the session")

@@ -333,10 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a run's end takes: final evaluation, export, packing")
         q.add_argument("--gap-s", type=float, default=20.0,
                        help="device seconds between two calls (the machine is held)")
+        q.add_argument("--session-s", type=float, default=1800.0,
+                       help="device seconds of a session")
+        q.add_argument("--machine-start-s", type=float, default=120.0,
+                       help="device seconds the machine's start takes in a session")
     pl.add_argument("--budget-s", type=float, default=540.0, help="seconds of one call")
-    pl.add_argument("--session-s", type=float, default=1800.0, help="device seconds of a session")
-    pl.add_argument("--machine-start-s", type=float, default=120.0,
-                    help="device seconds the machine's start takes in a session")
     return p
 
 

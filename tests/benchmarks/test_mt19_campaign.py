@@ -359,9 +359,17 @@ def test_choose_fits_a_new_run_to_the_device_time_left(tmp_path):
     assert chosen(2105)[:2] == ("acrobot-swingup", 200_000)
     assert chosen(1800)[:2] == ("acrobot-swingup", 160_000)
     assert chosen(1577.5)[:2] == ("acrobot-swingup", 150_000)
-    assert chosen(1577.4)[:2] == ("acrobot-swingup", 140_000)
-    assert chosen(1500, "acrobot-swingup")[:2] == ("acrobot-swingup", 130_000)
-    assert chosen(1050)[:2] == ("acrobot-swingup", 100_000)         # the floor
+    # below the 150k a fresh session gives it (plan's size), acrobot waits for one: the
+    # part-used session goes to walker-stand, whose whole 100k run fits (1050 s)
+    assert chosen(1577.4)[:2] == ("walker-stand", 100_000)
+    assert chosen(1050)[:2] == ("walker-stand", 100_000)
+    assert chosen(1500, "acrobot-swingup")[:2] == ("acrobot-swingup", 130_000)   # --task: fitted
+    alone = _model("--tasks", "acrobot-swingup")[0]
+    only = camp.read_state(tmp_path, alone, None)
+    assert next_lib.choose(only, alone, None, 1577.5, 0.0, args)[1] == 150_000
+    s, n, why = next_lib.choose(only, alone, None, 1050, 0.0, args)   # its floor fits, but
+    assert (s, n) == (None, 0) and "acrobot-swingup would train to 100,000 env steps " \
+        "now, 150,000 in a fresh session" in why
     task, n, why = chosen(1049)
     assert (task, n) == (None, 0) and "shortest floor needs 17.5" in why
     # a table aim recorded at a fitted 140k is done (its floor is 100k); the next is walker
@@ -402,19 +410,21 @@ def test_a_fixed_target_is_never_fitted(tmp_path, fixed):
 def test_a_run_fitted_to_the_device_time_resumes_and_counts_as_done(tiny_online_run, tmp_path,
                                                                     monkeypatch, capsys):
     """probe-action aimed at 160 env steps, floor 80, steps of 40; the model's cost stood in
-    by env steps / --sps (1): with 130 device seconds left a new run is fitted to 120 (TINY_RC's
-    config), stopped after one chunk, resumed by the next call to the end, packed and done."""
+    by env steps / --sps (1): with 130 device seconds left, all a fresh session has, a new run
+    is fitted to 120 (TINY_RC's config), stopped after one chunk, resumed by the next call to the end, packed and done."""
     home, store, run_dir, summary = tiny_online_run
     monkeypatch.setattr(tasks_lib, "TARGETS", {"probe-action": 160})
     monkeypatch.setattr(tasks_lib, "FLOOR", 80)
     monkeypatch.setattr(tasks_lib, "FIT_STEP", 40)
-    monkeypatch.setattr(next_lib, "run_cost", lambda train_s, clock, args: (train_s, 1, clock))
+    monkeypatch.setattr(next_lib, "run_cost", lambda train_s, clock, args: (
+        train_s, 1, plan_lib.Clock(clock.call_t, clock.session_used + train_s)))
     h, results = tmp_path / "h", tmp_path / "results"
 
     def call(out, *flags, aimed=TINY_AIMED):
         rc = camp.main(["next", *aimed, "--home", str(h), "--out", str(tmp_path / out),
                         "--results", str(results), "--reserve-s", "0", "--min-start-s", "0",
-                        "--sps", "1", "--device-left-s", "130", *flags])
+                        "--sps", "1", "--device-left-s", "130", "--session-s", "250",
+                        *flags])                    # a fresh session: 120 s start + 130
         path = tmp_path / out / camp.CALL_FILE
         return rc, (json.loads(path.read_text()) if path.is_file() else {})
     rc1, call1 = call("out1", "--budget-s", "0.001")
