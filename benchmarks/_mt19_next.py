@@ -23,7 +23,7 @@ from typing import Any
 
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
-from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, run_cost, sps_for
+from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, task_cost
 from _mt19_tasks import AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state
 
 MAX_BUDGET_S = 570
@@ -89,7 +89,7 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         there is none.
     """
     def need(s: TaskState, n: int) -> float:
-        return run_cost(n / sps_for(s.task, args.sps), Clock(elapsed_s, 0.0), args)[0]
+        return task_cost(s.task, n, Clock(elapsed_s, 0.0), args)[0]
 
     def size(s: TaskState) -> int | None:
         for n in campaign.sizes(s.task):
@@ -99,12 +99,8 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
 
     def fresh_size(s: TaskState) -> int | None:
         """The size `plan` gives the task: the largest that fits a fresh session."""
-        for n in campaign.sizes(s.task):
-            c = run_cost(n / sps_for(s.task, args.sps), Clock(None, args.machine_start_s),
-                         args)[2]
-            if c.session_used <= args.session_s:
-                return n
-        return None
+        steps, *_, fits = fresh_fit(s.task, campaign.sizes(s.task), args)
+        return steps if fits else None
 
     def running(s: TaskState) -> int:
         run = s.active()

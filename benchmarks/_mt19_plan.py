@@ -119,6 +119,27 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
     return dev, calls, c
 
 
+def task_cost(task: str, steps: int, clock: Clock, args) -> tuple[float, int, Clock]:
+    """`run_cost` of a task's run of ``steps`` env steps per seed at its speed
+    (`sps_for`, ``args.sps``)."""
+    return run_cost(steps / sps_for(task, args.sps), clock, args)
+
+
+def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock, bool]:
+    """A task's run in a fresh session: the largest of ``sizes`` (env steps per seed,
+    largest first) whose run fits ``args.session_s`` from ``args.machine_start_s``.
+
+    Returns:
+        (env steps, device s, calls, the clock after it, fits); when no size fits, the
+        last (the floor) with fits False.
+    """
+    for steps in sizes:
+        dev, calls, after = task_cost(task, steps, Clock(None, args.machine_start_s), args)
+        if after.session_used <= args.session_s:
+            return steps, dev, calls, after, True
+    return steps, dev, calls, after, False
+
+
 def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         list[tuple[int, float, int, float, int, bool]], int]:
     """The campaign's timeline: tasks in order, each run within one session (its replay
@@ -142,18 +163,13 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
     out, session = [], 0
     clock = Clock(None, float("inf"))
     for task, sizes in targets:
-        sps = sps_for(task, args.sps)
         steps = sizes[0]
-        dev, calls, after = run_cost(steps / sps, clock, args)
-        if after.session_used > args.session_s:
-            session += 1
-            clock = Clock(None, args.machine_start_s)
-            for steps in sizes:
-                dev, calls, after = run_cost(steps / sps, clock, args)
-                if after.session_used <= args.session_s:
-                    break
+        dev, calls, after = task_cost(task, steps, clock, args)
         fits = after.session_used <= args.session_s
-        out.append((steps, steps / sps, calls, dev, session, fits))
+        if not fits:
+            session += 1
+            steps, dev, calls, after, fits = fresh_fit(task, sizes, args)
+        out.append((steps, steps / sps_for(task, args.sps), calls, dev, session, fits))
         clock = after
     return out, session
 

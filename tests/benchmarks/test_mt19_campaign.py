@@ -416,7 +416,7 @@ def test_a_run_fitted_to_the_device_time_resumes_and_counts_as_done(tiny_online_
     monkeypatch.setattr(tasks_lib, "TARGETS", {"probe-action": 160})
     monkeypatch.setattr(tasks_lib, "FLOOR", 80)
     monkeypatch.setattr(tasks_lib, "FIT_STEP", 40)
-    monkeypatch.setattr(next_lib, "run_cost", lambda train_s, clock, args: (
+    monkeypatch.setattr(plan_lib, "run_cost", lambda train_s, clock, args: (
         train_s, 1, plan_lib.Clock(clock.call_t, clock.session_used + train_s)))
     h, results = tmp_path / "h", tmp_path / "results"
 
