@@ -186,14 +186,14 @@ class _Stop:
 
     def check(self, now: float | None = None) -> bool:
         """True once the loop must stop: sets ``reason`` to "budget" at the deadline, or
-        to "budget, at an episode end" inside the episode window once an episode ended there."""
+        to "budget, at an episode end" once an episode ended inside the window (the
+        window opens at the deadline less ``episode_window``; 0: never before it)."""
         if self.reason is None and self.deadline is not None:
             now = time.monotonic() if now is None else now
-            opens = self.deadline - self.episode_window
             if now >= self.deadline:
                 self.reason = "budget"
-            elif self.episode_window > 0 and now >= opens and \
-                    self.last_episode_end is not None and self.last_episode_end >= opens:
+            elif self.last_episode_end is not None and \
+                    self.last_episode_end >= self.deadline - self.episode_window:
                 self.reason = "budget, at an episode end"
         return self.reason is not None
 
