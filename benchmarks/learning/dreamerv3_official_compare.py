@@ -48,8 +48,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wmx.evaluate.reference_curves import curve, reference_source
+from wmx.evaluate.reference_curves import points_up_to, reference_source
 
+MIN_RATE_S = 60.0
+"""An official call's training rate counts only when it trained this many seconds after
+its first training step (a shorter call's rate is mostly its start)."""
 PUBLISHED_BIN = 10_000
 """Env steps of one published bin: the point at X holds the episodes that ended in (X - bin, X]."""
 
@@ -92,13 +95,9 @@ def published_bin(x: int, bin_steps: int = PUBLISHED_BIN) -> int:
 
 def published_ranges(task: str) -> dict[int, tuple[float, float, float]]:
     """{env steps: (mean, seed min, seed max)} of DreamerV3's published points of ``task``
-    ({} when none is published or no seeds are)."""
-    c = curve(task, "dreamerv3")
-    if c is None or c[2] is None:
-        return {}
-    xs, ys, seeds = c
-    return {int(x): (float(y), float(np.nanmin(seeds[:, j])), float(np.nanmax(seeds[:, j])))
-            for j, (x, y) in enumerate(zip(xs, ys))}
+    ({} when none is published or no seeds are: `reference_curves.points_up_to`)."""
+    xs, ys, rng = points_up_to(task, math.inf, "dreamerv3")
+    return {} if rng is None else {int(x): (y, lo, hi) for x, y, (lo, hi) in zip(xs, ys, rng)}
 
 
 def judge(arm: Curve, official: Curve, published: dict[int, tuple[float, float, float]],
@@ -110,26 +109,23 @@ def judge(arm: Curve, official: Curve, published: dict[int, tuple[float, float, 
     point to judge.
     """
     n_official = max((len(v) for v in official.values()), default=0)
+    means = {x: float(np.mean(list(seeds.values()))) for x, seeds in arm.items()}
     pts = []
-    for x, seeds in arm.items():
+    for x, mean in means.items():
         off = official.get(x)
         if x > until or off is None or len(off) < n_official:
             continue
-        mean = float(np.mean(list(seeds.values())))
         lo, hi = min(off.values()), max(off.values())
         pts.append({"env_steps": x, "mean": mean, "official_min": lo,
                     "official_max": hi, "ok": lo <= mean <= hi})
-    early = [(float(np.mean(list(s.values()))), x) for x, s in arm.items() if x <= by]
-    best = max(early, default=(None, None))
+    best = max(((m, x) for x, m in means.items() if x <= by), default=(None, None))
     pub = []
-    for x, seeds in arm.items():
+    for x, mean in means.items():
         p = published.get(published_bin(x))
-        if p is None:
-            continue
-        mean = float(np.mean(list(seeds.values())))
-        pub.append({"env_steps": x, "published_at": published_bin(x), "mean": mean,
-                    "published_mean": p[0], "published_min": p[1], "published_max": p[2],
-                    "ok": p[1] <= mean <= p[2]})
+        if p is not None:
+            pub.append({"env_steps": x, "published_at": published_bin(x), "mean": mean,
+                        "published_mean": p[0], "published_min": p[1],
+                        "published_max": p[2], "ok": p[1] <= mean <= p[2]})
     return {"within_official": {"points": pts,
                                 "ok": all(p["ok"] for p in pts) if pts else None},
             "threshold": {"value": threshold, "by": by, "best": best[0], "at": best[1],
@@ -182,10 +178,12 @@ def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict]]:
 
 
 def summary_of(s: dict) -> dict:
-    """The parts of an official summary the JSON keeps: config, steps, rates, calls."""
+    """The parts of an official summary the JSON keeps: config, steps, calls, and the
+    median training rate (env steps/s after the first training step) of the calls that
+    trained longer than `MIN_RATE_S`."""
     calls = s.get("calls") or []
     rates = [c["after_first_train"]["env_steps_per_s"] for c in calls
-             if c.get("after_first_train") and c["after_first_train"]["s"] > 60]
+             if c.get("after_first_train") and c["after_first_train"]["s"] > MIN_RATE_S]
     return {"config": s.get("config"), "official_commit": s.get("official_commit"),
             "env_steps": s.get("env_steps"), "train_steps": s.get("train_steps"),
             "wall_s": s.get("wall_s"),
@@ -201,15 +199,14 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
          published: dict[int, tuple[float, float, float]], path: Path,
          official_label: str = "official DreamerV3") -> None:
     """Seed mean (line) and range (band) of each wmx arm (labelled by its key) and of the
-    official agent, the published points (markers, their seeds' range as error bars) up
-    to the longest curve."""
+    official agent, and the ``published`` points given (markers, their seeds' range as
+    error bars)."""
     from matplotlib.figure import Figure
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot(1, 1, 1)
     colours = ["#1f77b4", "#17becf", "#2ca02c", "#9467bd"]
     series = [(k, v, colours[i % len(colours)]) for i, (k, v) in enumerate(arms.items())]
     series.append((official_label, official, "#d62728"))
-    top = 0
     for label, c, colour in series:
         if not c:
             continue
@@ -220,8 +217,7 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
                 label=f"{label} ({n} seeds: mean, range)")
         ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals], color=colour,
                         alpha=0.15)
-        top = max(top, int(xs.max()))
-    pub = [(x, p) for x, p in published.items() if x <= published_bin(top)]
+    pub = list(published.items())
     if pub:
         px = [x for x, _ in pub]
         py = [p[0] for _, p in pub]
@@ -235,6 +231,11 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def json_curve(c: Curve) -> dict[str, dict[str, float]]:
+    """A `Curve` with string keys, as JSON holds it: {env steps: {seed: return}}."""
+    return {str(x): {str(k): v for k, v in seeds.items()} for x, seeds in c.items()}
 
 
 def write_official_csv(rows: list[dict[str, str]], path: Path) -> None:
@@ -290,26 +291,23 @@ def main(argv: list[str] | None = None) -> dict:
                 for lab, c in arms.items()}
     official_reading = judge(official, official, published, a.until, a.threshold, a.by)
     runs = [summary_of(s) for s in summaries]
+    top = max([*official, *(x for c in arms.values() for x in c)])
+    shown = {x: v for x, v in published.items() if x <= published_bin(top)}
     result = {
-        "task": a.task, "chip": a.chip or sorted({d for s in summaries
-                                                  for d in summary_of(s)["devices"]}),
+        "task": a.task, "chip": a.chip or sorted({d for r in runs for d in r["devices"]}),
         "criterion": {"until": a.until, "threshold": a.threshold, "by": a.by,
                       "match": a.match, "judge_published": a.judge_published,
                       "published_bin": PUBLISHED_BIN},
         "judged": judged,
         "wmx": {lab: {"commit": commits[lab],
-                      "curve": {str(x): {str(k): v for k, v in s.items()}
-                                for x, s in arms[lab].items()},
+                      "curve": json_curve(arms[lab]),
                       "reading": readings[lab]} for lab in labels},
-        "official": {"curve": {str(x): {str(k): v for k, v in s.items()}
-                               for x, s in official.items()},
+        "official": {"curve": json_curve(official),
                      "threshold": official_reading["threshold"],
                      "within_published": official_reading["within_published"],
                      "runs": runs},
         "published": {"source": reference_source("dreamerv3"),
-                      "points": {str(x): list(v) for x, v in published.items()
-                                 if x <= published_bin(max(list(official) + [
-                                     x for c in arms.values() for x in c]))}},
+                      "points": {str(x): list(v) for x, v in shown.items()}},
         "passed": verdict(readings[judged], a.judge_published),
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
         {(r["official_commit"] or "")[:7] for r in runs} - {""}) + dtypes)
     plot(a.task, {" ".join(["wmx", lab] + ([commits[lab][:7]] if commits[lab] else [])): c
                   for lab, c in arms.items()},
-         official, published, a.out.with_name(a.out.name + ".png"), official_label)
+         official, shown, a.out.with_name(a.out.name + ".png"), official_label)
     tmp = a.out.with_name(a.out.name + ".json.tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(a.out.with_name(a.out.name + ".json"))
