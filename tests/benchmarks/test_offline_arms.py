@@ -1,0 +1,61 @@
+"""benchmarks/learning/offline_arms.py: arms of one offline check side by side."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "learning"))
+import offline_arms as arms_mod  # noqa: E402
+
+
+def result(dataset="mt19-x@abc", per_seed=None, final=700.0, overrides=None):
+    per_seed = per_seed or {"2000": [100.0, 300.0], "4000": [600.0, 800.0]}
+    return {"dataset": dataset, "run_dir": "runs/r", "updates_reached": 4000,
+            "run_wall_s": 250.4, "agent_overrides": overrides or {},
+            "tasks": {"reacher-easy": {
+                "source_final_return": 900.0, "offline_eval_return_per_seed": per_seed,
+                "offline_final_evaluation": {"return": final, "stderr": 30.0,
+                                             "episodes": 50, "seeds": 2},
+                "offline_final_return": final, "ratio": final / 900.0,
+                "pass": final >= 450.0}}}
+
+
+def write(tmp_path, name, res):
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(res))
+    return p
+
+
+def test_curve_and_table(tmp_path):
+    a = write(tmp_path, "a", result())
+    b = write(tmp_path, "b", result(final=300.0, overrides={"offline_bc_weight": 0.3}))
+    arms = arms_mod.load_arms([f"faithful={a}", f"bc={b}"])
+    assert list(arms) == ["faithful", "bc"]
+    assert arms_mod.curve(arms["faithful"]["tasks"]["reacher-easy"]) == (
+        [2000, 4000], [200.0, 700.0], [100.0, 600.0], [300.0, 800.0])
+    rows = arms_mod.table(arms).splitlines()
+    assert rows[2] == ("| faithful | reacher-easy | 2,000: 200.0, 4,000: 700.0 | 700.0 ± 30.0 "
+                       "| 0.78 | pass | 250 | — |")
+    assert rows[3].endswith("| 0.33 | fail | 250 | offline_bc_weight=0.3 |")
+
+
+def test_plot_and_bad_input(tmp_path, capsys):
+    a = write(tmp_path, "a", result())
+    out = tmp_path / "arms.png"
+    assert arms_mod.main(["--result", f"x={a}", "--result", f"y={a}", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    other = write(tmp_path, "o", result(dataset="mt19-y@def"))
+    with pytest.raises(SystemExit, match="compare arms on one dataset"):
+        arms_mod.load_arms([f"x={a}", f"y={other}"])
+    with pytest.raises(SystemExit, match="give LABEL=RESULT_JSON"):
+        arms_mod.load_arms([str(a)])
+    with pytest.raises(SystemExit, match="given twice"):
+        arms_mod.load_arms([f"x={a}", f"x={a}"])
+    with pytest.raises(SystemExit, match="not an offline check result"):
+        arms_mod.load_arms([f"x={write(tmp_path, 'bad', {'a': 1})}"])
+    with pytest.raises(SystemExit):
+        arms_mod.main(["--result", f"x={a}", "--out", str(tmp_path / "no" / "arms.png")])
+    assert "does not exist" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.json", "arms.png", "bad.json", "o.json"]
