@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from check_run import portable, read_json, resume_command, training
+from offline_sources import home_relative, pooled_sources, source_run
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -44,54 +45,7 @@ verdict judges (one 10-episode evaluation of a task whose episodes score either 
 ~900, as reacher-easy's, has a standard error of ~130)."""
 
 
-# ---- source runs --------------------------------------------------------------------------
-def source_run(run_dir: Path) -> dict:
-    """Task, episode sets and final return of one finished train_online run.
-
-    Raises ValueError when the run is unfinished, exported nothing or has no eval row.
-    """
-    run_dir = Path(run_dir).expanduser().resolve()
-    if not (run_dir / "config.json").is_file():
-        raise SystemExit(f"source run {run_dir} not found (no config.json): a home folder "
-                         "copied elsewhere needs its source runs' config.json, summary.json "
-                         "and metrics.csv under runs/")
-    cfg = json.loads((run_dir / "config.json").read_text())
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise ValueError(f"source run {run_dir} is not finished (no summary.json); finish it "
-                         "with train_online --resume first")
-    sets = json.loads(summary_path.read_text()).get("episode_sets") or {}
-    if not sets:
-        raise ValueError(f"source run {run_dir} exported no episode sets")
-    last: dict[str, float] = {}
-    with (run_dir / "metrics.csv").open() as f:
-        for r in csv.DictReader(f):
-            if r["kind"] == "eval":
-                last[r["seed"]] = float(r["return"])       # rows are in env-step order
-    if not last:
-        raise ValueError(f"source run {run_dir} has no eval row in metrics.csv")
-    return {"run_dir": str(run_dir), "task": cfg["task"],
-            "episode_length": cfg.get("episode_length"),
-            "final_return_per_seed": last,
-            "final_return": float(np.mean(list(last.values()))),
-            "episode_sets": [sets[k] for k in sorted(sets, key=int)]}
-
-
-def pooled_sources(runs: list[dict]) -> dict[str, dict]:
-    """Per task (mt30 order): the runs, their episode sets and the source final return
-    (mean over every seed of the task's runs)."""
-    from wmx.envs.registry import task_names
-    out: dict[str, dict] = {}
-    for r in runs:
-        t = out.setdefault(r["task"], {"runs": [], "episode_sets": [], "per_seed": []})
-        t["runs"].append(r["run_dir"])
-        t["episode_sets"] += r["episode_sets"]
-        t["per_seed"] += list(r["final_return_per_seed"].values())
-    order = task_names()
-    return {k: {**v, "final_return": float(np.mean(v["per_seed"]))}
-            for k, v in sorted(out.items(), key=lambda kv: order.index(kv[0]))}
-
-
+# ---- the random policy's return ----------------------------------------------------------
 def random_policy_return(task: str, episode_length: int | None = None,
                          episodes: int = RANDOM_EPISODES, seed: int = 0) -> dict:
     """The uniform-random policy's return on a task's real Playground env.
@@ -285,16 +239,6 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
             "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (run_dir / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     return run_dir
-
-
-def home_relative(home: Path, run_dir) -> str:
-    """A source run's path as benchmark.json records it: relative to ``home`` when inside
-    it (so a home folder copied to another machine resumes there), else absolute."""
-    path = Path(run_dir).expanduser().resolve()
-    try:
-        return str(path.relative_to(Path(home).resolve()))
-    except ValueError:
-        return str(path)
 
 
 def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
