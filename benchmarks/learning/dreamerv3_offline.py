@@ -24,7 +24,8 @@ above the task's uniform-random policy return, measured by the check
 (`offline_check.random_policy_return`; cartpole-balance pays ~330 for random
 actions, so a fixed bar would count a source at random level as learned). A
 source agent's final return is the mean over its seeds of the last eval row of
-each seed in its metrics.csv.
+each seed in its metrics.csv. A source ``RUN_DIR@N`` is the run as it stood at N env
+steps: the episodes collected by then, its eval row at N (`offline_sources`).
 
     python benchmarks/learning/dreamerv3_offline.py --home H \\
         --sources H/runs/<cartpole run> H/runs/<pendulum run> H/runs/<reacher run> \\

@@ -1,8 +1,9 @@
 """The offline learning check of any agent: does it learn from the online agents' data?
 
 What ``tdmpc2_offline.py`` and ``dreamerv3_offline.py`` share: the source runs
-(finished single-task ``train_online`` runs) and their final returns, the
-dataset pooling their full training histories (every exported episode set;
+(finished single-task ``train_online`` runs, `offline_sources`) and their final returns,
+the dataset pooling their full training histories (every exported episode set; a source
+``RUN_DIR@N``, the run as it stood at N env steps, adds the episodes collected by then;
 the Beam build, ``pipelines/build_mt19.py --tasks ... --sources ...``, so the
 same sources give the same dataset hash), the check's offline run directory
 with its ``benchmark.json``, ``--resume``, the common flags, the training call,
@@ -11,11 +12,11 @@ and printing of the results. Each entry point adds its criterion (``judge``) and
 its own flags.
 
 A source agent's final return is the mean over its seeds of the last eval row
-of each seed in its metrics.csv. The offline run's final return is that of its
-final evaluation (`final_evaluation`: ``--final-episodes`` episodes per task and
-seed of its last checkpoint, the run's ``report/``), or, without one, its last
-periodic evaluation. Beside it the check records each task's
-uniform-random policy return (`random_policy_return`): the floor a source
+of each seed in its metrics.csv (``RUN_DIR@N``: each seed's eval row at env step N).
+The offline run's final return is that of its final evaluation (`final_evaluation`:
+``--final-episodes`` episodes per task and seed of its last checkpoint, the run's
+``report/``), or, without one, its last periodic evaluation. Beside it the check records
+each task's uniform-random policy return (`random_policy_return`): the floor a source
 must clear before its return says it learned anything.
 """
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 from check_run import portable, read_json, resume_command, training
+from offline_sources import (home_relative, pooled_sources, source_entry, source_run,
+                             split_source)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -44,54 +47,7 @@ verdict judges (one 10-episode evaluation of a task whose episodes score either 
 ~900, as reacher-easy's, has a standard error of ~130)."""
 
 
-# ---- source runs --------------------------------------------------------------------------
-def source_run(run_dir: Path) -> dict:
-    """Task, episode sets and final return of one finished train_online run.
-
-    Raises ValueError when the run is unfinished, exported nothing or has no eval row.
-    """
-    run_dir = Path(run_dir).expanduser().resolve()
-    if not (run_dir / "config.json").is_file():
-        raise SystemExit(f"source run {run_dir} not found (no config.json): a home folder "
-                         "copied elsewhere needs its source runs' config.json, summary.json "
-                         "and metrics.csv under runs/")
-    cfg = json.loads((run_dir / "config.json").read_text())
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise ValueError(f"source run {run_dir} is not finished (no summary.json); finish it "
-                         "with train_online --resume first")
-    sets = json.loads(summary_path.read_text()).get("episode_sets") or {}
-    if not sets:
-        raise ValueError(f"source run {run_dir} exported no episode sets")
-    last: dict[str, float] = {}
-    with (run_dir / "metrics.csv").open() as f:
-        for r in csv.DictReader(f):
-            if r["kind"] == "eval":
-                last[r["seed"]] = float(r["return"])       # rows are in env-step order
-    if not last:
-        raise ValueError(f"source run {run_dir} has no eval row in metrics.csv")
-    return {"run_dir": str(run_dir), "task": cfg["task"],
-            "episode_length": cfg.get("episode_length"),
-            "final_return_per_seed": last,
-            "final_return": float(np.mean(list(last.values()))),
-            "episode_sets": [sets[k] for k in sorted(sets, key=int)]}
-
-
-def pooled_sources(runs: list[dict]) -> dict[str, dict]:
-    """Per task (mt30 order): the runs, their episode sets and the source final return
-    (mean over every seed of the task's runs)."""
-    from wmx.envs.registry import task_names
-    out: dict[str, dict] = {}
-    for r in runs:
-        t = out.setdefault(r["task"], {"runs": [], "episode_sets": [], "per_seed": []})
-        t["runs"].append(r["run_dir"])
-        t["episode_sets"] += r["episode_sets"]
-        t["per_seed"] += list(r["final_return_per_seed"].values())
-    order = task_names()
-    return {k: {**v, "final_return": float(np.mean(v["per_seed"]))}
-            for k, v in sorted(out.items(), key=lambda kv: order.index(kv[0]))}
-
-
+# ---- the random policy's return ----------------------------------------------------------
 def random_policy_return(task: str, episode_length: int | None = None,
                          episodes: int = RANDOM_EPISODES, seed: int = 0) -> dict:
     """The uniform-random policy's return on a task's real Playground env.
@@ -189,8 +145,11 @@ def parser(doc: str, *, batch_size: int | None, log_every: int,
     from wmx.runs.cli_common import HelpFormatter
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--home", default=None, help="data root holding the source runs' episode sets")
-    p.add_argument("--sources", nargs="+", metavar="RUN_DIR", default=None,
-                   help="finished train_online runs (their episode sets are in the store)")
+    p.add_argument("--sources", nargs="+", metavar="RUN_DIR[@ENV_STEPS]", default=None,
+                   help="finished train_online runs (their episode sets are in the store): "
+                        "RUN_DIR, the whole run, or RUN_DIR@ENV_STEPS, the run as it stood "
+                        "at that env step (each seed's episodes collected by then and its "
+                        "eval row there; e.g. RUN_DIR@50000)")
     p.add_argument("--updates", type=int, default=None,
                    help=f"gradient steps of the run (the offline x axis; default "
                         f"{DEFAULT_UPDATES:,d}); with --resume, a larger value extends a run "
@@ -285,16 +244,6 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
             "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (run_dir / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     return run_dir
-
-
-def home_relative(home: Path, run_dir) -> str:
-    """A source run's path as benchmark.json records it: relative to ``home`` when inside
-    it (so a home folder copied to another machine resumes there), else absolute."""
-    path = Path(run_dir).expanduser().resolve()
-    try:
-        return str(path.relative_to(Path(home).resolve()))
-    except ValueError:
-        return str(path)
 
 
 def resumable_run(run_dir: Path, agent: str, report_only: bool) -> dict:
@@ -407,10 +356,14 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     ``--sources`` (required) are pooled into a dataset (built unless stored), and a new
     run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
     ``{"sources", **extra, "resume_command", "dataset"}`` (sources inside home relative
-    to it, `home_relative`; a resumed run without ``resume_command`` gains it; written
-    atomically, after every refusal). ``check(home, dataset)``, when given, returns
-    entries for benchmark.json and raises SystemExit on bad input; it runs before
-    anything of the run is written. ``--out`` is created once the arguments are checked."""
+    to it, a ``RUN_DIR@N``'s ``@N`` kept, `source_entry`; a resumed run without
+    ``resume_command`` gains it; written atomically, after every refusal). A
+    ``RUN_DIR@N`` source's prefix sets are written into home's store just before the
+    build (`offline_sources.source_episode_sets`); a resume reads only the sources'
+    config, summary and metrics (a packed home folder has no episode sets).
+    ``check(home, dataset)``, when given, returns entries for benchmark.json and raises
+    SystemExit on bad input; it runs before anything of the run is written. ``--out`` is
+    created once the arguments are checked."""
     from wmx.paths import wmx_home
     if args.report_only and not args.resume:
         p.error("--report-only needs --resume RUN_DIR (the run to report on)")
@@ -436,7 +389,10 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         if not args.sources:
             p.error("--sources RUN_DIR ... is required (or --resume RUN_DIR)")
         home = wmx_home(args.home)
-        bench = {"sources": [home_relative(home, s) for s in args.sources], **extra}
+        try:
+            bench = {"sources": [source_entry(home, s) for s in args.sources], **extra}
+        except ValueError as e:
+            p.error(f"--sources: {e}")
         for s in bench["sources"]:
             if Path(s).is_absolute():
                 print(f"note: source run {s} is outside the home folder {home}: recorded "
@@ -446,10 +402,14 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
         beside = (bench.get("tdmpc2_run") if given is None else
                   None if given.lower() == "none" else home_relative(home, given))
         check_pack(Path(args.pack).expanduser().resolve(), home,
-                   [r for r in [*bench["sources"], beside] if r],
+                   [*(split_source(s)[0] for s in bench["sources"]),
+                    *([beside] if beside else [])],
                    run_dir if args.resume else None)
-    runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
-    tasks = pooled_sources(runs)
+    try:
+        runs = [source_run(home / s) for s in bench["sources"]]   # absolute paths stay
+        tasks = pooled_sources(runs)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     Ts = {r["episode_length"] for r in runs}
     if len(Ts) > 1:
         raise SystemExit(f"the source runs use different --episode-length overrides {Ts}; "
@@ -457,6 +417,10 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     T = Ts.pop()
     if not args.resume:
         check_overrides(agent, args, list(tasks), T)          # before the dataset is built
+        try:
+            tasks = pooled_sources(runs, home)     # a RUN_DIR@N source's sets written now
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
@@ -571,7 +535,8 @@ def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
     import shutil
 
     from wmx import temporaries
-    runs = [s for s in [*bench.get("sources", []), bench.get("tdmpc2_run")] if s]
+    runs = [*(split_source(s)[0] for s in bench.get("sources", [])),
+            *([bench["tdmpc2_run"]] if bench.get("tdmpc2_run") else [])]
     dataset = check_pack(dest, home, runs, run_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
     temporaries.sweep(dest.parent)
@@ -708,7 +673,8 @@ def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = 
     ret = last if final is None else final["return"]
     src = t["final_return"]
     rnd = t.get("random")
-    return {"source_runs": t["runs"], "source_final_return": src,
+    return {"source_runs": t["runs"], "source_env_steps": t.get("env_steps"),
+            "source_final_return": src,
             "random_policy_return": None if rnd is None else rnd["mean"],
             "source_final_return_per_seed": t["per_seed"],
             "offline_eval_return": {str(u): v for u, v in curve.items()},

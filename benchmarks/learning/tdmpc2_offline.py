@@ -15,7 +15,9 @@ final evaluation return reaches at least half of the source agent's final
 return on at least 2 of 3 tasks. The offline final return is that of the
 final evaluation (``--final-episodes`` episodes per task and seed of the
 finished run's last checkpoint, its ``report/``). A source agent's final return is the mean
-over its seeds of the last eval row of each seed in its metrics.csv.
+over its seeds of the last eval row of each seed in its metrics.csv. A source
+``RUN_DIR@N`` is the run as it stood at N env steps: the episodes collected by then,
+its eval row at N (`offline_sources`).
 
     python benchmarks/learning/tdmpc2_offline.py --home H \\
         --sources H/runs/<cartpole run> H/runs/<pendulum run> H/runs/<reacher run> \\

@@ -7,7 +7,7 @@ import pytest
 
 from wmx.episode_sets.episode_set import (EpisodeSetIntegrityError, EpisodeSetReader,
                                      read_episode_set, verify_episode_set,
-                                     write_episode_set)
+                                     write_episode_set, write_prefix_set)
 from wmx.datasets.store import Store
 from wmx.schemas.episode import episode_digest, make_episode, serialize_episode
 from wmx.schemas.hashing import episode_set_content_hash, file_digest
@@ -86,6 +86,25 @@ def test_same_content_again_returns_the_stored_set(store):
     p2 = write_episode_set(store, TASK, eps, dict(PRODUCER, run_id="run-8"))
     assert p1 == p2 and EpisodeSetManifest.load(p2).producer.run_id == "run-7"
     assert len(store.list_episode_sets()) == 1
+
+
+def test_a_prefix_set_holds_the_first_episodes_of_its_set(store, tmp_path):
+    eps = [ep(i) for i in range(5)]
+    full = write_episode_set(store, TASK, eps, PRODUCER, records_per_file=2,
+                             versions={"mujoco": "x"})
+    other = Store(tmp_path / "other")                  # read from one store, written to another
+    p = write_prefix_set(other, full, 3)
+    m, whole = EpisodeSetManifest.load(p), EpisodeSetManifest.load(full)
+    assert p == other.episodes_dir / "probe-action" / m.content_hash
+    assert m.episode_digests == whole.episode_digests[:3]
+    assert m.episode_returns == whole.episode_returns[:3]
+    assert (m.task, m.producer, m.env_versions) == (TASK, whole.producer, {"mujoco": "x"})
+    assert write_prefix_set(other, full, 3) == p                  # content-addressed
+    assert len(other.list_episode_sets()) == 1
+    assert write_prefix_set(store, full, 5) == full               # the whole set is itself
+    for bad in (0, 6):
+        with pytest.raises(ValueError, match=f"a prefix of {bad} episodes of a set of 5"):
+            write_prefix_set(store, full, bad)
 
 
 def test_bad_episode_stores_nothing(store):

@@ -167,6 +167,34 @@ def write_episode_set(store: Store, task: Any, episodes: Iterable[Mapping[str, A
                          records_per_file, created)
 
 
+def write_prefix_set(store: Store, path: str | os.PathLike, count: int) -> Path:
+    """Store the first ``count`` episodes of the set at ``path`` as a set of their own.
+
+    Args:
+        store: where the prefix set is written (the set at ``path`` is only read).
+        path: a stored episode set's directory; its episodes are in the order they were
+            written (an online run's: collection order).
+        count: episodes kept, 1 <= count <= the set's episode count.
+
+    Returns:
+        The prefix set's directory ``episodes/<task>/<content hash>``: same task, producer
+        and env versions as the set at ``path``, its first ``count`` episode digests.
+        Content-addressed: writing it again returns the same directory; ``count`` equal
+        to the set's size gives the set's own hash.
+
+    Raises:
+        ValueError: ``count`` out of range. EpisodeSetIntegrityError: a record read
+        differs from the manifest.
+    """
+    with EpisodeSetReader(path) as reader:
+        m = reader.manifest
+        if not 1 <= count <= len(reader):
+            raise ValueError(f"{path}: a prefix of {count} episodes of a set of "
+                             f"{len(reader)}")
+        return write_episode_set(store, m.task, (reader[i] for i in range(count)),
+                                 m.producer, versions=m.env_versions)
+
+
 class EpisodeSetReader:
     """Random access to the episodes of a stored set.
 
