@@ -356,7 +356,8 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
     ``--sources`` (required) are pooled into a dataset (built unless stored), and a new
     run ``<run_prefix>-<time>`` of ``agent`` is written with benchmark.json
     ``{"sources", **extra, "resume_command", "dataset"}`` (sources inside home relative
-    to it, a ``RUN_DIR@N``'s ``@N`` kept, `source_entry`; a resumed run without
+    to it, a ``RUN_DIR@N``'s ``@N`` kept, `source_entry`; a run given twice, whole or at
+    N, is refused: its episodes would pool once, its returns average; a resumed run without
     ``resume_command`` gains it; written atomically, after every refusal). A
     ``RUN_DIR@N`` source's prefix sets are written into home's store just before the
     build (`offline_sources.source_episode_sets`); a resume reads only the sources'
@@ -393,6 +394,14 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
             bench = {"sources": [source_entry(home, s) for s in args.sources], **extra}
         except ValueError as e:
             p.error(f"--sources: {e}")
+        runs_given: dict[str, list[str]] = {}
+        for s in bench["sources"]:
+            runs_given.setdefault(split_source(s)[0], []).append(s)
+        twice = next((k for k, v in runs_given.items() if len(v) > 1), None)
+        if twice is not None:           # its episodes pooled once, its returns averaged
+            p.error(f"--sources: run {twice} given more than once "
+                    f"({', '.join(runs_given[twice])}); give each run once (RUN_DIR@N: the "
+                    "run as it stood at N env steps)")
         for s in bench["sources"]:
             if Path(s).is_absolute():
                 print(f"note: source run {s} is outside the home folder {home}: recorded "

@@ -167,3 +167,26 @@ def test_a_prefix_source_prepares_packs_and_resumes_elsewhere(tmp_path, monkeypa
     assert task["source_runs"] == ["runs/src@160"] and task["source_env_steps"] == [160]
     assert task["source_final_return"] == 35.0
     assert task["source_final_return_per_seed"] == [30.0, 40.0]
+
+
+def test_a_run_given_twice_is_refused_before_anything_is_written(tmp_path, monkeypatch,
+                                                                  capsys):
+    """The same run twice (whole, or at two env steps, or whole and at N) would pool its
+    episodes once but average its returns at both points: refused before any prefix set,
+    dataset or run is written."""
+    import offline_check
+    monkeypatch.setattr(offline_check, "random_policy_return",
+                        lambda task, T: {"mean": 1.0, "std": 0.0, "episodes": 16})
+    home = tmp_path / "home"
+    run = _source(home)
+    before = sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir())
+    for given in ([f"{run}@80", f"{run}@160"], [f"{run}@160", f"{run}/"], [str(run), str(run)]):
+        with pytest.raises(SystemExit):
+            bench.main(["--home", str(home), "--sources", *given, "--prepare-only",
+                        "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert "--sources: run runs/src given more than once" in err, err
+        assert "give each run once" in err
+    assert sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir()) == before
+    assert not (home / "datasets").exists()
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["src"]
