@@ -126,7 +126,9 @@ def source_run(source) -> dict:
 def source_episode_sets(run: dict, home: Path) -> list[str]:
     """The episode sets a source (a `source_run`) adds to the check's dataset.
 
-    A whole run adds its exported sets. ``RUN_DIR@N`` adds, per seed, the prefix of its
+    A whole run adds its exported sets, as ``home``'s store holds them (the build reads
+    them there; summary.json's paths are where the run wrote them, perhaps another
+    home). ``RUN_DIR@N`` adds, per seed, the prefix of its
     set holding the episodes collected by env step N, written into ``home``'s store
     (`wmx.episode_sets.episode_set.write_prefix_set`; content-addressed, so writing it
     again is a no-op), from the run's set there: an episode is T x action repeat env
@@ -145,8 +147,6 @@ def source_episode_sets(run: dict, home: Path) -> list[str]:
         ValueError (one line): a set of the run is not in ``home``'s store, N is not a
         whole number of episodes, or the episode count disagrees with the train row.
     """
-    if run["episodes_at"] is None:
-        return run["episode_sets"]
     from wmx.datasets.store import Store
     from wmx.episode_sets.episode_set import write_prefix_set
     from wmx.schemas.manifest import EpisodeSetManifest
@@ -157,6 +157,9 @@ def source_episode_sets(run: dict, home: Path) -> list[str]:
             raise ValueError(f"source {run['source']}: its seed {seed}'s episode set "
                              f"{own.parent.name}/{own.name[:10]}.. is not in "
                              f"{store.episodes_dir}")
+        if run["episodes_at"] is None:
+            out.append(str(own))
+            continue
         task = EpisodeSetManifest.load(own).task
         per = task.episode_length * task.action_repeat
         count, have = n // per, run["episodes_at"].get(seed)

@@ -190,3 +190,21 @@ def test_a_run_given_twice_is_refused_before_anything_is_written(tmp_path, monke
     assert sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir()) == before
     assert not (home / "datasets").exists()
     assert sorted(p.name for p in (home / "runs").iterdir()) == ["src"]
+
+
+def test_a_whole_source_pools_its_sets_from_the_home_store(tmp_path):
+    """summary.json names the sets where the run wrote them: a home moved (or a run whose
+    sets were copied into another home) pools them from the home given, and a set absent
+    there is a one-line error, as for RUN_DIR@N, not a traceback in the build."""
+    import shutil
+    run = _source(tmp_path / "old")
+    shutil.move(str(tmp_path / "old"), str(tmp_path / "home"))
+    home = tmp_path / "home"
+    whole = source_run(home / "runs" / run.name)
+    assert all(p.startswith(str(tmp_path / "old")) for p in whole["episode_sets"])
+    sets = source_episode_sets(whole, home)
+    assert sets == [str(home / "episodes" / "reacher-easy" / Path(p).name)
+                    for p in whole["episode_sets"]]
+    assert pooled_sources([whole], home)["reacher-easy"]["episode_sets"] == sets
+    with pytest.raises(ValueError, match="seed 0's episode set reacher-easy/.* is not in"):
+        source_episode_sets(whole, tmp_path / "elsewhere")
