@@ -35,6 +35,21 @@ def test_source_with_a_run_dir_reads_the_producer_seeds_last_eval_row(home):
     assert s.episodes == N_EPISODES and s.code_version == "abc1234"
 
 
+def test_a_prefix_set_reads_the_eval_row_where_its_episodes_end(home):
+    """The first 10 of the run's 12 episodes (an offline check's RUN_DIR@400) end at env
+    step 400 = 10 x T x action repeat: the seed's eval row there, not its last one."""
+    from wmx.episode_sets.episode_set import write_prefix_set
+    h, cart, _, _ = home
+    store = Store(h)
+    prefix = write_prefix_set(store, lin.find_episode_set(store, cart.content_hash), 10)
+    s = lin.resolve_source(store, prefix.name)
+    assert (s.run_id, s.seed, s.episodes, s.basis) == ("src-0", 0, 10, lin.BASIS_RUN)
+    assert (s.final_return, s.env_steps) == (100.0, 400)
+    five = write_prefix_set(store, prefix, 5)               # 200: no eval row there
+    assert (lin.resolve_source(store, five.name).final_return,
+            lin.resolve_source(store, five.name).env_steps) == (321.5, 800)
+
+
 def test_source_without_a_run_dir_uses_the_last_ten_episodes(home):
     h, _, cheetah, _ = home
     s = lin.resolve_source(Store(h), cheetah.content_hash)

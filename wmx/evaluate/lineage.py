@@ -7,9 +7,11 @@ version) and lists its episode returns. The *final return* of a source is
 read, in this order of preference:
 
 1. ``run``: the producing run's ``metrics.csv`` under ``<home>/runs/<run id>``
-   when that run directory exists: the producer seed's last ``eval`` row
-   (return and env steps; the mean of the last eval rows of every seed when
-   the producer seed has none);
+   when that run directory exists: the producer seed's ``eval`` row at the env
+   step where the set's episodes end (episodes x T x action repeat: a prefix of
+   the run's set, an offline check's ``RUN_DIR@N``, gets the run as it stood
+   then), else its last one (return and env steps; the mean of the last eval
+   rows of every seed when the producer seed has none);
 2. ``episode_set``: otherwise the mean of the episode set's last 10 episode
    returns (training episodes, not eval_mode ones), at env steps =
    episodes x T x action repeat (an episode set holds a seed's whole history
@@ -92,12 +94,21 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def last_eval_return(metrics_csv: Path, seed: int | None) -> tuple[float, int] | None:
+def last_eval_return(metrics_csv: Path, seed: int | None, at: int | None = None
+                     ) -> tuple[float, int] | None:
     """(return, env steps) of the last ``eval`` row of ``seed`` in an online metrics.csv.
 
-    When ``seed`` has no eval row (or is None), the mean return of every
-    seed's last eval row at the largest env steps. Returns None when the file
-    is missing, has no ``env_steps``/``return`` columns or no eval rows.
+    Args:
+        metrics_csv: the run's metrics.csv.
+        seed: the producer seed (None: every seed's).
+        at: env steps; when ``seed`` has an eval row there, that row is taken
+            instead of its last one (the run as it stood then).
+
+    Returns:
+        (return, env steps); when ``seed`` has no eval row (or is None), the
+        mean return of every seed's last eval row at the largest env steps.
+        None when the file is missing, has no ``env_steps``/``return`` columns
+        or no eval rows.
     """
     metrics_csv = Path(metrics_csv)
     if not metrics_csv.is_file():
@@ -108,7 +119,8 @@ def last_eval_return(metrics_csv: Path, seed: int | None) -> tuple[float, int] |
         return None
     mine = [r for r in rows if seed is not None and r.get("seed") == str(seed)]
     if mine:
-        last = max(mine, key=lambda r: int(float(r["env_steps"])))
+        there = [r for r in mine if at is not None and int(float(r["env_steps"])) == at]
+        last = there[-1] if there else max(mine, key=lambda r: int(float(r["env_steps"])))
         return float(last["return"]), int(float(last["env_steps"]))
     steps = max(int(float(r["env_steps"])) for r in rows)
     at = [float(r["return"]) for r in rows if int(float(r["env_steps"])) == steps]
@@ -133,7 +145,8 @@ def resolve_source(store: Store, content_hash: str) -> SourceSet:
         run_dir = store.run_path(p.run_id)
     except ValueError:
         pass
-    got = last_eval_return(run_dir / "metrics.csv", p.seed) if run_dir is not None \
+    ends = m.episode_count * m.task.episode_length * m.task.action_repeat
+    got = last_eval_return(run_dir / "metrics.csv", p.seed, ends) if run_dir is not None \
         and run_dir.is_dir() else None
     if got is not None:
         (final, steps), basis = got, BASIS_RUN
