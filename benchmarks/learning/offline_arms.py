@@ -65,9 +65,15 @@ def curve(task: dict) -> tuple[list[int], list[float], list[float], list[float]]
             [float(min(per_seed[x])) for x in xs], [float(max(per_seed[x])) for x in xs])
 
 
+def number(x: float | None) -> str:
+    """``x`` with one decimal, or "—" when it is not recorded (None)."""
+    return "—" if x is None else f"{x:.1f}"
+
+
 def table(arms: dict[str, dict]) -> str:
     """Markdown: one row per arm and task (evaluations, final ± s.e., ratio, verdict,
-    run wall time in s, overrides)."""
+    run wall time in s, overrides; "—" for what the result does not record: a
+    one-episode final evaluation's s.e., the final return of a run not yet evaluated)."""
     lines = ["| arm | task | evaluations (updates: seed mean) | final ± s.e. | ratio | "
              "verdict | run wall (s) | overrides |", "| --- " * 8 + "|"]
     for label, res in arms.items():
@@ -75,8 +81,8 @@ def table(arms: dict[str, dict]) -> str:
             xs, mean, _, _ = curve(t)
             evals = ", ".join(f"{x:,d}: {m:.1f}" for x, m in zip(xs, mean))
             fin = t.get("offline_final_evaluation")
-            final = (f"{fin['return']:.1f} ± {fin['stderr']:.1f}" if fin
-                     else f"{t.get('offline_final_return', float('nan')):.1f}")
+            final = (f"{fin['return']:.1f} ± {number(fin.get('stderr'))}" if fin
+                     else number(t.get("offline_final_return")))
             ratio = t.get("ratio")
             verdict = {True: "pass", False: "fail"}.get(t.get("pass"), "—")
             wall = res.get("run_wall_s")

@@ -59,3 +59,22 @@ def test_plot_and_bad_input(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a.json", "arms.png", "bad.json", "o.json"]
+
+
+def test_table_without_a_standard_error_or_any_final_return(tmp_path):
+    """A one-episode final evaluation has no standard error; a run reported before its
+    first evaluation has no final return at all: shown as such, not a crash."""
+    one = result()
+    one["tasks"]["reacher-easy"]["offline_final_evaluation"]["stderr"] = None
+    early = result()
+    t = early["tasks"]["reacher-easy"]
+    t.update(offline_eval_return_per_seed={}, offline_final_evaluation=None,
+             offline_final_return=None, ratio=None, **{"pass": None})
+    arms = arms_mod.load_arms([f"one={write(tmp_path, 'one', one)}",
+                               f"early={write(tmp_path, 'early', early)}"])
+    rows = arms_mod.table(arms).splitlines()
+    assert "| 700.0 ± — | 0.78 | pass |" in rows[2]
+    assert rows[3] == "| early | reacher-easy |  | — | — | — | 250 | — |"
+    out = tmp_path / "arms.png"
+    arms_mod.plot(arms, out, "t")
+    assert out.read_bytes()[:4] == b"\x89PNG"
