@@ -25,15 +25,30 @@ RATIO = 0.5
 """The checks' bar: the offline final return against the source's (`offline_check.RATIO`)."""
 
 
+def split_spec(spec: str) -> tuple[str, str, str]:
+    """A ``--result`` spec split into its label and path.
+
+    Args:
+        spec: ``LABEL=PATH``; a label may hold ``=`` (e.g. ``bc=0.3``), and so may a path.
+
+    Returns:
+        (label, "=", path), split at the first ``=`` whose right side is a file, else at
+        the first ``=``; (spec, "", "") without one.
+    """
+    at = [i for i, c in enumerate(spec) if c == "="]
+    i = next((i for i in at if i and Path(spec[i + 1:]).is_file()), at[0] if at else None)
+    return (spec, "", "") if i is None else (spec[:i], "=", spec[i + 1:])
+
+
 def load_arms(specs: list[str]) -> dict[str, dict]:
-    """{label: result dict} of ``LABEL=PATH`` specs, in the order given.
+    """{label: result dict} of ``LABEL=PATH`` specs (`split_spec`), in the order given.
 
     Raises SystemExit (one line) on a spec without a label, a missing or unreadable
     file, a repeated label, or results on different datasets or task lists.
     """
     arms: dict[str, dict] = {}
     for spec in specs:
-        label, sep, path = spec.partition("=")
+        label, sep, path = split_spec(spec)
         if not sep or not label or not path:
             raise SystemExit(f"--result {spec!r}: give LABEL=RESULT_JSON")
         if label in arms:

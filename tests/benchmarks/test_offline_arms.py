@@ -78,3 +78,15 @@ def test_table_without_a_standard_error_or_any_final_return(tmp_path):
     out = tmp_path / "arms.png"
     arms_mod.plot(arms, out, "t")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_label_or_a_path_with_an_equals_sign(tmp_path):
+    """An arm labelled by its override (``bc=0.3``) or a result in a folder named with
+    ``=``: the split is the one whose right side is a file."""
+    a = write(tmp_path, "a", result())
+    (tmp_path / "w=1").mkdir()
+    b = write(tmp_path / "w=1", "b", result())
+    arms = arms_mod.load_arms([f"bc=0.3={a}", f"x={b}", f"y=z={b}"])
+    assert list(arms) == ["bc=0.3", "x", "y=z"]
+    with pytest.raises(SystemExit, match="cannot read a result JSON at .*nope.json"):
+        arms_mod.load_arms([f"bc=0.3={tmp_path / 'nope.json'}"])
