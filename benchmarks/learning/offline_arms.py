@@ -109,7 +109,8 @@ def table(arms: dict[str, dict]) -> str:
 
 
 def plot(arms: dict[str, dict], path: Path, title: str) -> None:
-    """One panel per task, one colour per arm (see the module docstring)."""
+    """One panel per task, one colour per arm (see the module docstring); the y axis
+    spans the finite values (a diverged arm's inf or NaN returns are left out of it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -138,7 +139,7 @@ def plot(arms: dict[str, dict], path: Path, title: str) -> None:
         ax.set_title(f"{name} (stars: final evaluation ± s.e.)", fontsize=9)
         ax.set_xlabel("updates")
         ax.set_ylabel("eval return (seed mean, seed range)")
-        ax.set_ylim(0, 1.35 * max(top))
+        ax.set_ylim(0, 1.35 * max(v for v in top if np.isfinite(v)))   # 1.0 at least
         ax.legend(fontsize=7, loc="upper left", ncol=2)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

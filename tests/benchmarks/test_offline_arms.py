@@ -90,3 +90,15 @@ def test_a_label_or_a_path_with_an_equals_sign(tmp_path):
     assert list(arms) == ["bc=0.3", "x", "y=z"]
     with pytest.raises(SystemExit, match="cannot read a result JSON at .*nope.json"):
         arms_mod.load_arms([f"bc=0.3={tmp_path / 'nope.json'}"])
+
+
+def test_plot_with_non_finite_returns(tmp_path):
+    """A diverged arm's returns (inf, NaN in the result JSON) leave the axis to the finite
+    ones instead of failing on the limits."""
+    bad = result(per_seed={"2000": [float("inf"), 1.0], "4000": [float("nan"), 2.0]},
+                 final=float("nan"))
+    a, b = write(tmp_path, "a", result()), write(tmp_path, "b", bad)
+    out = tmp_path / "arms.png"
+    assert arms_mod.main(["--result", f"ok={a}", "--result", f"bad={b}", "--out",
+                          str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
