@@ -93,16 +93,28 @@ def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
             "passed": bool(learned) and all(p["pass"] for p in learned)}
 
 
-def tdmpc2_beside(run_dir: Path | None, dataset: str) -> dict | None:
-    """The TD-MPC2 offline run's per-task eval curves (mean over seeds) when it trained on
-    ``dataset``; None without a run. Raises SystemExit when it trained on another dataset
-    (the comparison needs identical data)."""
-    if run_dir is None:
-        return None
+def tdmpc2_run_config(run_dir: Path) -> dict:
+    """The config.json of ``run_dir`` once checked to be a TD-MPC2 offline run (its
+    dataset not compared: `tdmpc2_beside`). Raises SystemExit (one line): no config.json,
+    not an offline run (no dataset) or another agent's."""
     if not (Path(run_dir) / "config.json").is_file():
         raise SystemExit(f"--tdmpc2-run {run_dir}: no such offline run (no config.json)")
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
-    if cfg.get("dataset") != dataset or cfg.get("agent", "tdmpc2") != "tdmpc2":
+    if "dataset" not in cfg or cfg.get("agent", "tdmpc2") != "tdmpc2":
+        raise SystemExit(f"--tdmpc2-run {run_dir} is agent {cfg.get('agent')} on "
+                         f"{cfg.get('dataset')}; give the TD-MPC2 offline check's run "
+                         "(tdmpc2_offline.py)")
+    return cfg
+
+
+def tdmpc2_beside(run_dir: Path | None, dataset: str) -> dict | None:
+    """The TD-MPC2 offline run's per-task eval curves (mean over seeds) when it trained on
+    ``dataset``; None without a run. Raises SystemExit when it trained on another dataset
+    (the comparison needs identical data), or `tdmpc2_run_config`'s refusals."""
+    if run_dir is None:
+        return None
+    cfg = tdmpc2_run_config(run_dir)
+    if cfg.get("dataset") != dataset:
         raise SystemExit(f"--tdmpc2-run {run_dir} is agent {cfg.get('agent')} on "
                          f"{cfg.get('dataset')}; the check needs TD-MPC2 on {dataset}")
     return {"run_dir": str(run_dir),
@@ -148,6 +160,10 @@ def main(argv=None) -> int:
     args = parse(p, argv)
 
     out = Path(args.out)
+    if args.tdmpc2_run and args.tdmpc2_run.lower() != "none" and not args.resume:
+        from wmx.paths import wmx_home         # refused before sets or a dataset are written
+        tdmpc2_run_config(wmx_home(args.home) / home_relative(wmx_home(args.home),
+                                                              args.tdmpc2_run))
 
     def tdmpc2_entry(home: Path, dataset: str) -> dict:
         """benchmark.json's "tdmpc2_run" (home-relative), checked to be TD-MPC2 on the

@@ -208,3 +208,24 @@ def test_a_whole_source_pools_its_sets_from_the_home_store(tmp_path):
     assert pooled_sources([whole], home)["reacher-easy"]["episode_sets"] == sets
     with pytest.raises(ValueError, match="seed 0's episode set reacher-easy/.* is not in"):
         source_episode_sets(whole, tmp_path / "elsewhere")
+
+
+def test_a_missing_tdmpc2_run_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """dreamerv3_offline --tdmpc2-run naming no run (or not a TD-MPC2 one) is refused before
+    the prefix sets and the dataset are written, not after the build."""
+    import offline_check
+    monkeypatch.setattr(offline_check, "random_policy_return",
+                        lambda task, T: {"mean": 1.0, "std": 0.0, "episodes": 16})
+    home = tmp_path / "home"
+    run = _source(home)
+    before = sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir())
+    with pytest.raises(SystemExit, match="--tdmpc2-run .*nope: no such offline run"):
+        bench.main(["--home", str(home), "--sources", f"{run}@80", "--tdmpc2-run",
+                    str(home / "runs" / "nope"), "--prepare-only", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--tdmpc2-run .*src is agent None on None; give "
+                       "the TD-MPC2 offline check's run"):
+        bench.main(["--home", str(home), "--sources", f"{run}@80", "--tdmpc2-run",
+                    str(run), "--prepare-only", "--out", str(tmp_path)])
+    assert sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir()) == before
+    assert not (home / "datasets").exists()
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["src"]
