@@ -58,7 +58,7 @@ def load_arms(specs: list[str]) -> dict[str, dict]:
             res = json.loads(p.read_text())
         except (OSError, ValueError) as e:
             raise SystemExit(f"--result {spec!r}: cannot read a result JSON at {p} ({e})")
-        if "tasks" not in res or "dataset" not in res:
+        if not isinstance(res, dict) or "tasks" not in res or "dataset" not in res:
             raise SystemExit(f"--result {spec!r}: {p} is not an offline check result "
                              "(no 'tasks' or 'dataset')")
         arms[label] = res
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="the plot to write (.png)")
     p.add_argument("--title", default=None, help="figure title (default: the dataset)")
     args = p.parse_args(argv)
-    if args.out.suffix != ".png":
+    if args.out.suffix.lower() != ".png":
         p.error(f"--out {args.out}: give a .png path")
     if not args.out.parent.is_dir():
         p.error(f"--out {args.out}: folder {args.out.parent} does not exist")

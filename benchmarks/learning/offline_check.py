@@ -432,7 +432,10 @@ def start_or_resume(p: argparse.ArgumentParser, args, agent: str, run_prefix: st
             raise SystemExit(str(e)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
+    try:
+        ref = bench.get("dataset") if args.resume else build_dataset(home, tasks, out)
+    except ValueError as e:            # e.g. the sources' sets disagree on a task's T
+        raise SystemExit(str(e)) from None
     add = {"resume_command": resume_command(agent, "offline"),
            **({} if check is None else check(home, ref)),
            **({"final_episodes": args.final_episodes}      # re-judging needs no new run

@@ -71,16 +71,19 @@ def source_run(source) -> dict:
 
     Raises:
         SystemExit: no config.json. ValueError (one line): ``@`` not followed by a whole
-        number > 0, the run unfinished, no exported sets, no eval row; at N: N beyond
+        number > 0, the run unfinished, no exported sets, no metrics.csv, no eval row; at N: N beyond
         the run's last env step, or no eval row at N (naming the env steps that have).
     """
     run, at = split_source(source)
     run_dir = Path(run).expanduser().resolve()
     where = f"source run {run_dir}" + ("" if at is None else f"@{at}")
     if not (run_dir / "config.json").is_file():
-        raise SystemExit(f"source run {run_dir} not found (no config.json): a home folder "
-                         "copied elsewhere needs its source runs' config.json, summary.json "
-                         "and metrics.csv under runs/")
+        hint = (f" (read as {run_dir.name}@{at}; a run folder whose name holds '@' must "
+                "be renamed)" if at is not None and
+                (run_dir.parent / f"{run_dir.name}@{at}").is_dir() else "")
+        raise SystemExit(f"source run {run_dir} not found (no config.json){hint}: a home "
+                         "folder copied elsewhere needs its source runs' config.json, "
+                         "summary.json and metrics.csv under runs/")
     cfg = json.loads((run_dir / "config.json").read_text())
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
@@ -89,6 +92,9 @@ def source_run(source) -> dict:
     sets = json.loads(summary_path.read_text()).get("episode_sets") or {}
     if not sets:
         raise ValueError(f"source run {run_dir} exported no episode sets")
+    if not (run_dir / "metrics.csv").is_file():
+        raise ValueError(f"source run {run_dir} has no metrics.csv; copy the run's "
+                         "metrics.csv beside its config.json")
     with (run_dir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     evals = [r for r in rows if r["kind"] == "eval"]

@@ -54,11 +54,13 @@ def test_plot_and_bad_input(tmp_path, capsys):
         arms_mod.load_arms([f"x={a}", f"x={a}"])
     with pytest.raises(SystemExit, match="not an offline check result"):
         arms_mod.load_arms([f"x={write(tmp_path, 'bad', {'a': 1})}"])
+    with pytest.raises(SystemExit, match="not an offline check result"):
+        arms_mod.load_arms([f"x={write(tmp_path, 'num', 3)}"])
     with pytest.raises(SystemExit):
         arms_mod.main(["--result", f"x={a}", "--out", str(tmp_path / "no" / "arms.png")])
     assert "does not exist" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.json", "arms.png", "bad.json", "o.json"]
+        "a.json", "arms.png", "bad.json", "num.json", "o.json"]
 
 
 def test_table_without_a_standard_error_or_any_final_return(tmp_path):

@@ -229,3 +229,15 @@ def test_a_missing_tdmpc2_run_is_refused_before_anything_is_written(tmp_path, mo
     assert sorted(p.name for p in (home / "episodes" / "reacher-easy").iterdir()) == before
     assert not (home / "datasets").exists()
     assert sorted(p.name for p in (home / "runs").iterdir()) == ["src"]
+
+
+def test_a_source_without_metrics_or_named_with_an_at_is_one_line(tmp_path):
+    run = _source(tmp_path / "home")
+    (run / "metrics.csv").unlink()
+    with pytest.raises(ValueError, match="has no metrics.csv; copy the run's metrics.csv"):
+        source_run(run)
+    odd = _source(tmp_path / "home", name="exp@3")      # a folder whose name holds '@'
+    assert odd.is_dir()
+    with pytest.raises(SystemExit, match=r"read as exp@3; a run folder whose name holds '@' "
+                       r"must be renamed"):
+        source_run(odd)
