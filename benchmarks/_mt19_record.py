@@ -223,7 +223,7 @@ def entry_of(home: Path, run: str, record: dict[str, Any], target: int, floor: i
         m = EpisodeSetManifest.load(Path(path))
         sets.append({"seed": int(seed), "content_hash": m.content_hash,
                      "episodes": m.episode_count,
-                     "env_steps": m.episode_count * m.task.episode_length * m.task.action_repeat,
+                     "env_steps": m.episode_count * m.task.env_steps_per_episode,
                      "last10_mean_return": float(np.mean(m.episode_returns[-10:]))})
     env_steps = int(summary["env_steps"])
     pub = published_return(cfg["task"], final_x) if cfg.get("agent") == "tdmpc2" else None

@@ -71,7 +71,7 @@ def _group_cells(ms: list[Any]) -> tuple[str, str, str, str, str]:
     """Table cells of one producer's episode sets (manifests): hashes, seeds, env steps,
     episodes, mean of the last 10 training returns per set."""
     ms = sorted(ms, key=lambda m: m.producer.seed)
-    steps = {m.episode_count * m.task.episode_length * m.task.action_repeat for m in ms}
+    steps = {m.episode_count * m.task.env_steps_per_episode for m in ms}
     eps = {m.episode_count for m in ms}
     last = "/".join(f"{sum(m.episode_returns[-10:]) / max(1, len(m.episode_returns[-10:])):.1f}"
                     for m in ms)

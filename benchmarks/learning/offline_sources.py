@@ -167,7 +167,7 @@ def source_episode_sets(run: dict, home: Path) -> list[str]:
             out.append(str(own))
             continue
         task = EpisodeSetManifest.load(own).task
-        per = task.episode_length * task.action_repeat
+        per = task.env_steps_per_episode
         count, have = n // per, run["episodes_at"].get(seed)
         if n % per or (have is not None and have != count):
             raise ValueError(f"source {run['source']}: env step {n} is not the end of an "

@@ -81,3 +81,10 @@ def test_validation_errors():
         TaskSet("x@y", (t,), (None,), "")
     with pytest.raises(ValueError, match="missing keys"):
         TaskSet.from_dict({"name": "x", "tasks": []})
+
+
+def test_env_steps_per_episode_is_t_times_the_action_repeat():
+    assert TaskInfo("a-run", 3, 1, 10, 2, 0.9).env_steps_per_episode == 20
+    assert TaskInfo("a-run", 3, 1, 500, 1, 0.9).env_steps_per_episode == 500
+    import dataclasses                       # a derived value, not a stored field
+    assert "env_steps_per_episode" not in {f.name for f in dataclasses.fields(TaskInfo)}

@@ -123,8 +123,8 @@ def last_eval_return(metrics_csv: Path, seed: int | None, at: int | None = None
         last = there[-1] if there else max(mine, key=lambda r: int(float(r["env_steps"])))
         return float(last["return"]), int(float(last["env_steps"]))
     steps = max(int(float(r["env_steps"])) for r in rows)
-    at = [float(r["return"]) for r in rows if int(float(r["env_steps"])) == steps]
-    return float(np.mean(at)), steps
+    last_returns = [float(r["return"]) for r in rows if int(float(r["env_steps"])) == steps]
+    return float(np.mean(last_returns)), steps
 
 
 def resolve_source(store: Store, content_hash: str) -> SourceSet:
@@ -145,15 +145,14 @@ def resolve_source(store: Store, content_hash: str) -> SourceSet:
         run_dir = store.run_path(p.run_id)
     except ValueError:
         pass
-    ends = m.episode_count * m.task.episode_length * m.task.action_repeat
+    ends = m.episode_count * m.task.env_steps_per_episode   # where the set's episodes end
     got = last_eval_return(run_dir / "metrics.csv", p.seed, ends) if run_dir is not None \
         and run_dir.is_dir() else None
     if got is not None:
         (final, steps), basis = got, BASIS_RUN
     elif m.episode_returns:
         final = float(np.mean(m.episode_returns[-LAST_EPISODES:]))
-        steps = m.episode_count * m.task.episode_length * m.task.action_repeat
-        basis = BASIS_EPISODE_SET
+        steps, basis = ends, BASIS_EPISODE_SET
     return SourceSet(content_hash, m.task.name, p.seed, p.run_id, p.agent, p.code_version,
                      m.episode_count, str(path), final, steps, basis)
 

@@ -79,6 +79,11 @@ class TaskInfo:
                              f"got {d!r}")
         object.__setattr__(self, "discount", float(d))
 
+    @property
+    def env_steps_per_episode(self) -> int:
+        """Env steps of one episode: T agent steps x action repeat (the papers' x axis)."""
+        return self.episode_length * self.action_repeat
+
     @classmethod
     def from_spec(cls, spec: Any) -> "TaskInfo":
         """From any object with the attributes name, obs_dim, action_dim,
