@@ -161,9 +161,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     if args.tdmpc2_run and args.tdmpc2_run.lower() != "none" and not args.resume:
-        from wmx.paths import wmx_home         # refused before sets or a dataset are written
-        tdmpc2_run_config(wmx_home(args.home) / home_relative(wmx_home(args.home),
-                                                              args.tdmpc2_run))
+        tdmpc2_run_config(Path(args.tdmpc2_run).expanduser().resolve())   # before any write
 
     def tdmpc2_entry(home: Path, dataset: str) -> dict:
         """benchmark.json's "tdmpc2_run" (home-relative), checked to be TD-MPC2 on the

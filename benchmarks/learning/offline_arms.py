@@ -20,9 +20,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-RATIO = 0.5
-"""The checks' bar: the offline final return against the source's (`offline_check.RATIO`)."""
+from offline_check import RATIO
 
 
 def split_spec(spec: str) -> tuple[str, str, str]:
