@@ -138,6 +138,29 @@ def test_wrapper_no_retrace_with_weak_reset_time(fake_env):
     np.testing.assert_allclose(stats["returns"], 4 * 3 * 1.0)
 
 
+def test_step_and_reset_traced_once_across_programs():
+    """The MJX step and reset are nested jits: a second program holding them (another
+    vmap size, as an evaluation beside a training chunk) reuses their jaxprs instead of
+    tracing ~10,000 equations again, and computes what the plain functions compute."""
+    env = make_env("cartpole-balance", episode_length=T_SHORT)   # fresh: empty caches
+    traced = []
+    step_impl, reset_impl = env._step, env._reset
+    env._step_jit = jax.jit(lambda s, a: (traced.append("step"), step_impl(s, a))[1])
+    env._reset_jit = jax.jit(lambda k: (traced.append("reset"), reset_impl(k))[1])
+
+    def rollout(keys):
+        s = jax.vmap(env.reset)(keys)
+        return jax.vmap(env.step)(s, jnp.full((keys.shape[0], 1), 0.3)).obs
+
+    for n in (2, 3):                                          # two programs
+        jax.jit(rollout).lower(jax.random.split(jax.random.PRNGKey(1), n))
+    assert sorted(traced) == ["reset", "step"]
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    plain = jax.jit(lambda k: jax.vmap(step_impl)(
+        jax.vmap(reset_impl)(k), jnp.full((3, 1), 0.3)).obs)(keys)
+    np.testing.assert_array_equal(jax.jit(rollout)(keys), plain)
+
+
 def test_make_env_argument_errors():
     with pytest.raises(ValueError, match="unknown task"):
         make_env("cartpole-balanse")

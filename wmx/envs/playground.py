@@ -71,6 +71,12 @@ class PlaygroundEnv(Env):
         # Playground's reset of the tasks with a mocap target (reacher, finger-turn,
         # fish, swimmer) moves the target after its mjx.forward: E21
         self._forward_after_reset = bool(pg_env.mj_model.nmocap)
+        # One jaxpr of the MJX reset and step per env and argument types, shared by every
+        # program that holds them (a training chunk, its evaluation): each is ~10,000
+        # equations, and tracing and batching them again was a third of a call's tracing.
+        # XLA inlines the nested call, so the compiled programs are those of the plain step.
+        self._reset_jit = jax.jit(self._reset)
+        self._step_jit = jax.jit(self._step)
 
     def _flat_obs(self, obs) -> jax.Array:
         if isinstance(obs, dict):
@@ -110,6 +116,13 @@ class PlaygroundEnv(Env):
     def reset(self, key: jax.Array) -> EnvState:
         """Fresh randomised initial state from `key` (spec 4.11; E20).
 
+        A nested jit of `_reset`: traced once per argument type and process.
+        """
+        return self._reset_jit(key)
+
+    def _reset(self, key: jax.Array) -> EnvState:
+        """The reset `reset` runs.
+
         For a model with mocap bodies the kinematics are recomputed after
         Playground's reset and the observation rebuilt from them, so the first
         observation sees the target where the episode placed it, as
@@ -127,7 +140,14 @@ class PlaygroundEnv(Env):
                         t=jnp.zeros((), jnp.int32), inner=inner)
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
-        """One agent step = `action_repeat` Playground steps (rewards summed)."""
+        """One agent step = `action_repeat` Playground steps (rewards summed).
+
+        A nested jit of `_step`: traced once per argument type and process.
+        """
+        return self._step_jit(state, action)
+
+    def _step(self, state: EnvState, action: jax.Array) -> EnvState:
+        """The step `step` runs."""
         a_env = self.to_env_action(action)
 
         def body(_, carry):
