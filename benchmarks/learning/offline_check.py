@@ -241,7 +241,8 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
         f"{run_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True)
     meta = {**rc.to_json(), "code_version": code_version(), "dataset_path": str(ds.path),
-            "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "training_hash": rc.training_hash(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "device": device_label()}
     (run_dir / "config.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     return run_dir
 
@@ -595,9 +596,23 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
     return summary, time.perf_counter() - t0
 
 
+def device_label() -> str:
+    """The first JAX device in words, e.g. ``"tpu: TPU v5 lite"`` or ``"cpu: cpu"``."""
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform}: {d.device_kind}"
+
+
 def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
-    """The result entries every check records about its run."""
+    """The result entries every check records about its run; ``code_version`` and
+    ``device`` are those the run's config.json recorded when the run was created (None
+    for a run made before they were recorded)."""
+    try:
+        created = json.loads((Path(run_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        created = {}
     return {"dataset": rc.dataset, "run_dir": str(run_dir), "preset": rc.preset,
+            "code_version": created.get("code_version"), "device": created.get("device"),
             "agent_overrides": dict(rc.agent_overrides),
             "seeds": list(rc.seeds), "updates_planned": rc.updates,
             "updates_reached": summary["updates"], "finished": summary["finished"],

@@ -135,7 +135,8 @@ def _prepared_run(home: Path, agent: str = "dreamerv3", seeds: tuple = (0,)) -> 
                           taskset=mt19().subset(["reacher-easy"]).to_dict(), agent=agent,
                           updates=4000, eval_every=1000, log_every=500, checkpoint_every=1000,
                           seeds=seeds)
-    (run / "config.json").write_text(json.dumps(rc.to_json()))
+    (run / "config.json").write_text(json.dumps({**rc.to_json(), "code_version": "0123abc",
+                                                 "device": "tpu: TPU v5 lite"}))
     (run / "benchmark.json").write_text(json.dumps({
         "sources": ["runs/src"], "learned_margin": 100.0, "tdmpc2_run": None,
         "dataset": rc.dataset, "random_returns": {"reacher-easy": {"mean": 60.0}}}))
@@ -150,6 +151,8 @@ def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, ca
     # prepared on one machine (sources recorded relative to the home folder), trained on
     # another, reported from the run directory that came back without checkpoints
     import offline_check
+
+    from wmx.runs.offline_config import OfflineRunConfig
     home = tmp_path / "first"
     assert offline_check.home_relative(home, home / "runs" / "src") == "runs/src"
     assert offline_check.home_relative(home, tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
@@ -169,6 +172,11 @@ def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, ca
     assert task["pass"] is True and res["passed"]         # 450 >= 0.5 x 800
     assert res["updates_reached"] == 2500 and res["finished"] is False
     assert res["comparison_report"] is None
+    # the commit and device that trained it, from its config.json, not this process's
+    assert (res["code_version"], res["device"]) == ("0123abc", "tpu: TPU v5 lite")
+    rc = OfflineRunConfig.from_json(json.loads((run / "config.json").read_text()))
+    older = offline_check.run_fields(rc, tmp_path, {"updates": 0, "finished": False}, 1.0)
+    assert (older["code_version"], older["device"]) == (None, None)   # made before
     with pytest.raises(SystemExit):                       # nothing to report on
         bench.main(["--report-only", "--sources", str(run), "--out", str(out)])
     assert "--report-only needs --resume" in capsys.readouterr().err
