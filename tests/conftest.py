@@ -116,19 +116,50 @@ HEAVY_MODULES = (
 )
 
 
+# The modules that use the session fixtures `tiny_online_run` and `tiny_offline_dataset`,
+# longest first. Each xdist worker that runs one of them trains the tiny run (and compiles
+# its chunk and evaluation programs, which these modules' own runs of the same config
+# reuse) or builds the dataset itself: about 40 s of CPU per worker. One worker, the first
+# to take one of them, takes them all, before any other module; the other worker runs the
+# rest, and takes one of these only when nothing else is left.
+SHARED_FIXTURE_MODULES = (
+    "tests/train_online/test_train_online.py",
+    "tests/reliability/test_faults.py",
+    "tests/reliability/test_damaged_inputs.py",
+    "tests/train_offline/test_dreamerv3_offline.py",
+    "tests/benchmarks/test_mt19_campaign.py",
+    "tests/evaluate/test_cli.py",
+    "tests/runs/test_loggers.py",
+    "tests/train_online/test_init_from.py",
+    "tests/cli/test_runs.py",
+    "tests/datasets/test_task_view.py",
+    "tests/reliability/test_resume_extend.py",
+)
+
+
 @pytest.hookimpl(optionalhook=True)     # a hook of xdist's: pytest -p no:xdist runs too
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` handing out `HEAVY_MODULES` first (in that order), then the rest
-    in xdist's own order; any other --dist: xdist's scheduler. Which tests run, and in
-    which process each module runs whole, is unchanged; only the order of modules."""
+    in xdist's own order, with `SHARED_FIXTURE_MODULES` kept to one worker (above); any
+    other --dist: xdist's scheduler. Which tests run, and in which process each module
+    runs whole, is unchanged; only the order of modules and which worker takes them."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
     rank = {m: i for i, m in enumerate(HEAVY_MODULES)}
+    shared_rank = {m: i for i, m in enumerate(SHARED_FIXTURE_MODULES)}
 
     class HeavyFirst(LoadFileScheduling):
+        owner = None        # the worker that runs the shared-fixture modules
+
         def _assign_work_unit(self, node):
-            first = min(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+            shared = [s for s in self.workqueue if s in shared_rank]
+            rest = [s for s in self.workqueue if s not in shared_rank]
+            if shared and (self.owner is None or self.owner is node or not rest):
+                first = min(shared, key=shared_rank.__getitem__)
+                self.owner = self.owner or node
+            else:
+                first = min(rest, key=lambda s: rank.get(s, len(rank)))
             self.workqueue.move_to_end(first, last=False)
             super()._assign_work_unit(node)
 
