@@ -33,11 +33,14 @@ install: $(VENV)/.installed
 ## level 0 with its older fusion emitters (a quarter of the compile time;
 ## tests/conftest.py), then the parity tests
 ## (recordings of the official code) at the default level.
+## The parity pass collects only the parity modules (collecting the whole suite costs
+## each worker about 12 s of CPU; the marker still selects).
 TEST_WORKERS ?= 2
 PYTEST_RUN = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PARITY_MODULES = $(shell find tests -name 'test_*parity*.py' | sort)
 test: install
 	WMX_TEST_XLA_OPT=0 $(PYTEST_RUN) --durations=25 -m "not slow and not parity"
-	$(PYTEST_RUN) --durations=10 -m "parity and not slow"
+	$(PYTEST_RUN) --durations=10 -m "parity and not slow" $(PARITY_MODULES)
 
 ## make test-slow: the long real-environment tests left out of the default run.
 test-slow: install

@@ -5,8 +5,10 @@ per session (read-only: tests that continue or change a run work on a copy
 or a run of their own). `tiny_offline_dataset`: the tiny offline run's
 dataset (tests/tiny_runs.py), built once per session (read-only). JAX's
 persistent compilation cache is off for the whole session
-(WMX_NO_COMPILE_CACHE=1). At the session's end the garbage is collected and the
-rest frozen before an xdist worker reports finished (`pytest_sessionfinish`).
+(WMX_NO_COMPILE_CACHE=1), and lowered programs carry one source frame per
+operation, not the whole stack (JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=0).
+At the session's end the garbage is collected and the rest frozen before an
+xdist worker reports finished (`pytest_sessionfinish`).
 
 With WMX_TEST_XLA_OPT=0 (`make test`'s first pass) XLA's CPU backend
 compiles at LLVM optimisation level 0 (`--xla_backend_optimization_level=0`
@@ -33,6 +35,13 @@ import pytest
 # Tests never share compiled programs through a disk cache (the cache's own test
 # turns it on in a subprocess): results must not depend on test order or history.
 os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
+# Lowered programs name one source frame per operation (the innermost user frame) instead
+# of the whole Python stack, which under pytest runs dozens of frames deep: the four
+# training steps of tests/agents/dreamerv3/test_offline_terms.py then trace, lower and
+# compile in 7% less time. Locations are debug metadata only: the computation, the op
+# names and the results are the same. Set in the environment, so every subprocess a test
+# starts inherits it.
+os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
 
 _OPT0_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 OPT0 = os.environ.get("WMX_TEST_XLA_OPT") == "0"
@@ -107,19 +116,50 @@ HEAVY_MODULES = (
 )
 
 
+# The modules that use the session fixtures `tiny_online_run` and `tiny_offline_dataset`,
+# longest first. Each xdist worker that runs one of them trains the tiny run (and compiles
+# its chunk and evaluation programs, which these modules' own runs of the same config
+# reuse) or builds the dataset itself: about 40 s of CPU per worker. One worker, the first
+# to take one of them, takes them all, before any other module; the other worker runs the
+# rest, and takes one of these only when nothing else is left.
+SHARED_FIXTURE_MODULES = (
+    "tests/train_online/test_train_online.py",
+    "tests/reliability/test_faults.py",
+    "tests/reliability/test_damaged_inputs.py",
+    "tests/train_offline/test_dreamerv3_offline.py",
+    "tests/benchmarks/test_mt19_campaign.py",
+    "tests/evaluate/test_cli.py",
+    "tests/runs/test_loggers.py",
+    "tests/train_online/test_init_from.py",
+    "tests/cli/test_runs.py",
+    "tests/datasets/test_task_view.py",
+    "tests/reliability/test_resume_extend.py",
+)
+
+
 @pytest.hookimpl(optionalhook=True)     # a hook of xdist's: pytest -p no:xdist runs too
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` handing out `HEAVY_MODULES` first (in that order), then the rest
-    in xdist's own order; any other --dist: xdist's scheduler. Which tests run, and in
-    which process each module runs whole, is unchanged; only the order of modules."""
+    in xdist's own order, with `SHARED_FIXTURE_MODULES` kept to one worker (above); any
+    other --dist: xdist's scheduler. Which tests run, and in which process each module
+    runs whole, is unchanged; only the order of modules and which worker takes them."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
     rank = {m: i for i, m in enumerate(HEAVY_MODULES)}
+    shared_rank = {m: i for i, m in enumerate(SHARED_FIXTURE_MODULES)}
 
     class HeavyFirst(LoadFileScheduling):
+        owner = None        # the worker that runs the shared-fixture modules
+
         def _assign_work_unit(self, node):
-            first = min(self.workqueue, key=lambda s: rank.get(s, len(rank)))
+            shared = [s for s in self.workqueue if s in shared_rank]
+            rest = [s for s in self.workqueue if s not in shared_rank]
+            if shared and (self.owner is None or self.owner is node or not rest):
+                first = min(shared, key=shared_rank.__getitem__)
+                self.owner = self.owner or node
+            else:
+                first = min(rest, key=lambda s: rank.get(s, len(rank)))
             self.workqueue.move_to_end(first, last=False)
             super()._assign_work_unit(node)
 

@@ -6,7 +6,9 @@ dropout 0. Each call is checked (a) in isolation from the file's state and
 (b) chained through wmx's own state. Tolerances are the README's
 (`parity_helpers.check_update_call`). The isolated calls run twice on the CPU: with
 XLA's default dot path and with TD-MPC2's trainers' CPU options (`wmx.xla_cpu.XLA_DOTS`,
-XLA's own dots, and `NATIVE_ROW_REDUCTIONS`).
+XLA's own dots, and `NATIVE_ROW_REDUCTIONS`). The chained calls pass ``cfg`` by keyword
+like the isolated ones: jit keys its cache on how the arguments are passed, so both
+share one compiled program per file.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def test_three_calls_chained(fx):
         state = file_state(data, 0, cfg)
         for k in range(NCALLS):
             batch, noise = update_inputs(data, k)
-            new_state, metrics, aux = update_with_aux(state, batch, noise, cfg)
+            new_state, metrics, aux = update_with_aux(state, batch, noise, cfg=cfg)
             flips = check_update_call(data, k, cfg, state, new_state, metrics, aux, NCALLS,
                                       chained=True)
             assert int(new_state.step) == int(state.step) + 1
