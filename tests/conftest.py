@@ -36,9 +36,8 @@ import pytest
 # turns it on in a subprocess): results must not depend on test order or history.
 os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
 # Lowered programs name one source frame per operation (the innermost user frame) instead
-# of the whole Python stack, which under pytest runs dozens of frames deep: the four
-# training steps of tests/agents/dreamerv3/test_offline_terms.py then trace, lower and
-# compile in 7% less time. Locations are debug metadata only: the computation, the op
+# of the whole Python stack, which under pytest runs dozens of frames deep, so large
+# programs trace, lower and compile somewhat faster. Locations are debug metadata only: the computation, the op
 # names and the results are the same. Set in the environment, so every subprocess a test
 # starts inherits it.
 os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
