@@ -57,8 +57,9 @@ def _redact(argv: list[str]) -> str:
 
 def _chip() -> tuple[str, str]:
     import jax
-    d = jax.devices()[0]
-    return f"{d.platform}: {d.device_kind}", jax.__version__
+
+    from wmx.version import device_label
+    return device_label(), jax.__version__
 
 
 def choose(states: list[TaskState], campaign: Campaign, task: str | None,

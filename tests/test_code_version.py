@@ -17,3 +17,9 @@ def test_git_wins_over_the_variable(monkeypatch):
     monkeypatch.setenv(version.CODE_VERSION_ENV, "b" * 40)
     got = version.code_version()
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", got) and not got.startswith("b" * 40)
+
+
+def test_device_label_names_the_platform_and_kind():
+    """Tests run on JAX's CPU backend (the Makefile pins it): "<platform>: <kind>"."""
+    from wmx.version import device_label
+    assert device_label() == "cpu: cpu"

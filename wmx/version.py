@@ -2,7 +2,7 @@
 
 `code_version` goes into run configs and episode-set producers, `env_versions`
 into episode-set manifests (DESIGN.md §4), so a report can name the code that
-produced each artifact.
+produced each artifact; `device_label` names the device a run or call ran on.
 """
 from __future__ import annotations
 
@@ -50,3 +50,11 @@ def env_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return out
+
+
+def device_label() -> str:
+    """JAX's first device in words, ``"<platform>: <device kind>"``, e.g.
+    ``"tpu: TPU v5 lite"`` or ``"cpu: cpu"`` (initialises JAX's backend)."""
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform}: {d.device_kind}"

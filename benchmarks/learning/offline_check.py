@@ -233,7 +233,7 @@ def new_offline_run(home: Path, ref: str, args, episode_length: int | None, agen
     ``<home>/runs/<run_prefix>-<time>``."""
     from wmx.datasets.store import Store
     from wmx.train_offline.cli import resolve_and_validate
-    from wmx.version import code_version
+    from wmx.version import code_version, device_label
     ds = resolve_and_validate(ref, home)
     rc = check_config(args, agent, f"{ds.name}@{ds.content_hash}", ds.taskset.to_dict(),
                       episode_length)
@@ -594,13 +594,6 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)
     return summary, time.perf_counter() - t0
-
-
-def device_label() -> str:
-    """The first JAX device in words, e.g. ``"tpu: TPU v5 lite"`` or ``"cpu: cpu"``."""
-    import jax
-    d = jax.devices()[0]
-    return f"{d.platform}: {d.device_kind}"
 
 
 def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
