@@ -46,8 +46,8 @@ def test_a_prefix_set_reads_the_eval_row_where_its_episodes_end(home):
     assert (s.run_id, s.seed, s.episodes, s.basis) == ("src-0", 0, 10, lin.BASIS_RUN)
     assert (s.final_return, s.env_steps) == (100.0, 400)
     five = write_prefix_set(store, prefix, 5)               # 200: no eval row there
-    assert (lin.resolve_source(store, five.name).final_return,
-            lin.resolve_source(store, five.name).env_steps) == (321.5, 800)
+    s5 = lin.resolve_source(store, five.name)
+    assert (s5.final_return, s5.env_steps) == (321.5, 800)
 
 
 def test_source_without_a_run_dir_uses_the_last_ten_episodes(home):
