@@ -15,25 +15,24 @@ from pathlib import Path
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import FIT_STEP, Campaign, load_record, read_state
 
-SPS_BY_DOMAIN = {"reacher": 286.0, "walker": 160.0}
+SPS_BY_DOMAIN = {"reacher": 286.0, "walker": 170.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
 after the seed phase, evaluations included (one of 10 episodes every 10,000 env steps).
 reacher: the campaign's reacher-easy run (wmx 6d4c8d4): 10,000 env steps per 35.0 s of the
-run's clock, 26.7 s training (374.5 per s) and 8.3 s evaluating. walker: 210 per s training
-(walker-walk, wmx 5c239e8: `benchmarks/results/tdmpc2_online_speed_tpu.json`) with the
-same evaluation share (x 26.7 / 35.0)."""
+run's clock, 26.7 s training (374.5 per s) and 8.3 s evaluating. walker: the campaign's
+walker-walk run (wmx edc129d): 46.8 s training (213.7 per s) and 11.8 s evaluating."""
 SPS_DEFAULT = 160.0
 """A domain not measured yet: the slowest measured."""
-COMPILE_S = 180.0
-"""Seconds of a run's first call spent compiling, measured on reacher-easy: 116 s from the
-run's start to its first training row (the training chunk and the seed phase's program)
-and 62 s more at the first evaluation (its program)."""
-CACHED_COMPILE_S = 110.0
-"""Seconds of a run's later calls spent compiling on the warm machine (its persistent
-compilation cache in the data root), measured on reacher-easy's two resumed calls: 56 and
-62 s to the first row, 54 and 46 s more at the first evaluation. The CPU hits the cache
-for the training chunk; whether the TPU does is recorded per piece from now on
-(``timing.compile`` of mt19_call.json)."""
+COMPILE_S = 165.0
+"""Seconds of a run's first call spent compiling, measured on walker-walk (wmx edc129d,
+the MJX step and reset traced once per process): 118 s more than a round to its first
+training row (the training chunk and the seed phase's program) and 44 s more than an
+evaluation at the first one (its program)."""
+CACHED_COMPILE_S = 80.0
+"""Seconds of a run's later calls spent tracing and loading its programs from the
+persistent compilation cache on the warm machine, measured on walker-walk's resumed call:
+57 s more than a round to the first row (4 cache hits, 25 s loading) and 22 s more than
+an evaluation at the first one (``timing.compile`` of mt19_call.json)."""
 STARTUP_S = 40.0
 """Seconds from a call's start to its compiling: the wheels' check and imports (11 s) and
 the run's set-up outside its clock (env, agent, restoring the checkpoint and replay; about
