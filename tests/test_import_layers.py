@@ -21,6 +21,7 @@ ROOT = Path(wmx.__file__).resolve().parent
 LAYERS = [
     ("wmx.paths", 0), ("wmx.version", 0), ("wmx.envs.registry", 0), ("wmx.nn", 0),
     ("wmx.temporaries", 0), ("wmx.sizes", 0), ("wmx.xla_cpu", 0), ("wmx.failpoints", 0),
+    ("wmx.compile_ahead", 0),
     ("wmx.failures", 0),
     ("wmx.schemas", 1), ("wmx.envs", 1),
     ("wmx.agents", 2),

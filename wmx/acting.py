@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ from wmx.xla_cpu import options_key
 EVAL_TAG = 0x5EED
 """fold_in tag of the evaluation key stream (the trainers' key streams use others)."""
 
-__all__ = ["EVAL_TAG", "pad_to", "policy_step", "rollout_key", "make_evaluate_fn"]
+__all__ = ["EVAL_TAG", "pad_to", "policy_step", "rollout_key", "make_evaluate_fn", "EvalProgram"]
 
 
 def pad_to(x: jax.Array, width: int) -> jax.Array:
@@ -126,6 +126,22 @@ def make_evaluate_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
                          f"match the config ({cfg.obs_dim}, {cfg.action_dim})")
     return _evaluate_fn(agent, cfg, episodes, env, task_id, record,
                         options_key(agent.compiler_options(cfg)))
+
+
+class EvalProgram(NamedTuple):
+    """A trainer's evaluation: ``jitted(*args(...))`` -> returns f32[S, E].
+
+    jitted: the rollout of `make_evaluate_fn`; args: the trainer's own arguments (the
+    seeds' agent states, keys, ...) -> the rollout's (policy parameters, keys, tasks,
+    index). Split so that a trainer can compile the rollout ahead of its first evaluation
+    (`wmx.compile_ahead`); calling the tuple runs it.
+    """
+
+    jitted: Any
+    args: Callable[..., tuple]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted(*self.args(*args))
 
 
 @functools.lru_cache(maxsize=64)

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
+from wmx.compile_ahead import CompileAhead, abstract
 from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
@@ -241,6 +242,31 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                    desc=f"{rc.agent} {rc.dataset_name}@{rc.dataset_hash[:8]} "
                         f"seeds {list(rc.seeds)}")
 
+    # Every task's evaluation program is traced and compiled in the background while this
+    # process's first chunk trains (the host only waits for the device), its compiles
+    # several at a time: wmx.compile_ahead. The executables are the plain calls'.
+    eval_programs: dict[str, Any] = {}
+
+    def eval_program(name: str):
+        if name not in eval_programs:
+            info = rc.train_task_set.task(name)
+            env = env_fn(name, rc.episode_length or info.episode_length, info.action_repeat)
+            eval_programs[name] = program.make_eval_fn(agent, cfg, rc.eval_episodes, env,
+                                                       rc.model_task_id(name))
+        return eval_programs[name]
+
+    ahead = CompileAhead(workers=max(1, min(4, (os.cpu_count() or 2) // 2)))
+
+    def compile_evals_ahead() -> None:
+        if rc.eval_tasks and not ahead.submitted(rc.eval_tasks[0]):
+            specs = None
+            for name in rc.eval_tasks:       # the envs are made here, the device busy
+                prog = eval_program(name)
+                if specs is None:
+                    specs = abstract(prog.args(carries.agent, carries.key, tasks_ctx,
+                                               host.eval_index))
+                ahead.submit(name, lambda prog=prog, specs=specs: (prog.jitted, specs))
+
     chunks_done = 0
     while host.updates < rc.updates:
         release_free_heap()     # the last chunk's freed buffers go back to the OS
@@ -252,11 +278,13 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 b = min(a + rc.stream_chunk, end)
                 carries, s = chunk_fn(carries, feed.next_batches(b - a), tasks_ctx,
                                       np.arange(a, b, dtype=np.int32))
+                compile_evals_ahead()
                 for k in sums:
                     sums[k] += np.asarray(s[k], np.float64)
         else:
             carries, s = chunk_fn(carries, feed.data, tasks_ctx,
                                   np.arange(start, end, dtype=np.int32))
+            compile_evals_ahead()
             sums = {k: np.asarray(v, np.float64) for k, v in jax.device_get(s).items()}
         check_finite(f"updates {start}..{end}", rc.seeds, sums, carries.agent, last_ckpt)
         host.updates = end
@@ -271,7 +299,8 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                                               stop_request)
         point = eval_point(end % rc.eval_every == 0, final, stop)
         if point.evaluate:
-            rows += _evaluate(rc, carries, tasks_ctx, host, env_fn, advance=point.advance)
+            rows += _evaluate(rc, carries, tasks_ctx, host, eval_program, ahead,
+                              advance=point.advance)
         metrics.append(rows)
         if final:
             host.finished = True
@@ -289,6 +318,7 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         if stop is not None:
             break
 
+    ahead.close()
     if bar is not None:
         bar.close()
     summary = {"run_dir": str(run_dir), "finished": host.finished, "updates": host.updates,
@@ -308,21 +338,19 @@ def _mean_score(last_eval: dict[str, dict[str, list[float]]]) -> float:
                           for v in per.values()]))
 
 
-def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, env_fn,
-              advance: bool = True):
+def _evaluate(rc: OfflineRunConfig, carries, tasks_ctx, host: HostState, eval_program,
+              ahead: CompileAhead, advance: bool = True):
     """Evaluate every task of rc.eval_tasks; update host.last_eval; return metric rows.
-    ``advance=False`` leaves ``host.eval_index`` (the rollout keys) for the next one."""
+    ``eval_program(task)``: its `wmx.acting.EvalProgram`, run by ``ahead`` (compiled
+    ahead where it was submitted). ``advance=False`` leaves ``host.eval_index`` (the
+    rollout keys) for the next one."""
     t0 = time.perf_counter()
-    ts, cfg, agent = rc.train_task_set, rc.agent_config, rc.agent_module
     rows, scores = [], {s: [] for s in rc.seeds}
     last: dict[str, dict[str, list[float]]] = {}
     for name in rc.eval_tasks:
-        info = ts.task(name)
-        T = rc.episode_length or info.episode_length
-        env = env_fn(name, T, info.action_repeat)
-        fn = program.make_eval_fn(agent, cfg, rc.eval_episodes, env, rc.model_task_id(name))
-        rets = np.asarray(fn(carries.agent, carries.key, tasks_ctx, host.eval_index),
-                          np.float64)
+        prog = eval_program(name)
+        rets = np.asarray(ahead.call(name, prog.jitted, *prog.args(
+            carries.agent, carries.key, tasks_ctx, host.eval_index)), np.float64)
         last[name] = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
         for i, s in enumerate(rc.seeds):
             score = float(rets[i].mean()) / DMC_SCORE_DIVISOR

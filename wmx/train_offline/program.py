@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from wmx.acting import make_evaluate_fn
+from wmx.acting import EvalProgram, make_evaluate_fn
 from wmx.datasets.samplers import batch_axes, sample, spec_keys
 from wmx.envs.base import Env
 from wmx.xla_cpu import options_key
@@ -258,8 +258,10 @@ def _stream_chunk_fn(agent: ModuleType, cfg: Any, mesh: Mesh | None, options: tu
     return _jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)), mesh, dict(options))
 
 
-def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: int):
-    """Jitted ``evaluate(agent_states, keys u32[S,2], tasks, index i32[]) -> f32[S, E]``.
+def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env,
+                 task_id: int) -> EvalProgram:
+    """``evaluate(agent_states, keys u32[S,2], tasks, index i32[]) -> f32[S, E]`` (an
+    `wmx.acting.EvalProgram`).
 
     The shared evaluation rollout (`wmx.acting.make_evaluate_fn`) of task
     ``task_id`` (the run's id of the task for a multi-task config, None for a
@@ -273,8 +275,8 @@ def make_eval_fn(agent: ModuleType, cfg: Any, episodes: int, env: Env, task_id: 
     """
     fn = make_evaluate_fn(agent, cfg, episodes, env, None if task_id is None else int(task_id))
 
-    def evaluate(states, keys, tasks, index):
+    def args(states, keys, tasks, index):
         states, keys, tasks = local((states, keys, tasks))
-        return fn(jax.vmap(agent.policy_params)(states), keys, tasks, index)
+        return (jax.vmap(agent.policy_params)(states), keys, tasks, index)
 
-    return evaluate
+    return EvalProgram(fn, args)

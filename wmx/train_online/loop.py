@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
+from wmx.compile_ahead import CompileAhead, abstract
 from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
@@ -197,6 +198,16 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             items["pending"] = jax.tree.map(lambda x: x[:, :filled], pending)
         return save_checkpoint(run_dir, host.next_tick, items, host.to_json())
 
+    # The evaluation program is traced and compiled in the background while this
+    # process's first chunk runs on the device (the host only waits for it), not at the
+    # first evaluation: wmx.compile_ahead. Its executable is the plain call's.
+    ahead = CompileAhead(workers=1)
+
+    def compile_eval_ahead() -> None:
+        if not ahead.submitted("eval"):
+            specs = abstract(eval_fn.args(carries.agent, carries.key, host.eval_index))
+            ahead.submit("eval", lambda: (eval_fn.jitted, specs))
+
     chunks_done = 0
     while host.next_tick < total_ticks:
         release_free_heap()     # the last chunk's freed buffers go back to the OS
@@ -206,11 +217,13 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         if part_fn is None:
             end = min(start + rc.chunk_episodes * ticks_per_round, total_ticks)
             carries, rows = chunk_fn(carries, np.arange(start, end, dtype=np.int32))
+            compile_eval_ahead()
             rows = new_rows = jax.device_get(rows)
         else:                               # a part of the round; rows gather in `pending`
             end = min(start + rc.chunk_ticks, (start // ticks_per_round + 1) * ticks_per_round)
             ticks = np.arange(start, start + rc.chunk_ticks, dtype=np.int32)
             carries, rows = part_fn(carries, ticks, ticks < end)
+            compile_eval_ahead()
             new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
                                     jax.device_get(rows))
             if pending is None:         # a new round: one buffer for all its parts
@@ -274,7 +287,9 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
         point = eval_point(env_steps >= host.next_eval_env_steps, final, stop)
         if point.evaluate:
             t_eval = time.perf_counter()
-            rets = np.asarray(eval_fn(carries.agent, carries.key, host.eval_index))
+            rets = np.asarray(ahead.call("eval", eval_fn.jitted,
+                                         *eval_fn.args(carries.agent, carries.key,
+                                                       host.eval_index)))
             if point.advance:
                 host.eval_index += 1
                 while host.next_eval_env_steps <= env_steps:
@@ -306,6 +321,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
                 save(with_pending=False)
             break
 
+    ahead.close()
     if bar is not None:
         bar.close()
     done = env_steps_at(host.next_tick)      # inside a round too (a stopped run)

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from wmx.acting import make_evaluate_fn, policy_step
+from wmx.acting import EvalProgram, make_evaluate_fn, policy_step
 from wmx.agents.api import HELD, POLICY, RANDOM
 from wmx.envs import collector as collector_lib
 from wmx.envs.base import Env
@@ -205,8 +205,9 @@ def _part_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env, options: tuple)
                    compiler_options=dict(options))
 
 
-def make_eval_fn(rc: OnlineRunConfig, env: Env):
-    """Jitted ``evaluate(agent_states, keys u32[S,2], index i32[]) -> returns f32[S, E]``.
+def make_eval_fn(rc: OnlineRunConfig, env: Env) -> EvalProgram:
+    """``evaluate(agent_states, keys u32[S,2], index i32[]) -> returns f32[S, E]``
+    (an `EvalProgram`).
 
     The shared evaluation rollout (`wmx.acting.make_evaluate_fn`,
     single-task) on the seeds' policy parameters: per seed,
@@ -217,7 +218,7 @@ def make_eval_fn(rc: OnlineRunConfig, env: Env):
     agent = rc.agent_module
     fn = make_evaluate_fn(agent, rc.agent_config, rc.eval_episodes, env)
 
-    def evaluate(states, keys, index):
-        return fn(jax.vmap(agent.policy_params)(states), keys, None, index)
+    def args(states, keys, index):
+        return (jax.vmap(agent.policy_params)(states), keys, None, index)
 
-    return evaluate
+    return EvalProgram(fn, args)

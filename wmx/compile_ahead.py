@@ -1,0 +1,114 @@
+"""Compile jitted programs ahead, in background threads, while the device runs others.
+
+A run's evaluation programs are compiled the first time they are called: tens of seconds
+each on a TPU (tracing the MJX env and the policy, XLA's compile or a persistent-cache
+load), and one per task for a multi-task run. While a training chunk runs on the device
+the host only waits, so the run hands the evaluation programs to a `CompileAhead` after
+dispatching its first chunk; they are traced and compiled beside the training, and the
+evaluation calls the compiled executables.
+
+    ahead = CompileAhead()
+    ahead.submit("eval/walker-walk", lambda: (jitted, args))   # args: arrays or specs
+    ...
+    out = ahead.call("eval/walker-walk", jitted, *args)         # waits if still compiling
+
+``submit`` takes a builder run in the background (it may load an env and build the
+jitted function), so nothing of it costs the main thread. Tracing and lowering run one at
+a time (one lock; tracing holds the GIL anyway), XLA's compiles run ``workers`` at a time.
+The executable is exactly what the first plain call would compile (the same lowering and
+the jitted function's compiler options; the persistent compilation cache is read and
+written as by a plain call), so results do not depend on whether it was ready: a call
+whose arguments do not fit the compiled signature, or whose build failed, falls back to
+the plain call of ``jitted`` and logs one line why.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import jax
+
+log = logging.getLogger("wmx.compile_ahead")
+
+__all__ = ["CompileAhead", "abstract"]
+
+
+def abstract(tree: Any) -> Any:
+    """Arrays of ``tree`` as `jax.ShapeDtypeStruct` (shape, dtype, sharding, weak type);
+    every other leaf (None, Python scalars, specs) as it is. Taken in the calling thread,
+    so that later donation of the arrays cannot race the background lowering."""
+    def spec(x):
+        if isinstance(x, jax.Array):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
+                                        weak_type=x.weak_type)
+        return x
+    return jax.tree.map(spec, tree)
+
+
+class CompileAhead:
+    """Background tracing and compiling of jitted programs, keyed by name.
+
+    Args:
+        workers: XLA compiles at a time (threads; each compile is mostly one core).
+
+    Thread-safe for one submitting and calling thread (the run's host loop). `close`
+    waits for nothing: pending builds finish in their threads, which are daemon-like
+    (the pool is shut down without waiting).
+    """
+
+    def __init__(self, workers: int = 4):
+        self._pool = ThreadPoolExecutor(max_workers=max(1, int(workers)),
+                                        thread_name_prefix="wmx-compile-ahead")
+        self._lower_lock = threading.Lock()
+        self._futures: dict[str, Future] = {}
+
+    def submit(self, key: str, build: Callable[[], tuple[Any, tuple]]) -> None:
+        """Start building ``key`` unless it was submitted before.
+
+        Args:
+            key: the program's name (one executable per key).
+            build: () -> (jitted, args): the jitted function and the arguments (arrays,
+                specs or Python values, as the call will pass them) to compile it for.
+                Runs in a background thread.
+        """
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(self._build, key, build)
+
+    def _build(self, key: str, build: Callable[[], tuple[Any, tuple]]):
+        with self._lower_lock:
+            jitted, args = build()
+            lowered = jitted.lower(*args)
+        return jitted, lowered.compile()
+
+    def submitted(self, key: str) -> bool:
+        return key in self._futures
+
+    def call(self, key: str, jitted: Any, *args: Any) -> Any:
+        """``jitted(*args)``, by the executable compiled ahead for ``key`` when there is one
+        for this very function and these arguments' types (waiting for it if it is still
+        being built); else by the plain call, with one log line saying why."""
+        fut = self._futures.get(key)
+        if fut is None:
+            return jitted(*args)
+        try:
+            built_for, compiled = fut.result()
+        except Exception as e:                       # the build failed: compile as usual
+            log.info("%s: compiling ahead failed (%s: %s); compiling it now", key,
+                     type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            self._futures.pop(key, None)
+            return jitted(*args)
+        if built_for is not jitted:
+            log.info("%s: compiled ahead for another function; compiling it now", key)
+            return jitted(*args)
+        try:
+            return compiled(*args)
+        except (TypeError, ValueError) as e:         # arguments' types differ from the build's
+            log.info("%s: the compiled-ahead signature does not fit (%s); compiling it now",
+                     key, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            self._futures.pop(key, None)
+            return jitted(*args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
