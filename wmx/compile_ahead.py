@@ -54,8 +54,9 @@ class CompileAhead:
         workers: XLA compiles at a time (threads; each compile is mostly one core).
 
     Thread-safe for one submitting and calling thread (the run's host loop). `close`
-    waits for nothing: pending builds finish in their threads, which are daemon-like
-    (the pool is shut down without waiting).
+    cancels the builds not started and waits for none; at the process's exit Python
+    waits for the builds in progress (at most ``workers``, each one program's trace and
+    compile), as for any worker thread.
     """
 
     def __init__(self, workers: int = 4):
