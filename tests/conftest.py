@@ -61,6 +61,24 @@ def tiny_online_run(tmp_path_factory):
     return home, store, run_dir, summary
 
 
+@pytest.fixture
+def compile_ahead_calls(monkeypatch):
+    """The evaluations a test's runs make through `wmx.compile_ahead.CompileAhead.call`:
+    a list of (key, whether it was submitted before the call), each result checked
+    bit-equal to the plain call of the same jitted function."""
+    import numpy as np
+    from wmx.compile_ahead import CompileAhead
+    seen, real = [], CompileAhead.call
+
+    def spy(self, key, jitted, *args):
+        seen.append((key, self.submitted(key)))
+        got = real(self, key, jitted, *args)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(jitted(*args)))
+        return got
+    monkeypatch.setattr(CompileAhead, "call", spy)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def tiny_offline_dataset(tmp_path_factory):
     """(home, dataset dir) of the tiny offline run's dataset "tst" (read-only)."""

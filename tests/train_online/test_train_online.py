@@ -84,25 +84,16 @@ def test_split_run_equals_uninterrupted(full_run, tmp_path, monkeypatch):
             assert ra[k] == rb[k], (k, ra, rb)
 
 
-def test_the_evaluation_compiles_ahead_and_equals_the_plain_call(tmp_path, monkeypatch,
-                                                                 caplog):
+def test_the_evaluation_compiles_ahead_and_equals_the_plain_call(tmp_path, caplog,
+                                                                 compile_ahead_calls):
     """The run hands its evaluation program to wmx.compile_ahead with its first chunk; the
     evaluation runs that executable (no fallback said) and returns the plain call's bits."""
-    from wmx.compile_ahead import CompileAhead
-    seen, real = [], CompileAhead.call
-
-    def spy(self, key, jitted, *args):
-        seen.append((key, self.submitted(key)))
-        got = real(self, key, jitted, *args)
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(jitted(*args)))
-        return got
-    monkeypatch.setattr(CompileAhead, "call", spy)
     run_dir = tmp_path / "ahead"
     run_dir.mkdir()
     with caplog.at_level(logging.INFO, logger="wmx.compile_ahead"):
         first = run(RC, run_dir, None, progress=False, deadline=time.monotonic() - 1)
     assert first["agent_steps"] == T and set(first["final_eval"]) == {"0", "3"}
-    assert seen == [("eval", True)] and caplog.records == []
+    assert compile_ahead_calls == [("eval", True)] and caplog.records == []
 
 
 def test_deadline_stop_evaluates_and_resume_keeps_the_schedule(full_run, tmp_path):
