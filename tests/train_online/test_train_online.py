@@ -7,7 +7,6 @@ once for the session (they are cached per config and env).
 import csv
 import json
 import logging
-import shutil
 import signal
 import time
 
