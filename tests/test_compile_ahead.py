@@ -71,3 +71,19 @@ def test_mismatch_failure_and_unknown_keys_fall_back_to_the_plain_call(caplog):
         assert len(caplog.records) == n + 1 and "another function" in \
             caplog.records[-1].getMessage()
     ahead.close()
+
+
+def test_a_weak_type_change_falls_back_to_the_plain_call(caplog):
+    """A compiled executable takes a strong np.int32 for its weak ~int32[] and computes the
+    weak program (int16 here, the plain call int32): the call checks weak types itself."""
+    f = jax.jit(lambda x, i: x * i)
+    x = jnp.asarray([30000, 2], jnp.int16)
+    ahead = CompileAhead(workers=1)
+    ahead.submit("f", lambda: (f, abstract((x, 3))))
+    with caplog.at_level(logging.INFO, logger="wmx.compile_ahead"):
+        got = ahead.call("f", f, x, np.int32(3))
+    want = f(x, np.int32(3))
+    assert got.dtype == want.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert "does not fit" in caplog.records[-1].getMessage()
+    ahead.close()

@@ -18,8 +18,10 @@ a time (one lock; tracing holds the GIL anyway), XLA's compiles run ``workers`` 
 The executable is exactly what the first plain call would compile (the same lowering and
 the jitted function's compiler options; the persistent compilation cache is read and
 written as by a plain call), so results do not depend on whether it was ready: a call
-whose arguments do not fit the compiled signature, or whose build failed, falls back to
-the plain call of ``jitted`` and logs one line why.
+whose arguments do not fit the compiled signature (tree, shapes, dtypes, weak types and
+placement), or whose build failed, falls back to the plain call of ``jitted`` and logs one
+line why. The trainers submit nothing once asked to stop, and cancel the builds not
+started however their loop ends.
 """
 from __future__ import annotations
 
@@ -45,6 +47,21 @@ def abstract(tree: Any) -> Any:
                                         weak_type=x.weak_type)
         return x
     return jax.tree.map(spec, tree)
+
+
+def _signature(args: tuple) -> tuple:
+    """The tree structure and each leaf's (shape, dtype, weak type): what a compiled
+    executable's call does not check in full (a weak-typed ``~int32[]`` takes a strong
+    ``np.int32``, and the result is the weak program's). Leaves JAX cannot type
+    (static values) as themselves."""
+    def one(x):
+        try:
+            a = jax.typeof(x)
+        except TypeError:
+            return ("static", x)
+        return (tuple(a.shape), a.dtype, bool(a.weak_type))
+    leaves, treedef = jax.tree.flatten(args)
+    return treedef, tuple(one(x) for x in leaves)
 
 
 class CompileAhead:
@@ -80,8 +97,9 @@ class CompileAhead:
     def _build(self, key: str, build: Callable[[], tuple[Any, tuple]]):
         with self._lower_lock:
             jitted, args = build()
+            signature = _signature(args)
             lowered = jitted.lower(*args)
-        return jitted, lowered.compile()
+        return jitted, signature, lowered.compile()
 
     def submitted(self, key: str) -> bool:
         return key in self._futures
@@ -94,7 +112,7 @@ class CompileAhead:
         if fut is None:
             return jitted(*args)
         try:
-            built_for, compiled = fut.result()
+            built_for, signature, compiled = fut.result()
         except Exception as e:                       # the build failed: compile as usual
             log.info("%s: compiling ahead failed (%s: %s); compiling it now", key,
                      type(e).__name__, str(e).splitlines()[0] if str(e) else "")
@@ -104,6 +122,8 @@ class CompileAhead:
             log.info("%s: compiled ahead for another function; compiling it now", key)
             return jitted(*args)
         try:
+            if _signature(args) != signature:   # the executable does not check weak types
+                raise TypeError("argument types (shape, dtype, weak type) differ")
             return compiled(*args)
         except (TypeError, ValueError) as e:         # arguments' types differ from the build's
             log.info("%s: the compiled-ahead signature does not fit (%s); compiling it now",

@@ -31,6 +31,7 @@ from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
 from wmx.runs.host import (HostState, check_metrics_on_resume, eval_point, stop_reason,
                            write_json_atomic)
+from wmx.runs.interrupt import requested
 from wmx.runs.offline_config import OfflineRunConfig
 from wmx.train_offline import program
 
@@ -258,7 +259,9 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
     ahead = CompileAhead(workers=max(1, min(4, (os.cpu_count() or 2) // 2)))
 
     def compile_evals_ahead() -> None:
-        if rc.eval_tasks and not ahead.submitted(rc.eval_tasks[0]):
+        # not for a run asked to stop: its exit would wait for compiles it may not use
+        if rc.eval_tasks and not ahead.submitted(rc.eval_tasks[0]) \
+                and not requested(stop_request):
             specs = None
             for name in rc.eval_tasks:       # the envs are made here, the device busy
                 prog = eval_program(name)
@@ -268,57 +271,58 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
                 ahead.submit(name, lambda prog=prog, specs=specs: (prog.jitted, specs))
 
     chunks_done = 0
-    while host.updates < rc.updates:
-        release_free_heap()     # the last chunk's freed buffers go back to the OS
-        t_start = time.perf_counter()
-        start, end = host.updates, min(host.updates + rc.log_every, rc.updates)
-        sums = {k: np.zeros(len(rc.seeds)) for k in metric_keys}
-        if feed.stream:
-            for a in range(start, end, rc.stream_chunk):
-                b = min(a + rc.stream_chunk, end)
-                carries, s = chunk_fn(carries, feed.next_batches(b - a), tasks_ctx,
-                                      np.arange(a, b, dtype=np.int32))
+    try:                    # queued builds are cancelled however the loop ends
+        while host.updates < rc.updates:
+            release_free_heap()     # the last chunk's freed buffers go back to the OS
+            t_start = time.perf_counter()
+            start, end = host.updates, min(host.updates + rc.log_every, rc.updates)
+            sums = {k: np.zeros(len(rc.seeds)) for k in metric_keys}
+            if feed.stream:
+                for a in range(start, end, rc.stream_chunk):
+                    b = min(a + rc.stream_chunk, end)
+                    carries, s = chunk_fn(carries, feed.next_batches(b - a), tasks_ctx,
+                                          np.arange(a, b, dtype=np.int32))
+                    compile_evals_ahead()
+                    for k in sums:
+                        sums[k] += np.asarray(s[k], np.float64)
+            else:
+                carries, s = chunk_fn(carries, feed.data, tasks_ctx,
+                                      np.arange(start, end, dtype=np.int32))
                 compile_evals_ahead()
-                for k in sums:
-                    sums[k] += np.asarray(s[k], np.float64)
-        else:
-            carries, s = chunk_fn(carries, feed.data, tasks_ctx,
-                                  np.arange(start, end, dtype=np.int32))
-            compile_evals_ahead()
-            sums = {k: np.asarray(v, np.float64) for k, v in jax.device_get(s).items()}
-        check_finite(f"updates {start}..{end}", rc.seeds, sums, carries.agent, last_ckpt)
-        host.updates = end
-        host.wall_s += time.perf_counter() - t_start
-        rows = [{"seed": seed, "kind": "train", "updates": end, "wall_s": round(host.wall_s, 2),
-                 **{k: float(sums[k][i] / (end - start)) for k in metric_keys}}
-                for i, seed in enumerate(rc.seeds)]
+                sums = {k: np.asarray(v, np.float64) for k, v in jax.device_get(s).items()}
+            check_finite(f"updates {start}..{end}", rc.seeds, sums, carries.agent, last_ckpt)
+            host.updates = end
+            host.wall_s += time.perf_counter() - t_start
+            rows = [{"seed": seed, "kind": "train", "updates": end, "wall_s": round(host.wall_s, 2),
+                     **{k: float(sums[k][i] / (end - start)) for k in metric_keys}}
+                    for i, seed in enumerate(rc.seeds)]
 
-        final = end >= rc.updates
-        chunks_done += 1
-        stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
-                                              stop_request)
-        point = eval_point(end % rc.eval_every == 0, final, stop)
-        if point.evaluate:
-            rows += _evaluate(rc, carries, tasks_ctx, host, eval_program, ahead,
-                              advance=point.advance)
-        metrics.append(rows)
-        if final:
-            host.finished = True
-        saved = final or end % rc.checkpoint_every == 0
-        if saved or stop is not None:
-            host.streams, host.metrics_rows = feed.states(), csv_file.rows
-            last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
-                                        host.to_json())
-        if bar is not None:
-            post = {"loss": "/".join(f"{r[agent.LOSS_KEY]:.3g}" for r in rows[:len(rc.seeds)])}
-            if host.last_eval:
-                post["score"] = f"{_mean_score(host.last_eval):.1f}"
-            bar.set_postfix(post, refresh=False)
-            bar.update(end - bar.n)
-        if stop is not None:
-            break
-
-    ahead.close()
+            final = end >= rc.updates
+            chunks_done += 1
+            stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
+                                                  stop_request)
+            point = eval_point(end % rc.eval_every == 0, final, stop)
+            if point.evaluate:
+                rows += _evaluate(rc, carries, tasks_ctx, host, eval_program, ahead,
+                                  advance=point.advance)
+            metrics.append(rows)
+            if final:
+                host.finished = True
+            saved = final or end % rc.checkpoint_every == 0
+            if saved or stop is not None:
+                host.streams, host.metrics_rows = feed.states(), csv_file.rows
+                last_ckpt = save_checkpoint(run_dir, end, program.checkpoint_items(carries),
+                                            host.to_json())
+            if bar is not None:
+                post = {"loss": "/".join(f"{r[agent.LOSS_KEY]:.3g}" for r in rows[:len(rc.seeds)])}
+                if host.last_eval:
+                    post["score"] = f"{_mean_score(host.last_eval):.1f}"
+                bar.set_postfix(post, refresh=False)
+                bar.update(end - bar.n)
+            if stop is not None:
+                break
+    finally:
+        ahead.close()
     if bar is not None:
         bar.close()
     summary = {"run_dir": str(run_dir), "finished": host.finished, "updates": host.updates,

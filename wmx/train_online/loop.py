@@ -30,6 +30,7 @@ from wmx.runs.finite import check_finite
 from wmx.runs.heap import release_free_heap
 from wmx.runs.host import (HostState, check_metrics_on_resume, env_steps_at_tick,
                            eval_point, stop_reason, write_json_atomic)
+from wmx.runs.interrupt import requested
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import program
 from wmx.train_online.episode_export import (RunEpisodeExport, episode_returns,
@@ -204,124 +205,126 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     ahead = CompileAhead(workers=1)
 
     def compile_eval_ahead() -> None:
-        if not ahead.submitted("eval"):
+        # not for a run asked to stop: its exit would wait for a compile it may not use
+        if not ahead.submitted("eval") and not requested(stop_request):
             specs = abstract(eval_fn.args(carries.agent, carries.key, host.eval_index))
             ahead.submit("eval", lambda: (eval_fn.jitted, specs))
 
     chunks_done = 0
-    while host.next_tick < total_ticks:
-        release_free_heap()     # the last chunk's freed buffers go back to the OS
-        t_start = time.perf_counter()
-        start = host.next_tick
-        updates_before = int(np.asarray(jax.device_get(carries.n_updates)).max())
-        if part_fn is None:
-            end = min(start + rc.chunk_episodes * ticks_per_round, total_ticks)
-            carries, rows = chunk_fn(carries, np.arange(start, end, dtype=np.int32))
-            compile_eval_ahead()
-            rows = new_rows = jax.device_get(rows)
-        else:                               # a part of the round; rows gather in `pending`
-            end = min(start + rc.chunk_ticks, (start // ticks_per_round + 1) * ticks_per_round)
-            ticks = np.arange(start, start + rc.chunk_ticks, dtype=np.int32)
-            carries, rows = part_fn(carries, ticks, ticks < end)
-            compile_eval_ahead()
-            new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
-                                    jax.device_get(rows))
-            if pending is None:         # a new round: one buffer for all its parts
-                pending = _round_rows(rc, env)
-            _write_rows(pending, start % ticks_per_round, new_rows)
-            rows = pending              # read at the round's end only, when it is full
-        rows_start = end - rows.reward.shape[1]
-        agent_steps = agent_steps_at(end)
-        env_steps = agent_steps * ar
-        span = (f"the chunk of env steps {env_steps_at(start):,d}.."
-                f"{env_steps_at(end):,d} (updates {updates_before}.."
-                f"{int(np.asarray(carries.n_updates).max())})")
-        check_finite(span, rc.seeds, jax.device_get(carries.metrics), carries.agent, last_ckpt,
-                     extra={f"collected {f}": getattr(new_rows, f)
-                            for f in ("obs", "action", "reward")})
-        host.next_tick = end
+    try:                    # queued builds are cancelled however the loop ends
+        while host.next_tick < total_ticks:
+            release_free_heap()     # the last chunk's freed buffers go back to the OS
+            t_start = time.perf_counter()
+            start = host.next_tick
+            updates_before = int(np.asarray(jax.device_get(carries.n_updates)).max())
+            if part_fn is None:
+                end = min(start + rc.chunk_episodes * ticks_per_round, total_ticks)
+                carries, rows = chunk_fn(carries, np.arange(start, end, dtype=np.int32))
+                compile_eval_ahead()
+                rows = new_rows = jax.device_get(rows)
+            else:                               # a part of the round; rows gather in `pending`
+                end = min(start + rc.chunk_ticks, (start // ticks_per_round + 1) * ticks_per_round)
+                ticks = np.arange(start, start + rc.chunk_ticks, dtype=np.int32)
+                carries, rows = part_fn(carries, ticks, ticks < end)
+                compile_eval_ahead()
+                new_rows = jax.tree.map(lambda x: np.asarray(x)[:, :end - start],
+                                        jax.device_get(rows))
+                if pending is None:         # a new round: one buffer for all its parts
+                    pending = _round_rows(rc, env)
+                _write_rows(pending, start % ticks_per_round, new_rows)
+                rows = pending              # read at the round's end only, when it is full
+            rows_start = end - rows.reward.shape[1]
+            agent_steps = agent_steps_at(end)
+            env_steps = agent_steps * ar
+            span = (f"the chunk of env steps {env_steps_at(start):,d}.."
+                    f"{env_steps_at(end):,d} (updates {updates_before}.."
+                    f"{int(np.asarray(carries.n_updates).max())})")
+            check_finite(span, rc.seeds, jax.device_get(carries.metrics), carries.agent, last_ckpt,
+                         extra={f"collected {f}": getattr(new_rows, f)
+                                for f in ("obs", "action", "reward")})
+            host.next_tick = end
 
-        if end % ticks_per_round:           # inside a round: checkpoint only
+            if end % ticks_per_round:           # inside a round: checkpoint only
+                host.wall_s += time.perf_counter() - t_start
+                chunks_done += 1
+                stop = stop_reason(chunks_done, stop_after_chunks, deadline,
+                                   stop_request) is not None
+                if stop or chunks_done % rc.checkpoint_every_chunks == 0:
+                    last_ckpt = save(with_pending=True)
+                if bar is not None:
+                    bar.update(env_steps_at(end) - bar.n)
+                if stop:
+                    break
+                continue
+            pending = None
+
+            # the chunk's episodes: rounds rows_start // (T+1) .. end // (T+1) - 1
+            end_round = end // ticks_per_round
+            episodes = episodes_per_seed(rows, T)
+            if export is not None:
+                export.add_episodes(episodes, rows_start // ticks_per_round)
+            train_returns = [episode_returns(eps) for eps in episodes]
+            host.exported_rounds = end_round
             host.wall_s += time.perf_counter() - t_start
-            chunks_done += 1
-            stop = stop_reason(chunks_done, stop_after_chunks, deadline,
-                               stop_request) is not None
-            if stop or chunks_done % rc.checkpoint_every_chunks == 0:
-                last_ckpt = save(with_pending=True)
-            if bar is not None:
-                bar.update(env_steps_at(end) - bar.n)
-            if stop:
-                break
-            continue
-        pending = None
 
-        # the chunk's episodes: rounds rows_start // (T+1) .. end // (T+1) - 1
-        end_round = end // ticks_per_round
-        episodes = episodes_per_seed(rows, T)
-        if export is not None:
-            export.add_episodes(episodes, rows_start // ticks_per_round)
-        train_returns = [episode_returns(eps) for eps in episodes]
-        host.exported_rounds = end_round
-        host.wall_s += time.perf_counter() - t_start
-
-        rows = []
-        m = jax.device_get(carries.metrics)
-        n_up = np.asarray(jax.device_get(carries.n_updates))
-        for i, seed in enumerate(rc.seeds):
-            rets = train_returns[i]
-            row = {"seed": seed, "kind": "train", "agent_steps": agent_steps,
-                   "env_steps": env_steps, "episodes": end_round * n_envs,
-                   "return": float(np.mean(rets)) if len(rets) else "",
-                   "return_std": float(np.std(rets)) if len(rets) else "",
-                   "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)}
-            row.update(agent.read_metrics({k: v[i] for k, v in m.items()}))
-            rows.append(row)
-        if agent.METRICS_SINCE_LOG:      # the next row averages the next chunk's updates
-            carries = carries._replace(metrics=jax.device_put(
-                jax.tree.map(np.zeros_like, m), jax.devices()[0]))
-
-        final = host.next_tick >= total_ticks
-        chunks_done += 1
-        stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
-                                              stop_request)
-        point = eval_point(env_steps >= host.next_eval_env_steps, final, stop)
-        if point.evaluate:
-            t_eval = time.perf_counter()
-            rets = np.asarray(ahead.call("eval", eval_fn.jitted,
-                                         *eval_fn.args(carries.agent, carries.key,
-                                                       host.eval_index)))
-            if point.advance:
-                host.eval_index += 1
-                while host.next_eval_env_steps <= env_steps:
-                    host.next_eval_env_steps += rc.eval_every
-            host.last_eval = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
-            host.wall_s += time.perf_counter() - t_eval
+            rows = []
+            m = jax.device_get(carries.metrics)
+            n_up = np.asarray(jax.device_get(carries.n_updates))
             for i, seed in enumerate(rc.seeds):
-                rows.append({"seed": seed, "kind": "eval", "agent_steps": agent_steps,
-                             "env_steps": env_steps, "episodes": rc.eval_episodes,
-                             "return": float(rets[i].mean()), "return_std": float(rets[i].std()),
-                             "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)})
-        metrics.append(rows)
+                rets = train_returns[i]
+                row = {"seed": seed, "kind": "train", "agent_steps": agent_steps,
+                       "env_steps": env_steps, "episodes": end_round * n_envs,
+                       "return": float(np.mean(rets)) if len(rets) else "",
+                       "return_std": float(np.std(rets)) if len(rets) else "",
+                       "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)}
+                row.update(agent.read_metrics({k: v[i] for k, v in m.items()}))
+                rows.append(row)
+            if agent.METRICS_SINCE_LOG:      # the next row averages the next chunk's updates
+                carries = carries._replace(metrics=jax.device_put(
+                    jax.tree.map(np.zeros_like, m), jax.devices()[0]))
 
-        if final:
-            host.finished = True
-        if final or chunks_done % rc.checkpoint_every_chunks == 0:
-            last_ckpt = save(with_pending=False)
-        if bar is not None:
-            last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
-            post = {"train": "/".join(_fmt(x) for x in last_train)}
-            if host.last_eval:
-                post["eval"] = "/".join(_fmt(float(np.mean(v))) for v in host.last_eval.values())
-            chunk_env_steps = (end - start) * n_envs * len(rc.seeds) * ar
-            post["sps"] = f"{chunk_env_steps / max(time.perf_counter() - t_start, 1e-9):.0f}"
-            bar.set_postfix(post, refresh=False)
-            bar.update(env_steps - bar.n)
-        if stop is not None:
-            if chunks_done % rc.checkpoint_every_chunks:
-                save(with_pending=False)
-            break
+            final = host.next_tick >= total_ticks
+            chunks_done += 1
+            stop = None if final else stop_reason(chunks_done, stop_after_chunks, deadline,
+                                                  stop_request)
+            point = eval_point(env_steps >= host.next_eval_env_steps, final, stop)
+            if point.evaluate:
+                t_eval = time.perf_counter()
+                rets = np.asarray(ahead.call("eval", eval_fn.jitted,
+                                             *eval_fn.args(carries.agent, carries.key,
+                                                           host.eval_index)))
+                if point.advance:
+                    host.eval_index += 1
+                    while host.next_eval_env_steps <= env_steps:
+                        host.next_eval_env_steps += rc.eval_every
+                host.last_eval = {str(s): rets[i].tolist() for i, s in enumerate(rc.seeds)}
+                host.wall_s += time.perf_counter() - t_eval
+                for i, seed in enumerate(rc.seeds):
+                    rows.append({"seed": seed, "kind": "eval", "agent_steps": agent_steps,
+                                 "env_steps": env_steps, "episodes": rc.eval_episodes,
+                                 "return": float(rets[i].mean()), "return_std": float(rets[i].std()),
+                                 "updates": int(n_up[i]), "wall_s": round(host.wall_s, 2)})
+            metrics.append(rows)
 
-    ahead.close()
+            if final:
+                host.finished = True
+            if final or chunks_done % rc.checkpoint_every_chunks == 0:
+                last_ckpt = save(with_pending=False)
+            if bar is not None:
+                last_train = [r["return"] for r in rows if r["kind"] == "train" and r["return"] != ""]
+                post = {"train": "/".join(_fmt(x) for x in last_train)}
+                if host.last_eval:
+                    post["eval"] = "/".join(_fmt(float(np.mean(v))) for v in host.last_eval.values())
+                chunk_env_steps = (end - start) * n_envs * len(rc.seeds) * ar
+                post["sps"] = f"{chunk_env_steps / max(time.perf_counter() - t_start, 1e-9):.0f}"
+                bar.set_postfix(post, refresh=False)
+                bar.update(env_steps - bar.n)
+            if stop is not None:
+                if chunks_done % rc.checkpoint_every_chunks:
+                    save(with_pending=False)
+                break
+    finally:
+        ahead.close()
     if bar is not None:
         bar.close()
     done = env_steps_at(host.next_tick)      # inside a round too (a stopped run)
