@@ -64,7 +64,7 @@ def bundle_members(home: Path, run_dir: Path) -> list[tuple[str, Path]]:
             it names is not under ``home/episodes``.
     """
     home, run_dir = Path(home).resolve(), Path(run_dir).resolve()
-    summary = _read_json(run_dir / "summary.json")
+    summary = read_json(run_dir / "summary.json")
     if not summary.get("finished") or not isinstance(summary.get("episode_sets"), dict):
         raise BundleError(f"{run_dir}: not a finished run with exported episode sets "
                           "(summary.json); finish it (mt19_campaign.py next) before packing")
@@ -202,7 +202,9 @@ class Unpacked:
     sets: dict[int, tuple[str, str]]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; BundleError (one line) when unreadable or not an
+    object."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -210,6 +212,15 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BundleError(f"{path}: holds no JSON object")
     return data
+
+
+def extract_member(tf: tarfile.TarFile, member: tarfile.TarInfo, into: Path) -> None:
+    """Extract one member under ``into``, through tarfile's "data" filter where Python has
+    it (3.11.4+: no links, no special modes, nothing outside ``into``)."""
+    if hasattr(tarfile, "data_filter"):
+        tf.extract(member, into, filter="data")
+    else:
+        tf.extract(member, into)
 
 
 def _extract(bundle: Bundle, into: Path) -> None:
@@ -229,10 +240,8 @@ def _extract(bundle: Bundle, into: Path) -> None:
                         or ".." in m.name.split("/") or m.name.startswith("/"):
                     raise BundleError(f"{bundle.name}: member {m.name!r} is not a file of a "
                                       "bundle; it was not written by `next`")
-            if hasattr(tarfile, "data_filter"):      # Python 3.11.4+: links and modes too
-                tf.extractall(into / "root", members=members, filter="data")
-            else:
-                tf.extractall(into / "root", members=members)
+            for m in members:
+                extract_member(tf, m, into / "root")
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         if isinstance(e, BundleError):
             raise
@@ -313,8 +322,8 @@ def _unpack(bundle: Bundle, tmp: Path) -> Unpacked:
     for f in RUN_FILES:
         if not (run_dir / f).is_file():
             raise BundleError(f"{bundle.name}: the run {run_dir.name} has no {f}")
-    config, summary = _read_json(run_dir / "config.json"), _read_json(run_dir / "summary.json")
-    record = _read_json(root / "campaign" / f"{run_dir.name}.json") \
+    config, summary = read_json(run_dir / "config.json"), read_json(run_dir / "summary.json")
+    record = read_json(root / "campaign" / f"{run_dir.name}.json") \
         if (root / "campaign" / f"{run_dir.name}.json").is_file() else None
     if record is None:
         raise BundleError(f"{bundle.name}: no campaign/{run_dir.name}.json (the record of how "
@@ -377,7 +386,7 @@ def check_install(store, u: Unpacked) -> None:
     """
     run_dst = store.runs_dir / u.run
     if run_dst.exists() and (not (run_dst / "config.json").is_file()
-                             or _read_json(run_dst / "config.json") != u.config):
+                             or read_json(run_dst / "config.json") != u.config):
         raise BundleError(f"{u.bundle.name}: a different run {u.run} is in {store.runs_dir}; "
                           "move it aside (or ingest into another --home)")
 

@@ -1,0 +1,489 @@
+"""mt19_offline: carry a pooled dataset to the device machine in parts, and store it there.
+
+The device machine's only inbound channel is the folder a call carries (at most ~50 MiB
+a call, replaced on each call; its /tmp persists while the machine is warm), and a full
+mt19 dataset is ~165 MB. So the dataset travels as an uncompressed tar stream cut into
+parts over several calls, gathered on the device in a staging folder that outlives the
+calls, and is stored there only when every part has come, all verified:
+
+    python benchmarks/mt19_offline.py pack mt19-7cff6d2d@3347c2b9ee69 --out DIR   # here
+    python benchmarks/mt19_offline.py unpack DIR --home H                         # there
+
+``pack`` resolves the name as the store does (``name@<8+ hex digits>``, ``name@latest``
+or the dataset's folder) and writes ``DIR/<name>@<hash12>.tar.part00``, ``.part01``, ...
+(each at most ``--part-mib``) and ``DIR/<name>@<hash12>.parts.json`` (the dataset's name
+and content hash, every part's size and sha256, the total), then prints the carry plan:
+which parts go in which call, the first call having ``--first-call-mib`` of room beside
+the other things it carries, later ones ``--call-mib``. Carry the parts.json in each call
+(a few hundred bytes) with that call's parts.
+
+``unpack`` copies the parts and parts.json files it finds in DIR into the staging folder
+(``--stage``, default ``H/.carry``), then for each dataset staged: when every part is
+there with its sha256, it joins them into an owned temporary under ``H/datasets/<name>/``,
+extracts, validates the dataset with `wmx.datasets.validate` (every check of
+``wmx dataset validate``, the content hash recomputed and equal to the name's) and
+renames it to ``H/datasets/<name>/<hash>``; the staged parts are then removed. A dataset
+with parts still to come is reported (which ones) and waits, exit 0. A dataset already
+stored and valid is kept. A damaged part is removed from the stage (carry it again) and
+refused in one line, exit 2, with nothing stored and no temporary left.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+
+import _mt19_bundle as bundle_lib  # noqa: E402
+
+SCHEMA = "wmx.mt19_offline_parts/1"
+MIB = 2 ** 20
+PARTS_SUFFIX = ".parts.json"
+_PART = re.compile(r"\.tar\.part\d{2,}$")
+
+
+class CarryError(ValueError):
+    """A dataset that cannot be packed or unpacked; the message is one line naming the
+    problem and the fix."""
+
+
+def base_name(name: str, content_hash: str) -> str:
+    """The parts' common stem: ``<name>@<first 12 hex digits of the content hash>``."""
+    return f"{name}@{content_hash[:12]}"
+
+
+def part_name(base: str, i: int) -> str:
+    """The ``i``-th part's file name."""
+    return f"{base}.tar.part{i:02d}"
+
+
+def is_carried_file(name: str) -> bool:
+    """Whether a file name is a part or a parts.json (what `unpack` stages)."""
+    return name.endswith(PARTS_SUFFIX) or bool(_PART.search(name))
+
+
+# ---- pack (here) -------------------------------------------------------------------------
+class _PartWriter:
+    """A write-only stream cut into files of at most ``limit`` bytes in ``folder``
+    (``part_name(base, i)``), each one's size and sha256 kept."""
+
+    def __init__(self, folder: Path, base: str, limit: int):
+        self.folder, self.base, self.limit = folder, base, limit
+        self.parts: list[dict[str, Any]] = []
+        self._f = self._h = None
+        self._n = 0
+
+    def _roll(self) -> None:
+        self._close_part()
+        name = part_name(self.base, len(self.parts))
+        self._f, self._h, self._n = (self.folder / name).open("wb"), hashlib.sha256(), 0
+        self.parts.append({"name": name})
+
+    def _close_part(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self.parts[-1].update(size_bytes=self._n, sha256=self._h.hexdigest())
+            self._f = None
+
+    def write(self, data) -> int:
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            if self._f is None or self._n == self.limit:
+                self._roll()
+            k = min(len(mv), self.limit - self._n)
+            self._f.write(mv[:k])
+            self._h.update(mv[:k])
+            self._n += k
+            mv = mv[k:]
+        return len(data)
+
+    def close(self) -> None:
+        self._close_part()
+
+
+def dataset_files(path: Path) -> tuple[str, str, list[Path]]:
+    """(name, content hash, files) of a stored dataset: manifest.json and the shards its
+    manifest lists, each present with the size the manifest gives.
+
+    Raises:
+        CarryError: a shard is missing or of another size.
+    """
+    raw = bundle_lib.read_json(path / "manifest.json")
+    name, h = raw.get("name"), raw.get("content_hash")
+    files = [path / "manifest.json"]
+    for s in raw.get("shards", []):
+        p = path / s["name"]
+        if not p.is_file() or p.stat().st_size != s.get("size_bytes"):
+            raise CarryError(f"{base_name(name, h)}: shard {s['name']} is missing or not the "
+                             f"size its manifest gives ({path}); `wmx dataset validate` it "
+                             "and rebuild it")
+        files.append(p)
+    return name, h, files
+
+
+def _old_parts(out: Path, base: str) -> list[Path]:
+    """The parts and parts.json files in ``out``; CarryError when one is another
+    dataset's."""
+    found = [p for p in out.iterdir() if p.is_file() and is_carried_file(p.name)]
+    other = sorted({p.name.split(".tar.part")[0].removesuffix(PARTS_SUFFIX)
+                    for p in found} - {base})
+    if other:
+        raise CarryError(f"{out} already holds the parts of {', '.join(other)}; give an "
+                         "empty --out folder (or remove them)")
+    return found
+
+
+def pack(path: Path, out: Path, part_bytes: int) -> dict[str, Any]:
+    """Write a stored dataset's parts and parts.json into ``out`` (see the module doc).
+
+    The parts are written into an owned temporary in ``out`` and renamed into place,
+    then the parts.json last; parts of the same dataset packed before are replaced.
+
+    Args:
+        path: the dataset's folder (``<home>/datasets/<name>/<hash>``).
+        out: the folder written (created).
+        part_bytes: the largest part.
+
+    Returns:
+        The parts.json's content.
+
+    Raises:
+        CarryError: ``out`` holds another dataset's parts, or a shard is missing.
+    """
+    from wmx import temporaries
+    from wmx.runs.host import write_json_atomic
+    name, h, files = dataset_files(path)
+    base = base_name(name, h)
+    out.mkdir(parents=True, exist_ok=True)
+    temporaries.sweep(out)
+    old = _old_parts(out, base)
+    tmp = temporaries.make_dir(out, "mt19-offline-pack")
+    try:
+        w = _PartWriter(tmp, base, part_bytes)
+        with tarfile.open(fileobj=w, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+            for f in files:
+                info = tf.gettarinfo(str(f), arcname=f"{name}/{h}/{f.name}")
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                info.mode = 0o644
+                with f.open("rb") as src:
+                    tf.addfile(info, src)
+        w.close()
+        for p in old:
+            p.unlink()
+        for part in w.parts:
+            os.replace(tmp / part["name"], out / part["name"])
+        doc = {"schema": SCHEMA, "name": name, "content_hash": h,
+               "files": [{"name": f.name, "size_bytes": f.stat().st_size} for f in files],
+               "parts": w.parts, "total_bytes": sum(p["size_bytes"] for p in w.parts),
+               "unpack": "python benchmarks/mt19_offline.py unpack DIR --home H"}
+        write_json_atomic(out / (base + PARTS_SUFFIX), doc)
+    finally:
+        temporaries.remove(tmp)
+    return doc
+
+
+def carry_plan(sizes: list[int], first_room: int, call_room: int) -> list[list[int]]:
+    """The parts (indices) each call carries, in order: as many whole parts as fit in the
+    call's room (the first call's ``first_room``, later calls' ``call_room``).
+
+    Raises:
+        CarryError: a part is larger than ``call_room``.
+    """
+    if any(s > call_room for s in sizes):
+        raise CarryError(f"a part of {max(sizes) / MIB:.2f} MiB does not fit a call's "
+                         f"{call_room / MIB:.2f} MiB; give a smaller --part-mib")
+    calls: list[list[int]] = [[]]
+    room = first_room
+    for i, s in enumerate(sizes):
+        if s > room:
+            calls.append([])
+            room = call_room
+        calls[-1].append(i)
+        room -= s
+    return calls
+
+
+def cmd_pack(args) -> int:
+    """Resolve the dataset, write its parts and parts.json, print the carry plan."""
+    from wmx.datasets.store import Store
+    if not 0 < args.part_mib <= args.call_mib:
+        raise CarryError(f"--part-mib {args.part_mib} must be above 0 and at most --call-mib "
+                         f"{args.call_mib} (a part travels whole in one call)")
+    store = Store(args.home)
+    try:
+        path = store.resolve_dataset(args.ref)
+    except FileNotFoundError as e:
+        raise CarryError(f"{e}; give name@<hash prefix> of a stored dataset") from None
+    except ValueError as e:
+        raise CarryError(f"{str(e).splitlines()[0]} (in {store.home}; `wmx dataset ls "
+                         "--home H` lists them)") from None
+    out = Path(args.out)
+    doc = pack(path, out, max(1, int(args.part_mib * MIB)))
+    base = base_name(doc["name"], doc["content_hash"])
+    sizes = [p["size_bytes"] for p in doc["parts"]]
+    calls = carry_plan(sizes, int(args.first_call_mib * MIB), int(args.call_mib * MIB))
+    print(f"{base}: {len(sizes)} part(s), {doc['total_bytes'] / MIB:.2f} MiB, in {out} "
+          f"(and {base}{PARTS_SUFFIX})")
+    print(f"carries: {len(calls)} call(s) ({args.first_call_mib:g} MiB of room in the first, "
+          f"{args.call_mib:g} MiB in the others), each with the parts.json:")
+    for k, idx in enumerate(calls, 1):
+        what = (f"part{idx[0]:02d}" + (f"..part{idx[-1]:02d}" if len(idx) > 1 else "")
+                if idx else "none (no part fits beside the other things)")
+        print(f"  call {k}: {what} ({sum(sizes[i] for i in idx) / MIB:.2f} MiB)")
+    print("then on the device, each call: python benchmarks/mt19_offline.py unpack "
+          "<the carried folder> --home H")
+    return 0
+
+
+# ---- unpack (there) ----------------------------------------------------------------------
+def stage_files(src: Path, stage: Path) -> list[str]:
+    """Copy the parts and parts.json files in ``src`` into ``stage`` (each through an
+    owned temporary and a rename, so the stage never holds a partial copy).
+
+    Returns:
+        The names copied.
+    """
+    from wmx import temporaries
+    stage.mkdir(parents=True, exist_ok=True)
+    temporaries.sweep(stage)
+    copied = []
+    for p in sorted(src.iterdir()):
+        if not (p.is_file() and is_carried_file(p.name)):
+            continue
+        tmp = stage / temporaries.owned_name(p.name)
+        try:
+            shutil.copyfile(p, tmp)
+            os.replace(tmp, stage / p.name)
+        finally:
+            temporaries.remove(tmp)
+        copied.append(p.name)
+    return copied
+
+
+def read_parts_doc(path: Path) -> dict[str, Any]:
+    """A parts.json, checked: its schema, name, content hash and parts.
+
+    Raises:
+        CarryError naming the file.
+    """
+    from wmx.schemas.hashing import is_sha256_hex
+    doc = bundle_lib.read_json(path)
+    ok = (doc.get("schema") == SCHEMA and isinstance(doc.get("name"), str)
+          and is_sha256_hex(doc.get("content_hash", ""))
+          and path.name == base_name(doc["name"], doc["content_hash"]) + PARTS_SUFFIX
+          and isinstance(doc.get("parts"), list) and doc["parts"]
+          and all(isinstance(p, dict) and p.get("name") == part_name(path.name.removesuffix(
+              PARTS_SUFFIX), i) and isinstance(p.get("size_bytes"), int)
+              and is_sha256_hex(p.get("sha256", "")) for i, p in enumerate(doc["parts"])))
+    if not ok:
+        raise CarryError(f"{path.name}: not a parts.json of {SCHEMA} as `pack` writes it; "
+                         "carry the one `pack` wrote")
+    return doc
+
+
+class _Joined:
+    """The parts read in order as one stream (for tarfile's stream mode)."""
+
+    def __init__(self, paths: list[Path]):
+        self._paths, self._f = list(paths), None
+
+    def read(self, n: int = -1) -> bytes:
+        out = b""
+        while n < 0 or len(out) < n:
+            if self._f is None:
+                if not self._paths:
+                    break
+                self._f = self._paths.pop(0).open("rb")
+            got = self._f.read(-1 if n < 0 else n - len(out))
+            if not got:
+                self._f.close()
+                self._f = None
+            out += got
+        return out
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+
+
+def _extract(doc: dict[str, Any], parts: list[Path], into: Path) -> Path:
+    """Extract the joined parts into ``into/<name>/<hash>/``: regular files of that
+    folder only. Returns the folder."""
+    name, h = doc["name"], doc["content_hash"]
+    base = base_name(name, h)
+    dest = into / name / h
+    dest.mkdir(parents=True)
+    joined = _Joined(parts)
+    try:
+        with tarfile.open(fileobj=joined, mode="r|") as tf:
+            for m in tf:
+                head, _, file = m.name.rpartition("/")
+                if not m.isfile() or head != f"{name}/{h}" or file in ("", ".", ".."):
+                    raise CarryError(f"{base}: member {m.name!r} is not a file of the "
+                                     "dataset; it was not written by `pack`")
+                bundle_lib.extract_member(tf, m, dest.parent.parent)
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise CarryError(f"{base}: the joined parts are not a whole tar stream "
+                         f"({type(e).__name__}); pack and carry them again") from None
+    finally:
+        joined.close()
+    return dest
+
+
+def _stored_ok(path: Path) -> str | None:
+    """None when the stored dataset at ``path`` validates, else its first failure."""
+    from wmx.datasets.validate import validate_dataset
+    rep = validate_dataset(path)
+    return None if rep.ok else str(rep.failures[0]).splitlines()[0]
+
+
+def unpack_one(store, stage: Path, doc_path: Path) -> str:
+    """Store one staged dataset when complete (see the module doc).
+
+    Args:
+        store: the `wmx.datasets.store.Store` stored into.
+        stage: the staging folder holding the parts.
+        doc_path: the dataset's parts.json in ``stage``.
+
+    Returns:
+        The summary line.
+
+    Raises:
+        CarryError: a damaged part (removed from the stage), a stream that is no tar of
+            the dataset, a dataset that fails validation, or a different dataset in the
+            way; nothing stored.
+    """
+    from wmx.datasets.store import commit_dir, make_staging_dir
+    from wmx.schemas.hashing import file_digest
+    from wmx import temporaries
+    doc = read_parts_doc(doc_path)
+    name, h = doc["name"], doc["content_hash"]
+    base = base_name(name, h)
+    final = store.dataset_path(name, h)
+    parts = [stage / p["name"] for p in doc["parts"]]
+
+    def clear_stage() -> None:
+        for p in parts + [doc_path]:
+            p.unlink(missing_ok=True)
+
+    if final.exists():
+        bad = _stored_ok(final)
+        if bad is not None:
+            raise CarryError(f"{base}: {final} is stored but fails validation ({bad}); "
+                             "remove it and unpack again")
+        clear_stage()
+        return f"{base}: kept: already stored in {final} and valid"
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        return (f"{base}: waiting for {len(missing)} of {len(parts)} part(s): "
+                f"{', '.join(m.rsplit('.', 1)[1] for m in missing)}; carry them and unpack "
+                "again")
+    for p, want in zip(parts, doc["parts"]):
+        if p.stat().st_size != want["size_bytes"] or file_digest(p) != want["sha256"]:
+            p.unlink()
+            raise CarryError(f"{base}: part {p.name} is damaged (its size or sha256 is not "
+                             "the parts.json's); removed from the stage: carry it again")
+    tmp = make_staging_dir(final.parent, h)
+    try:
+        dest = _extract(doc, parts, tmp)
+        from wmx.datasets.validate import validate_dataset
+        rep = validate_dataset(dest)
+        if not rep.ok:
+            raise CarryError(f"{base}: fails validation: {str(rep.failures[0]).splitlines()[0]}"
+                             f"; pack it again from a stored copy that validates")
+        commit_dir(dest, final)
+    finally:
+        temporaries.remove(tmp)
+    clear_stage()
+    return (f"{base}: stored in {final} ({rep.episodes_checked} episodes validated, "
+            f"{len(parts)} part(s), {doc['total_bytes'] / MIB:.2f} MiB)")
+
+
+def cmd_unpack(args) -> int:
+    """Stage the carried parts, store every complete dataset, report each."""
+    from wmx.datasets.store import Store
+    src = Path(args.dir)
+    if not src.is_dir():
+        raise CarryError(f"{src}: no such folder; give the folder the call carried")
+    store = Store(args.home).ensure_layout()
+    store.sweep_temporaries()
+    stage = Path(args.stage) if args.stage else store.home / ".carry"
+    copied = stage_files(src, stage)
+    docs = sorted(stage.glob("*" + PARTS_SUFFIX))
+    if not docs:
+        raise CarryError(f"no parts.json in {src} or the stage {stage} ({len(copied)} part(s) "
+                         "copied); carry the <name>@<hash>.parts.json `pack` wrote")
+    failed = 0
+    for d in docs:
+        try:
+            print(unpack_one(store, stage, d))
+        except (CarryError, FileExistsError) as e:
+            print(f"mt19_offline.py unpack: error: {str(e).splitlines()[0]}", file=sys.stderr)
+            failed += 1
+    return 2 if failed else 0
+
+
+# ---- command line ------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: pack, unpack."""
+    from wmx.runs.cli_common import ArgumentParser, HelpFormatter
+    p = ArgumentParser(prog="mt19_offline.py", description=__doc__.split("\n\n")[0],
+                       formatter_class=HelpFormatter,
+                       epilog="Workflow: pack here; carry the parts in the calls the plan "
+                              "prints, each call running unpack on the carried folder.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{pack,unpack}")
+    pk = sub.add_parser("pack", help="here: a stored dataset -> parts + parts.json, the plan",
+                        formatter_class=HelpFormatter,
+                        description="Write a stored dataset as a tar stream cut into parts "
+                                    "(<name>@<hash12>.tar.partNN, each at most --part-mib) and "
+                                    "<name>@<hash12>.parts.json (sizes, sha256) into --out, "
+                                    "and print which parts each call carries.")
+    pk.add_argument("ref", metavar="NAME@HASH", help="the dataset: name@<8+ hex digits of its "
+                    "content hash>, name@latest, or its folder")
+    pk.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    pk.add_argument("--out", required=True, help="folder the parts go to (holding no other "
+                    "dataset's parts)")
+    pk.add_argument("--part-mib", type=float, default=50.0, help="largest part, MiB")
+    pk.add_argument("--first-call-mib", type=float, default=12.0,
+                    help="room for parts in the first call, beside the other things it "
+                         "carries, MiB")
+    pk.add_argument("--call-mib", type=float, default=50.0, help="room of a later call, MiB")
+    up = sub.add_parser("unpack", help="there: carried parts -> stage -> a stored dataset",
+                        formatter_class=HelpFormatter,
+                        description="Copy the parts and parts.json files in DIR into the "
+                                    "stage, and store each dataset whose parts are all there "
+                                    "(sha256 checked, validated as `wmx dataset validate`, "
+                                    "renamed into H/datasets/<name>/<hash>); report the parts "
+                                    "still missing.")
+    up.add_argument("dir", metavar="DIR", help="the folder this call carried")
+    up.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    up.add_argument("--stage", default=None, help="folder the parts gather in between calls "
+                    "(default H/.carry)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand.
+
+    Returns:
+        The exit status: 0; 2 after one line on stderr per problem (nothing stored).
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return cmd_pack(args) if args.cmd == "pack" else cmd_unpack(args)
+    except (ValueError, OSError) as e:
+        print(f"mt19_offline.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
