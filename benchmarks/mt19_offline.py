@@ -30,6 +30,7 @@ refused in one line, exit 2, with nothing stored and no temporary left.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -403,6 +404,8 @@ def unpack_one(store, stage: Path, doc_path: Path) -> str:
         commit_dir(dest, final)
     finally:
         temporaries.remove(tmp)
+        with contextlib.suppress(OSError):
+            final.parent.rmdir()                # the name's folder, when it holds nothing
     clear_stage()
     return (f"{base}: stored in {final} ({rep.episodes_checked} episodes validated, "
             f"{len(parts)} part(s), {doc['total_bytes'] / MIB:.2f} MiB)")

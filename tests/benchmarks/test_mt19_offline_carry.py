@@ -128,8 +128,7 @@ def test_unpack_in_two_calls_stores_the_same_dataset(source, packed, tmp_path, c
     assert off.main(["unpack", str(first), "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "waiting for" in out and f"part{half:02d}" in out
-    assert not (home / "datasets" / "tst").exists() or not any(
-        (home / "datasets" / "tst").iterdir())
+    assert not (home / "datasets" / "tst").exists()
     second = _carry(tmp_path, parts[half:], "call2")          # the parts.json came before
     assert off.main(["unpack", str(second), "--home", str(home)]) == 0
     out = capsys.readouterr().out
@@ -162,7 +161,7 @@ def test_damaged_part_is_refused_and_nothing_stored(source, packed, tmp_path, ca
     cap = capsys.readouterr()
     assert len(cap.err.strip().splitlines()) == 1 and parts[1].name in cap.err
     assert "damaged" in cap.err and "carry it again" in cap.err
-    assert not (home / "datasets" / "tst" / ds.name).exists()
+    assert not (home / "datasets" / "tst").exists()
     assert _leftovers(home) == []
     assert not (home / ".carry" / parts[1].name).exists()     # removed: carry it again
     # the good part carried again completes it
@@ -170,6 +169,27 @@ def test_damaged_part_is_refused_and_nothing_stored(source, packed, tmp_path, ca
                      "--home", str(home)]) == 0
     assert "stored in" in capsys.readouterr().out
     assert validate_dataset(home / "datasets" / "tst" / ds.name).ok
+
+
+def test_a_dataset_failing_validation_is_refused(source, tmp_path, capsys):
+    """Parts whose sha256 match but whose dataset was changed after its build (a shard's
+    byte flipped in the packed copy): unpack's validation refuses it."""
+    home, ds = source
+    changed = tmp_path / "changed"
+    shutil.copytree(home, changed)
+    shard = sorted((changed / "datasets" / "tst" / ds.name).glob("shard-*"))[0]
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    assert off.main(["pack", f"tst@{ds.name[:8]}", "--home", str(changed), "--out",
+                     str(tmp_path / "out"), "--part-mib", str(PART_MIB)]) == 0
+    there = tmp_path / "there"
+    assert off.main(["unpack", str(tmp_path / "out"), "--home", str(there)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "fails validation" in err
+    assert "shard_digest" in err
+    assert not (there / "datasets" / "tst").exists()
+    assert _leftovers(there) == []
 
 
 def test_missing_parts_store_nothing(source, packed, tmp_path, capsys):
@@ -181,8 +201,7 @@ def test_missing_parts_store_nothing(source, packed, tmp_path, capsys):
     assert off.main(["unpack", str(carried), "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert f"waiting for 1 of {len(parts)} part(s): part{len(parts) - 1:02d}" in out
-    assert not (home / "datasets" / "tst").exists() or not any(
-        (home / "datasets" / "tst").iterdir())
+    assert not (home / "datasets" / "tst").exists()
     assert _leftovers(home) == []
 
 
