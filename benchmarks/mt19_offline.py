@@ -436,6 +436,18 @@ def cmd_unpack(args) -> int:
 
 
 # ---- command line ------------------------------------------------------------------------
+SUBCOMMANDS = (
+    ("pack", "here: a stored dataset -> parts + parts.json, the plan",
+     "Write a stored dataset as a tar stream cut into parts (<name>@<hash12>.tar.partNN, each "
+     "at most --part-mib) and <name>@<hash12>.parts.json (sizes, sha256) into --out, and "
+     "print which parts each call carries."),
+    ("unpack", "there: carried parts -> stage -> a stored dataset",
+     "Copy the parts and parts.json files in DIR into the stage, and store each dataset whose "
+     "parts are all there (sha256 checked, validated as `wmx dataset validate`, renamed into "
+     "H/datasets/<name>/<hash>); report the parts still missing."))
+"""(name, help, description) of each subcommand."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: pack, unpack."""
     from wmx.runs.cli_common import ArgumentParser, HelpFormatter
@@ -444,12 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="Workflow: pack here; carry the parts in the calls the plan "
                               "prints, each call running unpack on the carried folder.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{pack,unpack}")
-    pk = sub.add_parser("pack", help="here: a stored dataset -> parts + parts.json, the plan",
-                        formatter_class=HelpFormatter,
-                        description="Write a stored dataset as a tar stream cut into parts "
-                                    "(<name>@<hash12>.tar.partNN, each at most --part-mib) and "
-                                    "<name>@<hash12>.parts.json (sizes, sha256) into --out, "
-                                    "and print which parts each call carries.")
+    pk, up = (sub.add_parser(name, help=short, description=long, formatter_class=HelpFormatter)
+              for name, short, long in SUBCOMMANDS)
     pk.add_argument("ref", metavar="NAME@HASH", help="the dataset: name@<8+ hex digits of its "
                     "content hash>, name@latest, or its folder")
     pk.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
@@ -460,13 +468,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="room for parts in the first call, beside the other things it "
                          "carries, MiB")
     pk.add_argument("--call-mib", type=float, default=50.0, help="room of a later call, MiB")
-    up = sub.add_parser("unpack", help="there: carried parts -> stage -> a stored dataset",
-                        formatter_class=HelpFormatter,
-                        description="Copy the parts and parts.json files in DIR into the "
-                                    "stage, and store each dataset whose parts are all there "
-                                    "(sha256 checked, validated as `wmx dataset validate`, "
-                                    "renamed into H/datasets/<name>/<hash>); report the parts "
-                                    "still missing.")
     up.add_argument("dir", metavar="DIR", help="the folder this call carried")
     up.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     up.add_argument("--stage", default=None, help="folder the parts gather in between calls "
