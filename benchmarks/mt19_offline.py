@@ -14,8 +14,8 @@ or the dataset's folder) and writes ``DIR/<name>@<hash12>.tar.part00``, ``.part0
 (each at most ``--part-mib``) and ``DIR/<name>@<hash12>.parts.json`` (the dataset's name
 and content hash, every part's size and sha256, the total), then prints the carry plan:
 which parts go in which call, the first call having ``--first-call-mib`` of room beside
-the other things it carries, later ones ``--call-mib``. Carry the parts.json in each call
-(a few hundred bytes) with that call's parts.
+the other things it carries, later ones ``--call-mib``. For each call, copy the parts the
+plan names and the parts.json (a few hundred bytes) into the folder that call carries.
 
 ``unpack`` copies the parts and parts.json files it finds in DIR into the staging folder
 (``--stage``, default ``H/.carry``), then for each dataset staged: when every part is
@@ -240,6 +240,9 @@ def cmd_pack(args) -> int:
         what = (f"part{idx[0]:02d}" + (f"..part{idx[-1]:02d}" if len(idx) > 1 else "")
                 if idx else "none (no part fits beside the other things)")
         print(f"  call {k}: {what} ({sum(sizes[i] for i in idx) / MIB:.2f} MiB)")
+    if not calls[0] and args.first_call_mib > 0:
+        print(f"  (a --part-mib of at most {args.first_call_mib:g} lets the first call carry "
+              "a part)")
     print("then on the device, each call: python benchmarks/mt19_offline.py unpack "
           "<the carried folder> --home H")
     return 0

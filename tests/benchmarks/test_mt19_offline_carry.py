@@ -81,6 +81,16 @@ def test_pack_writes_parts_within_the_limit_and_the_plan(source, packed, tmp_pat
                            int(0.03 * 2 ** 20))
     assert calls[0] == [0] and all(len(c) <= 3 for c in calls[1:])
     assert f"carries: {len(calls)} call(s)" in out and "call 1: part00 " in out
+    assert "lets the first call" not in out
+
+
+def test_plan_with_a_first_call_too_small(source, tmp_path, capsys):
+    home, ds = source
+    assert off.main(["pack", f"tst@{ds.name[:8]}", "--home", str(home), "--out",
+                     str(tmp_path / "out"), "--part-mib", str(PART_MIB),
+                     "--first-call-mib", "0.005"]) == 0
+    out = capsys.readouterr().out
+    assert "call 1: none" in out and "a --part-mib of at most 0.005 lets the first call" in out
 
 
 def test_carry_plan():
