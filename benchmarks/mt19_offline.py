@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -343,11 +342,12 @@ def _extract(doc: dict[str, Any], parts: list[Path], into: Path) -> Path:
     return dest
 
 
-def _stored_ok(path: Path) -> str | None:
-    """None when the stored dataset at ``path`` validates, else its first failure."""
+def _validated(path: Path) -> tuple[Any, str | None]:
+    """(`wmx.datasets.validate.validate_dataset`'s report of the dataset at ``path``, its
+    first failure in one line or None when it validates)."""
     from wmx.datasets.validate import validate_dataset
     rep = validate_dataset(path)
-    return None if rep.ok else str(rep.failures[0]).splitlines()[0]
+    return rep, (None if rep.ok else str(rep.failures[0]).splitlines()[0])
 
 
 def unpack_one(store, stage: Path, doc_path: Path) -> str:
@@ -380,7 +380,7 @@ def unpack_one(store, stage: Path, doc_path: Path) -> str:
             p.unlink(missing_ok=True)
 
     if final.exists():
-        bad = _stored_ok(final)
+        _, bad = _validated(final)
         if bad is not None:
             raise CarryError(f"{base}: {final} is stored but fails validation ({bad}); "
                              "remove it and unpack again")
@@ -399,11 +399,10 @@ def unpack_one(store, stage: Path, doc_path: Path) -> str:
     tmp = make_staging_dir(final.parent, h)
     try:
         dest = _extract(doc, parts, tmp)
-        from wmx.datasets.validate import validate_dataset
-        rep = validate_dataset(dest)
-        if not rep.ok:
-            raise CarryError(f"{base}: fails validation: {str(rep.failures[0]).splitlines()[0]}"
-                             f"; pack it again from a stored copy that validates")
+        rep, bad = _validated(dest)
+        if bad is not None:
+            raise CarryError(f"{base}: fails validation: {bad}; pack it again from a stored "
+                             "copy that validates")
         commit_dir(dest, final)
     finally:
         temporaries.remove(tmp)

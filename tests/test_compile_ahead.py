@@ -7,7 +7,6 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from wmx.compile_ahead import CompileAhead, abstract
 
@@ -30,14 +29,15 @@ def test_the_ahead_executable_is_used_and_equals_the_plain_call(caplog):
     specs = abstract((x, k, 2))
     assert isinstance(specs[0], jax.ShapeDtypeStruct) and specs[2] == 2
     ahead = CompileAhead(workers=2)
-    ahead.submit("f", lambda: (f, specs))
-    ahead.submit("f", lambda: pytest.fail("a key is built once"))
+    ahead.submit("f", f, (x, k, 2))
+    other, other_traces = _counted()
+    ahead.submit("f", other, (x, k, 2))          # a key is built once: ignored
     assert ahead.submitted("f") and not ahead.submitted("g")
     with caplog.at_level(logging.INFO, logger="wmx.compile_ahead"):
         got = ahead.call("f", f, x, k, 2)
         again = ahead.call("f", f, x, k, 2)
     assert caplog.records == []
-    assert len(traces) == 1                  # traced once, in the background
+    assert len(traces) == 1 and other_traces == []   # traced once, in the background
     want = f(x, k, 2)                        # the plain call traces again (its own cache)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     np.testing.assert_array_equal(np.asarray(again), np.asarray(want))
@@ -49,8 +49,12 @@ def test_mismatch_failure_and_unknown_keys_fall_back_to_the_plain_call(caplog):
     x = jnp.ones((4, 3), jnp.float32)
     k = jax.random.PRNGKey(0)
     ahead = CompileAhead()
-    ahead.submit("f", lambda: (f, abstract((x, k, 2))))
-    ahead.submit("broken", lambda: (_ for _ in ()).throw(RuntimeError("no env here")))
+    ahead.submit("f", f, (x, k, 2))
+
+    @jax.jit
+    def broken(x, k, scale):
+        raise RuntimeError("no env here")
+    ahead.submit("broken", broken, (x, k, 2))
     with caplog.at_level(logging.INFO, logger="wmx.compile_ahead"):
         wider = jnp.ones((4, 6), jnp.float32)                      # another shape
         np.testing.assert_array_equal(np.asarray(ahead.call("f", f, wider, k, 2)),
@@ -65,7 +69,7 @@ def test_mismatch_failure_and_unknown_keys_fall_back_to_the_plain_call(caplog):
         np.testing.assert_array_equal(np.asarray(ahead.call("never", f, x, k, 2)),
                                       np.asarray(f(x, k, 2)))
         g, _ = _counted()                   # built for another function: not used for g
-        ahead.submit("h", lambda: (f, abstract((x, k, 2))))
+        ahead.submit("h", f, (x, k, 2))
         np.testing.assert_array_equal(np.asarray(ahead.call("h", g, x, k, 2)),
                                       np.asarray(f(x, k, 2)))
         assert len(caplog.records) == n + 1 and "another function" in \
@@ -79,7 +83,7 @@ def test_a_weak_type_change_falls_back_to_the_plain_call(caplog):
     f = jax.jit(lambda x, i: x * i)
     x = jnp.asarray([30000, 2], jnp.int16)
     ahead = CompileAhead(workers=1)
-    ahead.submit("f", lambda: (f, abstract((x, 3))))
+    ahead.submit("f", f, (x, 3))
     with caplog.at_level(logging.INFO, logger="wmx.compile_ahead"):
         got = ahead.call("f", f, x, np.int32(3))
     want = f(x, np.int32(3))

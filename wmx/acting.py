@@ -134,14 +134,11 @@ class EvalProgram(NamedTuple):
     jitted: the rollout of `make_evaluate_fn`; args: the trainer's own arguments (the
     seeds' agent states, keys, ...) -> the rollout's (policy parameters, keys, tasks,
     index). Split so that a trainer can compile the rollout ahead of its first evaluation
-    (`wmx.compile_ahead`); calling the tuple runs it.
+    (`wmx.compile_ahead`): ``ahead.call(key, p.jitted, *p.args(...))``.
     """
 
     jitted: Any
     args: Callable[..., tuple]
-
-    def __call__(self, *args: Any) -> Any:
-        return self.jitted(*self.args(*args))
 
 
 @functools.lru_cache(maxsize=64)

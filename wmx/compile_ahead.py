@@ -8,13 +8,13 @@ dispatching its first chunk; they are traced and compiled beside the training, a
 evaluation calls the compiled executables.
 
     ahead = CompileAhead()
-    ahead.submit("eval/walker-walk", lambda: (jitted, args))   # args: arrays or specs
+    ahead.submit("eval/walker-walk", jitted, args)       # args: arrays, specs or values
     ...
-    out = ahead.call("eval/walker-walk", jitted, *args)         # waits if still compiling
+    out = ahead.call("eval/walker-walk", jitted, *args)   # waits if still compiling
 
-``submit`` takes a builder run in the background (it may load an env and build the
-jitted function), so nothing of it costs the main thread. Tracing and lowering run one at
-a time (one lock; tracing holds the GIL anyway), XLA's compiles run ``workers`` at a time.
+``submit`` takes the arguments' types in the calling thread (`abstract`) and leaves the
+rest to the background: tracing and lowering one at a time (one lock; tracing holds the
+GIL anyway), XLA's compiles ``workers`` at a time.
 The executable is exactly what the first plain call would compile (the same lowering and
 the jitted function's compiler options; the persistent compilation cache is read and
 written as by a plain call), so results do not depend on whether it was ready: a call
@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import jax
 
@@ -39,8 +39,7 @@ __all__ = ["CompileAhead", "abstract"]
 
 def abstract(tree: Any) -> Any:
     """Arrays of ``tree`` as `jax.ShapeDtypeStruct` (shape, dtype, sharding, weak type);
-    every other leaf (None, Python scalars, specs) as it is. Taken in the calling thread,
-    so that later donation of the arrays cannot race the background lowering."""
+    every other leaf (None, Python scalars, specs) as it is."""
     def spec(x):
         if isinstance(x, jax.Array):
             return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
@@ -82,21 +81,22 @@ class CompileAhead:
         self._lower_lock = threading.Lock()
         self._futures: dict[str, Future] = {}
 
-    def submit(self, key: str, build: Callable[[], tuple[Any, tuple]]) -> None:
-        """Start building ``key`` unless it was submitted before.
+    def submit(self, key: str, jitted: Any, args: tuple) -> None:
+        """Start compiling ``jitted`` for ``args`` under ``key`` unless ``key`` was
+        submitted before.
 
         Args:
             key: the program's name (one executable per key).
-            build: () -> (jitted, args): the jitted function and the arguments (arrays,
-                specs or Python values, as the call will pass them) to compile it for.
-                Runs in a background thread.
+            jitted: a `jax.jit` function.
+            args: its arguments as the call will pass them (arrays, specs or Python
+                values); arrays are taken as specs here (`abstract`), so that later
+                donation of them cannot race the background lowering.
         """
         if key not in self._futures:
-            self._futures[key] = self._pool.submit(self._build, key, build)
+            self._futures[key] = self._pool.submit(self._build, jitted, abstract(args))
 
-    def _build(self, key: str, build: Callable[[], tuple[Any, tuple]]):
+    def _build(self, jitted: Any, args: tuple):
         with self._lower_lock:
-            jitted, args = build()
             signature = _signature(args)
             lowered = jitted.lower(*args)
         return jitted, signature, lowered.compile()

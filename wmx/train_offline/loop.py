@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
-from wmx.compile_ahead import CompileAhead, abstract
+from wmx.compile_ahead import CompileAhead
 from wmx.envs.playground import cached_env
 from wmx.envs.registry import DMC_SCORE_DIVISOR
 from wmx.metrics_csv import MetricsCSV
@@ -262,13 +262,10 @@ def run(rc: OfflineRunConfig, run_dir: Path, *, home=None, progress: bool = True
         # not for a run asked to stop: its exit would wait for compiles it may not use
         if rc.eval_tasks and not ahead.submitted(rc.eval_tasks[0]) \
                 and not requested(stop_request):
-            specs = None
             for name in rc.eval_tasks:       # the envs are made here, the device busy
                 prog = eval_program(name)
-                if specs is None:
-                    specs = abstract(prog.args(carries.agent, carries.key, tasks_ctx,
-                                               host.eval_index))
-                ahead.submit(name, lambda prog=prog, specs=specs: (prog.jitted, specs))
+                ahead.submit(name, prog.jitted,
+                             prog.args(carries.agent, carries.key, tasks_ctx, host.eval_index))
 
     chunks_done = 0
     try:                    # queued builds are cancelled however the loop ends

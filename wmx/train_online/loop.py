@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from wmx.checkpoint import newest_intact, restore_checkpoint, save_checkpoint
-from wmx.compile_ahead import CompileAhead, abstract
+from wmx.compile_ahead import CompileAhead
 from wmx.envs.collector import zero_row
 from wmx.envs.playground import cached_env
 from wmx.metrics_csv import MetricsCSV
@@ -137,7 +137,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     dict (final evaluation returns per seed, env steps, wall time).
     """
     env = cached_env(rc.task, rc.episode_length)
-    spec, T, n_envs, ar = rc.task_spec, env.T, rc.n_envs, env.action_repeat
+    T, n_envs, ar = env.T, rc.n_envs, env.action_repeat
     ticks_per_round = T + 1
     total_ticks = rc.rounds * ticks_per_round
 
@@ -207,8 +207,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     def compile_eval_ahead() -> None:
         # not for a run asked to stop: its exit would wait for a compile it may not use
         if not ahead.submitted("eval") and not requested(stop_request):
-            specs = abstract(eval_fn.args(carries.agent, carries.key, host.eval_index))
-            ahead.submit("eval", lambda: (eval_fn.jitted, specs))
+            ahead.submit("eval", eval_fn.jitted,
+                         eval_fn.args(carries.agent, carries.key, host.eval_index))
 
     chunks_done = 0
     try:                    # queued builds are cancelled however the loop ends
