@@ -15,24 +15,25 @@ from pathlib import Path
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import FIT_STEP, Campaign, load_record, read_state
 
-SPS_BY_DOMAIN = {"reacher": 286.0, "walker": 170.0}
+SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
 after the seed phase, evaluations included (one of 10 episodes every 10,000 env steps).
-reacher: the campaign's reacher-easy run (wmx 6d4c8d4): 10,000 env steps per 35.0 s of the
-run's clock, 26.7 s training (374.5 per s) and 8.3 s evaluating. walker: the campaign's
+reacher: the campaign's reacher-hard run (wmx 3db42a7): 10,000 env steps per 33.1 s of the
+run's clock, 24.8 s training (403.2 per s) and 8.3 s evaluating. walker: the campaign's
 walker-walk run (wmx edc129d): 46.8 s training (213.7 per s) and 11.8 s evaluating."""
 SPS_DEFAULT = 160.0
 """A domain not measured yet: the slowest measured."""
-COMPILE_S = 165.0
-"""Seconds of a run's first call spent compiling, measured on walker-walk (wmx edc129d,
-the MJX step and reset traced once per process): 118 s more than a round to its first
-training row (the training chunk and the seed phase's program) and 44 s more than an
-evaluation at the first one (its program)."""
-CACHED_COMPILE_S = 80.0
+COMPILE_S = 120.0
+"""Seconds of a run's first call spent compiling: the time its first training row takes
+beyond a round (the training chunk and the seed phase's program), 118 s on walker-walk
+(wmx edc129d) and 106.5 s on reacher-hard (wmx 3db42a7). The evaluation's program
+compiles meanwhile in the background (`wmx.compile_ahead`): reacher-hard's first
+evaluation took 8.3 s, as every later one."""
+CACHED_COMPILE_S = 60.0
 """Seconds of a run's later calls spent tracing and loading its programs from the
-persistent compilation cache on the warm machine, measured on walker-walk's resumed call:
-57 s more than a round to the first row (4 cache hits, 25 s loading) and 22 s more than
-an evaluation at the first one (``timing.compile`` of mt19_call.json)."""
+persistent compilation cache on the warm machine: the first row's time beyond a round in
+the resumed call, 57 s on walker-walk (4 cache hits, 25 s loading) and 62.3 s on
+reacher-hard (4 hits, 17 s loading; ``timing.compile`` of mt19_call.json)."""
 STARTUP_S = 40.0
 """Seconds from a call's start to its compiling: the wheels' check and imports (11 s) and
 the run's set-up outside its clock (env, agent, restoring the checkpoint and replay; about

@@ -255,25 +255,25 @@ def test_plan(tmp_path, capsys):
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
-    assert walker.split()[1:5] == ["100,000", "9.8", "2", "16.8"]       # 100k / 170 per s
+    assert walker.split()[1:5] == ["100,000", "9.8", "2", "15.7"]       # 100k / 170 per s
     reacher = next(r for r in out.splitlines() if r.startswith("reacher-hard"))
-    # 100k / 286 per s, after reacher-easy in the same session (its call still open)
-    assert reacher.split()[1:6] == ["100,000", "5.8", "2", "12.2", "3.5"]
-    # its aim of 200k at 160 per s (20.8 training minutes, four calls: 34.0 device minutes)
-    # exceeds a session; 160k is the largest multiple of 10k that fits a fresh one (three
-    # calls, 26.8 device minutes + 2.0 machine start of 30), 170k would need four
+    # 100k / 302 per s: one call (40 s start-up, 120 s compile, 331 s training, 30 s finish)
+    assert reacher.split()[1:6] == ["100,000", "5.5", "1", "8.7", "3.5"]
+    # its aim of 200k at 160 per s (20.8 training minutes, four calls: 32.2 device minutes)
+    # exceeds a session; 180k is the largest multiple of 10k that fits a fresh one (three
+    # calls, 27.4 device minutes + 2.0 machine start of 30), 190k would need four
     acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
-    assert acrobot.split()[1:8] == ["200,000", "->", "160,000", "16.7", "3", "26.8", "5.0"]
+    assert acrobot.split()[1:8] == ["200,000", "->", "180,000", "18.8", "3", "27.4", "5.6"]
     assert acrobot.split()[-1] == "6"
     assert "DOES NOT FIT" not in out
-    assert "to do: 19 task(s), 5 fitted below their aim, 366 device minutes in 18 session(s)" \
+    assert "to do: 19 task(s), 5 fitted below their aim, 349 device minutes in 18 session(s)" \
         in out
     # a fixed --target is never fitted: it does not fit
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
                       "--target", "acrobot-swingup=200000"]) == 0
     out = capsys.readouterr().out
     acrobot = next(r for r in out.splitlines() if r.startswith("acrobot-swingup"))
-    assert acrobot.split()[1:5] == ["200,000", "20.8", "4", "34.0"]
+    assert acrobot.split()[1:5] == ["200,000", "20.8", "4", "32.2"]
     assert acrobot.endswith("6: DOES NOT FIT ONE SESSION") and "4 fitted below" in out
     # at 80 per s not even the floor fits: planned at the floor, said
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
@@ -283,7 +283,7 @@ def test_plan(tmp_path, capsys):
     assert acrobot.split()[1:4] == ["200,000", "->", "100,000"]
     assert acrobot.endswith("DOES NOT FIT ONE SESSION")
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path),
-                      "--sps", "166", "--compile-s", "90"]) == 0
+                      "--sps", "166", "--compile-s", "90", "--cached-compile-s", "80"]) == 0
     out = capsys.readouterr().out
     rows = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in
             camp.campaign_of(camp.build_parser().parse_args(["plan"])).tasks]
