@@ -78,8 +78,9 @@ class Pacer:
     Attributes:
         started: the call's start (clock value).
         stop_by: when the trainer should have exited (clock value).
-        log_every, eval_every, updates: the run's chunk, evaluation period and total
-            (config.json; None until the trainer wrote it).
+        log_every, eval_every: the run's chunk and evaluation period (config.json; None
+            until the trainer wrote it).
+        updates: the run's total (``--updates``, which may extend it).
         eval_s: an evaluation's seconds: the longest one measured in metrics.csv, else
             the ``--eval-s`` guess.
         history_s: a chunk's seconds in the earlier calls (`chunk_seconds`; None: none).
@@ -260,7 +261,8 @@ class _Watch:
             if cfg is None:
                 return
             p.log_every, p.eval_every = int(cfg["log_every"]), int(cfg["eval_every"])
-            p.updates, self._seed = int(cfg["updates"]), str(cfg["seeds"][0])
+            p.updates = p.updates or int(cfg["updates"])    # --updates may extend the run
+            self._seed = str(cfg["seeds"][0])
         path = self.run_dir / "metrics.csv"
         try:
             size = path.stat().st_size
@@ -284,12 +286,26 @@ class _Watch:
 
 
 # ---- train (there) -----------------------------------------------------------------------
+def _dies_with_parent():
+    """A ``preexec_fn`` that has the kernel send the trainer SIGTERM when this process
+    dies (Linux ``PR_SET_PDEATHSIG``; None elsewhere). The trainer runs in a session of
+    its own, so a signal to this command's process group (``timeout``, Ctrl-C) reaches
+    only this process, which passes it on once; killed, it still stops the trainer."""
+    import ctypes
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl      # resolved before the fork
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(signal.SIGTERM))             # 1: PR_SET_PDEATHSIG
+
+
 def run_trainer(cmd: list[str], log: Path, run_dir: Path, pacer: Pacer, past: int,
                 t0: float, budget_s: float) -> dict[str, Any]:
     """Run the trainer until it exits, asking it to stop when the `Pacer` says so.
 
     The stop request is a SIGTERM (the trainer stops after its running chunk, with a
-    checkpoint); a SIGTERM or SIGINT to this process is passed on as one. At `PACK_S`
+    checkpoint); a SIGTERM or SIGINT to this process is passed on as one (the trainer
+    runs in a session of its own: `_dies_with_parent`). At `PACK_S`
     before the budget a trainer still running is asked if it was not (the run's last
     chunk ran long), and one asked before gets a second SIGTERM (it exits at once, its
     running chunk lost, the newest checkpoint kept); `KILL_AFTER_S` later, SIGKILL.
@@ -325,7 +341,8 @@ def run_trainer(cmd: list[str], log: Path, run_dir: Path, pacer: Pacer, past: in
     try:
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=REPO)
+                                    cwd=REPO, start_new_session=True,
+                                    preexec_fn=_dies_with_parent())
         while proc.poll() is None:
             now = _clock()
             watch.poll(now)
@@ -476,7 +493,7 @@ def cmd_train(args) -> int:
     else:
         log.write_text(f"$ {record['command']}\n")
         pacer = Pacer(started=t0, stop_by=t0 + args.budget_s - args.reserve_s,
-                      eval_s=args.eval_s)
+                      eval_s=args.eval_s, updates=args.updates)
         got = run_trainer(cmd, log, run_dir, pacer, max(before, _metrics_max(run_dir)), t0,
                           args.budget_s)
         record.update(trainer_rc=got["rc"], stop=got["stop"], stop_at_s=got["stop_at_s"],
