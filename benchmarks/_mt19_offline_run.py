@@ -526,8 +526,9 @@ def cmd_train(args) -> int:
 
 
 def status_line(run: str, record: dict[str, Any], tarball: Path) -> str:
-    """The one line `train` ends with: the updates done of the total, this call's share,
-    whether the run finished (else how the trainer stopped), the tarball, what next."""
+    """The one line `train` ends with: the updates done of the total, this call's share
+    (a new run, or resumed where), whether the run finished (else how the trainer
+    stopped), the tarball, what next."""
     if record["finished"]:
         how, nxt = "finished", "ingest it here"
     elif record.get("hard"):
@@ -540,8 +541,10 @@ def status_line(run: str, record: dict[str, Any], tarball: Path) -> str:
                                 f"stop request at {record['stop_at_s']:g} s)" if why else "")
         nxt = "call again while the machine is warm (its checkpoint stays there)"
     done, before = record["updates_to"], record["updates_from"]
+    began = {"new": "a new run", "resume": f"resumed at {before:,}"}.get(record["action"],
+                                                                      "nothing to train")
     return (f"mt19_offline.py train: {run}: {done:,} / {record['updates_total']:,} updates, "
-            f"{done - before:,} in this call, {how}; {tarball} "
+            f"{done - before:,} in this call ({began}), {how}; {tarball} "
             f"({tarball.stat().st_size / 2 ** 20:.2f} MiB); next: {nxt}")
 
 

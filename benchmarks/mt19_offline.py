@@ -13,7 +13,8 @@ left on the (still warm) machine; only the run's small files come back. In order
     # each call, on the device (the carried folder, then a piece of the run):
     python benchmarks/mt19_offline.py unpack CARRIED --home H
     python benchmarks/mt19_offline.py train mt19-7cff6d2d@3347c2b9ee69 --home H \\
-        --run-name R --updates 100000 --eval-every 50000 --budget-s 480 --out $OUT
+        --run-name R --updates 100000 --eval-every 50000 --budget-s 480 --out $OUT \\
+        -- --seeds 0 1 2 --skip-validation
     python benchmarks/mt19_offline.py ingest R.call01.tar.gz --home ~/.wmx        # here
 
 ``pack`` resolves the name as the store does (``name@<8+ hex digits>``, ``name@latest``
@@ -40,13 +41,16 @@ asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) e
 enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
 evaluations it has seen, then writes ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run
 without checkpoints/, and each call's record and log) and prints one line: updates done
-of the total, finished or not. Flags after ``--`` go to train_offline. Call it again,
-while the machine is warm, until the run has finished. ``ingest`` puts the returned
-tarball into ``~/.wmx/runs/R`` (a later call's replaces an earlier one's; an earlier,
-damaged or foreign one is refused, exit 2, nothing written) and, once the run has
-finished, writes its report from the trainer's final evaluation, which ``evaluate --runs
-R --seeds-from-checkpoint --out DIR`` reads without the checkpoint
-(`_mt19_offline_run`, `_mt19_offline_ingest`).
+of the total, finished or not. Flags after ``--`` go to train_offline
+(``--skip-validation``: unpack validated the dataset). ``--budget-s`` is what the call
+has left after unpack; a signal to the command (``timeout``) asks the trainer to stop
+once. Call it again, while the machine is warm (a fresh one has lost the checkpoint and
+starts R again, which ingest then refuses as another run), until the run has finished.
+``ingest`` puts the returned tarball into ``~/.wmx/runs/R`` (a later call's replaces an
+earlier one's; an earlier, damaged or foreign one is refused, exit 2, nothing written)
+and, once the run has finished, writes its report from the trainer's final evaluation,
+which ``evaluate --runs R --seeds-from-checkpoint --out DIR`` reads without the
+checkpoint (`_mt19_offline_run`, `_mt19_offline_ingest`).
 """
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def flow(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(run_lib, "TRAINER", (sys.executable, str(STAND_IN)))
     mp.delenv("WMX_NO_COMPILE_CACHE", raising=False)   # this home's cache only
-    mp.setenv("XLA_FLAGS", OPT0)
+    mp.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} {OPT0}".strip())
     tars, lines = [], []
     try:
         for k, clock in ((1, JumpClock(dev / "runs" / "r" / "metrics.csv")),
@@ -99,8 +99,9 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_two_pieces_continue_the_run(flow):
     first, second = flow["lines"]
     assert len(first.splitlines()) == 1 and "not finished: stopped by the budget" in first
-    assert f"/ {N:,} updates, " in first
-    assert len(second.splitlines()) == 1 and " in this call, finished;" in second
+    assert f"/ {N:,} updates, " in first and " in this call (a new run), " in first
+    assert len(second.splitlines()) == 1 and " in this call (resumed at " in second
+    assert "), finished;" in second
     calls = json.loads((flow["dev"] / "offline_calls" / "r" / "calls.json").read_text())["calls"]
     assert [c["action"] for c in calls] == ["new", "resume"]
     assert calls[0]["stop"] == "budget" and not calls[0]["hard"]
