@@ -153,6 +153,8 @@ def check_newer(piece: Piece, final: Path, tarball: str) -> bool:
 
 
 def _ingested(folder: Path) -> dict[str, Any]:
+    """``folder/device_calls/ingested.json`` (the tarball that was ingested there, its
+    sha256); {} without one."""
     try:
         d = json.loads((folder / CALLS_DIR / "ingested.json").read_text())
     except (OSError, ValueError):
@@ -279,6 +281,9 @@ def ingest(tarball: Path, home: Path) -> str:
 
 def cmd_ingest(args) -> int:
     """Ingest each tarball given, in order; print one line for each.
+
+    Args:
+        args: ``ingest``'s parsed flags (``tarballs``, ``home``).
 
     Returns:
         0; 2 after one line on stderr per tarball refused.

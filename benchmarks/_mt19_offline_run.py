@@ -96,6 +96,7 @@ class Pacer:
     seen: list[tuple[int, float]] = dataclasses.field(default_factory=list)
 
     def _evaluates(self, u: int) -> bool:
+        """Whether the chunk ending at ``u`` updates evaluates (scheduled, or the last)."""
         return u >= self.updates or u % self.eval_every == 0
 
     def chunk_s(self) -> float:
@@ -246,7 +247,8 @@ def _last_error(log: Path) -> str:
 
 class _Watch:
     """metrics.csv of the run read as it grows: the first seed's train rows past the
-    updates already recorded when the call started, fed to the `Pacer`."""
+    updates already recorded when the call started (``past``), fed to the `Pacer` with
+    the run's chunk, evaluation period, earlier chunks' and evaluations' seconds."""
 
     def __init__(self, run_dir: Path, pacer: Pacer, past: int):
         self.run_dir, self.pacer, self.past = run_dir, pacer, past
@@ -254,6 +256,8 @@ class _Watch:
         self.eval_times: list[float] = []
 
     def poll(self, now: float) -> None:
+        """Read config.json (once it is there) and metrics.csv (when it grew) into the
+        pacer; ``now``: the clock, recorded with a newly read row."""
         from wmx.runs.listing import read_metrics
         p = self.pacer
         if p.log_every is None:
@@ -334,6 +338,7 @@ def run_trainer(cmd: list[str], log: Path, run_dir: Path, pacer: Pacer, past: in
     last_at = t0 + budget_s - PACK_S
 
     def on_signal(signum, frame):
+        """A signal to this process: pass it on as the stop request (the loop)."""
         asked.append(signum)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -370,6 +375,7 @@ def run_trainer(cmd: list[str], log: Path, run_dir: Path, pacer: Pacer, past: in
 
 
 def _calls_home(home: Path, run: str) -> Path:
+    """The run's calls' folder on the device: ``<home>/offline_calls/<run>``."""
     return home / "offline_calls" / run
 
 
