@@ -1,13 +1,21 @@
-"""mt19_offline: carry a pooled dataset to the device machine in parts, and store it there.
+"""mt19_offline: carry a pooled dataset to the device machine in parts, train an offline run
+on it there in pieces, one call each, and bring the run's small files back.
 
 The device machine's only inbound channel is the folder a call carries (at most ~50 MiB
 a call, replaced on each call; its /tmp persists while the machine is warm), and a full
 mt19 dataset is ~165 MB. So the dataset travels as an uncompressed tar stream cut into
 parts over several calls, gathered on the device in a staging folder that outlives the
-calls, and is stored there only when every part has come, all verified:
+calls, and is stored there only when every part has come, all verified. A call runs at
+most 10 minutes, so the run trains in pieces, each resuming the checkpoint the last one
+left on the (still warm) machine; only the run's small files come back. In order:
 
     python benchmarks/mt19_offline.py pack mt19-7cff6d2d@3347c2b9ee69 --out DIR   # here
-    python benchmarks/mt19_offline.py unpack DIR --home H                         # there
+    # each call, on the device (the carried folder, then a piece of the run):
+    python benchmarks/mt19_offline.py unpack CARRIED --home H
+    python benchmarks/mt19_offline.py train mt19-7cff6d2d@3347c2b9ee69 --home H \\
+        --run-name R --updates 100000 --eval-every 50000 --budget-s 480 --out $OUT \\
+        -- --seeds 0 1 2 --skip-validation
+    python benchmarks/mt19_offline.py ingest R.call01.tar.gz --home ~/.wmx        # here
 
 ``pack`` resolves the name as the store does (``name@<8+ hex digits>``, ``name@latest``
 or the dataset's folder) and writes ``DIR/<name>@<hash12>.tar.part00``, ``.part01``, ...
@@ -26,6 +34,23 @@ renames it to ``H/datasets/<name>/<hash>``; the staged parts are then removed. A
 with parts still to come is reported (which ones) and waits, exit 0. A dataset already
 stored and valid is kept. A damaged part is removed from the stage (carry it again) and
 refused in one line, exit 2, with nothing stored and no temporary left.
+
+``train`` (once the dataset is stored) runs ``train_offline --agent tdmpc2 --preset paper
+--model-size 5`` on it as ``H/runs/R``: new when R has no config.json, else resumed; it
+asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) early
+enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
+evaluations it has seen, then writes ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run
+without checkpoints/, and each call's record and log) and prints one line: updates done
+of the total, finished or not. Flags after ``--`` go to train_offline
+(``--skip-validation``: unpack validated the dataset). ``--budget-s`` is what the call
+has left after unpack; a signal to the command (``timeout``) asks the trainer to stop
+once. Call it again, while the machine is warm (a fresh one has lost the checkpoint and
+starts R again, which ingest then refuses as another run), until the run has finished.
+``ingest`` puts the returned tarball into ``~/.wmx/runs/R`` (a later call's replaces an
+earlier one's; an earlier, damaged or foreign one is refused, exit 2, nothing written)
+and, once the run has finished, writes its report from the trainer's final evaluation,
+which ``evaluate --runs R --seeds-from-checkpoint --out DIR`` reads without the
+checkpoint (`_mt19_offline_run`, `_mt19_offline_ingest`).
 """
 from __future__ import annotations
 
@@ -446,20 +471,33 @@ SUBCOMMANDS = (
     ("unpack", "there: carried parts -> stage -> a stored dataset",
      "Copy the parts and parts.json files in DIR into the stage, and store each dataset whose "
      "parts are all there (sha256 checked, validated as `wmx dataset validate`, renamed into "
-     "H/datasets/<name>/<hash>); report the parts still missing."))
+     "H/datasets/<name>/<hash>); report the parts still missing."),
+    ("train", "there: one piece of the run within the budget -> OUT/R.callNN.tar.gz",
+     "Train H/runs/R with train_offline (new, or resumed from its checkpoint) until it "
+     "finishes or the budget comes near: SIGTERM early enough that it exits --reserve-s "
+     "before --budget-s with a checkpoint; then pack the run's small files (no checkpoint) "
+     "and the calls' records into one tarball in --out and print the updates done. Flags "
+     "after -- go to train_offline."),
+    ("ingest", "here: returned tarballs -> H/runs/R (and its report once finished)",
+     "Put each tarball a train call returned into H/runs/R, replacing an earlier call's; "
+     "refuse an earlier call's, a damaged one or another run of the same name. A finished "
+     "run gets report/ from the trainer's final evaluation (evaluate --runs R "
+     "--seeds-from-checkpoint reads it)."))
 """(name, help, description) of each subcommand."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: pack, unpack."""
-    from wmx.runs.cli_common import ArgumentParser, HelpFormatter
+    """The command line: pack, unpack, train, ingest."""
+    from wmx.runs.cli_common import ArgumentParser, HelpFormatter, count, run_name
     p = ArgumentParser(prog="mt19_offline.py", description=__doc__.split("\n\n")[0],
                        formatter_class=HelpFormatter,
                        epilog="Workflow: pack here; carry the parts in the calls the plan "
-                              "prints, each call running unpack on the carried folder.")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{pack,unpack}")
-    pk, up = (sub.add_parser(name, help=short, description=long, formatter_class=HelpFormatter)
-              for name, short, long in SUBCOMMANDS)
+                              "prints, each call running unpack on the carried folder, then "
+                              "train; ingest each call's tarball here.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{pack,unpack,train,ingest}")
+    pk, up, tr, ig = (sub.add_parser(name, help=short, description=long,
+                                     formatter_class=HelpFormatter)
+                      for name, short, long in SUBCOMMANDS)
     pk.add_argument("ref", metavar="NAME@HASH", help="the dataset: name@<8+ hex digits of its "
                     "content hash>, name@latest, or its folder")
     pk.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
@@ -474,17 +512,65 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     up.add_argument("--stage", default=None, help="folder the parts gather in between calls "
                     "(default H/.carry)")
+    tr.add_argument("ref", metavar="NAME@HASH", help="the stored dataset (as train_offline "
+                    "--dataset takes it)")
+    tr.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    tr.add_argument("--run-name", required=True, type=run_name,
+                    help="the run: H/runs/<run-name>, started when it has no config.json")
+    tr.add_argument("--updates", required=True, type=count, help="the run's gradient updates")
+    tr.add_argument("--budget-s", required=True, type=float,
+                    help="seconds this command may take, from its start to its exit")
+    tr.add_argument("--out", required=True, help="folder the tarball goes to ($OUT)")
+    tr.add_argument("--reserve-s", type=float, default=30.0,
+                    help="seconds before the budget by which the trainer should have exited "
+                         "(after its stop request: its checkpoint write, and its exit, which "
+                         "waits for evaluation programs compiling in the background); at 10 s "
+                         "before the budget one still running is stopped at once")
+    tr.add_argument("--eval-s", type=float, default=120.0,
+                    help="an evaluation's seconds, until metrics.csv shows one")
+    tr.add_argument("--eval-every", type=count, default=None,
+                    help="updates between evaluations (default train_offline's)")
+    tr.add_argument("--batch-size", type=count, default=None,
+                    help="slices per update (default the agent's: 1024)")
+    tr.add_argument("--model-size", default="5", help="TD-MPC2 model size ('none': the "
+                    "preset's)")
+    tr.add_argument("--preset", default="paper", help="agent preset")
+    tr.add_argument("--agent", default="tdmpc2", help="agent")
+    ig.add_argument("tarballs", metavar="TARGZ", nargs="+",
+                    help="tarballs train calls returned, each ingested in turn (a later "
+                         "call's replaces an earlier one's, not the other way round)")
+    ig.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand.
 
+    Args:
+        argv: the arguments (default the command line's); for ``train``, those after
+            ``--`` go to train_offline.
+
     Returns:
-        The exit status: 0; 2 after one line on stderr per problem (nothing stored).
+        The exit status: 0; 1 when train's trainer failed; 2 after one line on stderr per
+        problem (nothing stored).
     """
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = build_parser()
+    args = p.parse_args(argv)
+    if extra and args.cmd != "train":
+        p.error(f"flags after -- go to train's trainer; {args.cmd} takes none")
+    args.extra = extra
     try:
+        if args.cmd in ("train", "ingest"):
+            if args.cmd == "train":
+                from _mt19_offline_run import cmd_train
+                return cmd_train(args)
+            from _mt19_offline_ingest import cmd_ingest
+            return cmd_ingest(args)
         return cmd_pack(args) if args.cmd == "pack" else cmd_unpack(args)
     except (ValueError, OSError) as e:
         print(f"mt19_offline.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
