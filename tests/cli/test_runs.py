@@ -218,6 +218,20 @@ def test_a_resume_hint_quotes_the_runs_path(tmp_path):
         f"train_online --resume '{run}'"
 
 
+def test_a_resume_hint_for_a_run_brought_back_without_checkpoints(tmp_path):
+    """A run with metrics rows but no checkpoint here: --resume here would start it over."""
+    run = tmp_path / "runs" / "off"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(
+        {"agent": "tdmpc2", "dataset": "mt19@" + "ab" * 32, "updates": 500}))
+    (run / "metrics.csv").write_text("kind,seed,updates,return\ntrain,0,250,\n")
+    r = listing.read_run(run)
+    assert r.status == "interrupted" and r.done == 250 and not r.checkpoints
+    assert listing.resume_text(r) == (
+        f"train_offline --resume {run} where its checkpoints are (none here: here it would "
+        "start again from the beginning)")
+
+
 def test_an_offline_runs_last_eval_says_whose_and_its_episodes(tmp_path, capsys):
     """An offline run's LAST EVAL is the mean score over tasks of the trainer's newest
     evaluation, labelled as the trainer's with its episodes per task (`evaluate` draws other

@@ -451,8 +451,8 @@ def add_agent_arguments(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--agent", default="tdmpc2", help=f"agent to train: {' | '.join(names)}")
     p.add_argument("--preset", default="cpu", help="paper | cpu | tiny (the agent's presets)")
     p.add_argument("--model-size", default=None,
-                   help="model size, e.g. tdmpc2 1/5/19/48/317 (fills the widths the preset "
-                        "leaves)")
+                   help="model size, e.g. tdmpc2 1/5/19/48/317 or dreamerv3 12m: sets the "
+                        "network widths, replacing the preset's (its other settings stay)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="any field of the agent's config (repeatable), e.g. --set horizon=5 "
                         "(tdmpc2) or --set imag_horizon=10 (dreamerv3); "

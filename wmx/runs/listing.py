@@ -340,13 +340,17 @@ def resume_text(r: RunInfo) -> str | None:
     ``--resume`` also writes its result; run from the repository root) with the run
     appended, and for an offline check's run ``--report-only`` after it when the run has
     evaluations but no checkpoint (brought back without them: the offline checks refuse
-    to train it again from update 0 and write its result instead). The run's path is
-    shell-quoted."""
+    to train it again from update 0 and write its result instead). A run with progress
+    but no checkpoint here (brought back from the machine that trains it) is continued
+    where its checkpoints are: the hint says so. The run's path is shell-quoted."""
     if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
         return None
     path = shlex.quote(str(r.path))
     bench_file = r.path / "benchmark.json"
     if not bench_file.is_file():
+        if r.done and not r.checkpoints:
+            return (f"train_{r.kind} --resume {path} where its checkpoints are (none here: "
+                    "here it would start again from the beginning)")
         return f"train_{r.kind} --resume {path}"
     cmd = (_json(bench_file) or {}).get("resume_command")
     if isinstance(cmd, str) and cmd.strip():
