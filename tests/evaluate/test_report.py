@@ -218,3 +218,37 @@ def test_trainer_evaluation_is_the_metrics_at_the_checkpoint(offline, tmp_path):
     assert ("The trainer's own evaluation at this checkpoint (metrics.csv): 1 episode per "
             f"seed and task, mean return {TASKS[0]} 600.5, {TASKS[1]} 610.5; mean score 60.5"
             ) in md
+
+
+def test_ratio_is_the_return_over_the_sources_final_return(offline, tmp_path):
+    """ratio = return_mean / source_return, in report.json, per_task.csv and report.md;
+    empty when the source return is unknown or not positive, or the return not finite."""
+    src = [{"task": "walker-walk", "final_return": 1000.0, "env_steps": 100_000,
+            "basis": "run"}]
+    row = rep._task_row("walker-walk", np.full((2, 3), 820.0), src, None)
+    assert row["ratio"] == pytest.approx(0.82) and row["source_return"] == 1000.0
+    for final in (0.0, -50.0):                              # a fraction of nothing: empty
+        row = rep._task_row("walker-walk", np.full((2, 3), 820.0),
+                            [{**src[0], "final_return": final}], None)
+        assert row["source_return"] == final and row["ratio"] is None
+    assert rep._task_row("walker-walk", np.full((2, 3), 820.0), [], 100_000)["ratio"] is None
+    assert rep._task_row("walker-walk", np.full((2, 3), np.nan), src, None)["ratio"] is None
+    assert rep.source_ratio(820.0, 1000.0) == pytest.approx(0.82)
+    assert rep.source_ratio(None, 1000.0) is None and rep.source_ratio(820.0, None) is None
+    assert rep.source_ratio(820.0, float("inf")) is None
+    # the fixture's report: cartpole-balance 415.0 over its source run's 900.0
+    report = offline[-1]
+    rows = {r["task"]: r for r in report["per_task"]}
+    assert rows["cartpole-balance"]["ratio"] == pytest.approx(415.0 / 900.0)
+    ch = rows["cheetah-run"]
+    assert ch["ratio"] == pytest.approx(ch["return_mean"] / ch["source_return"])
+    md = rep.write_report(report, tmp_path / "r")
+    with (md.parent / "per_task.csv").open() as f:
+        got = list(csv.DictReader(f))
+    assert list(got[0]) == list(rep.PER_TASK_COLUMNS)
+    assert float(got[0]["ratio"]) == pytest.approx(415.0 / 900.0)
+    text = md.read_text()
+    assert "| source final (score) | ratio | basis |" in text
+    assert "| cartpole-balance | 415.0 ± 95.9 | 41.5 | 32.0-51.0 | 900.0 (90.0) | 0.46 | run |" \
+        in text
+    assert "Ratio: return / the source agents' final return" in text

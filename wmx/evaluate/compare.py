@@ -2,10 +2,15 @@
 
 Input: the report dicts (`report.load_report`) of the runs, in the order
 given. Output directory (written atomically, like a report): compare.md,
-compare.json, per_task.csv (one row per task, one score column per run),
-aggregates.csv (one row per run, task set and statistic: "common", the tasks
-every run scored, when some run lacks one; "own", each run's tasks) and
-scores.png (grouped bars).
+compare.json, per_task.csv (one row per task: one score column per run, the
+sources' final return, one ratio column per run), aggregates.csv (one row per
+run, task set and statistic: "common", the tasks every run scored, when some
+run lacks one; "own", each run's tasks) and scores.png (grouped bars).
+
+Ratio: a run's return over the source agents' final return of the task
+(`report.source_ratio`, from each report's ``return_mean`` and
+``source_return``); per run, how many of the tasks with a ratio reach
+SOURCE_SHARE of the source (`ratio_summary`).
 
 A comparison is per task: every run must share a task with another run
 (`check_shared_tasks`), a task a run did not evaluate shows as "not
@@ -16,19 +21,23 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import plots
-from wmx.evaluate.report import write_dir_atomically
+from wmx.evaluate.report import source_ratio, write_dir_atomically
 
-__all__ = ["label_names", "run_labels", "check_shared_tasks", "report_mismatch",
-           "build_comparison", "write_comparison"]
+__all__ = ["SOURCE_SHARE", "label_names", "run_labels", "check_shared_tasks",
+           "report_mismatch", "ratio_summary", "build_comparison", "write_comparison"]
 
 NOT_EVALUATED = "not evaluated"
 """compare.md's cell for a task a run's report does not cover."""
+SOURCE_SHARE = 0.8
+"""The fraction of a source's final return that the multi-task offline criterion asks of
+an offline run on a task (its ``ratio`` at least this)."""
 
 
 def label_names(names: Sequence[str]) -> list[str]:
@@ -98,6 +107,41 @@ def report_mismatch(report: dict, *, episodes: int, keys: str,
     return out
 
 
+def ratio_summary(ratios: Mapping[str, float | None]) -> dict[str, Any]:
+    """How many of a run's tasks reach SOURCE_SHARE of their source's final return.
+
+    Args:
+      ratios: task -> the run's ratio on it (`report.source_ratio`; None where the
+        task has none: it is not counted).
+    Returns:
+      {"at_least": SOURCE_SHARE, "over": what is counted, "reached": the tasks with a
+      ratio >= SOURCE_SHARE (int), "total": the tasks with a ratio (int), "share":
+      reached / total (None when total is 0), "below": the tasks under SOURCE_SHARE}.
+    """
+    rated = {t: r for t, r in ratios.items() if r is not None}
+    below = [t for t, r in rated.items() if r < SOURCE_SHARE]
+    reached = len(rated) - len(below)
+    return {"at_least": SOURCE_SHARE, "over": "tasks with a ratio", "reached": reached,
+            "total": len(rated), "share": reached / len(rated) if rated else None,
+            "below": below}
+
+
+def _source_returns(reports: Sequence[dict], tasks: Sequence[str]
+                    ) -> tuple[dict[str, float | None], list[str]]:
+    """Per task, the sources' final return the runs' reports give (None where no report
+    gives one, or where they differ: runs trained on different datasets), and the tasks
+    on which they differ."""
+    out, differ = {}, []
+    for t in tasks:
+        got = [row["source_return"] for r in reports for row in r["per_task"]
+               if row["task"] == t and row.get("source_return") is not None]
+        same = bool(got) and all(math.isclose(v, got[0], rel_tol=1e-9) for v in got)
+        out[t] = got[0] if same else None
+        if got and not same:
+            differ.append(t)
+    return out, differ
+
+
 def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     """The comparison dict of ``reports`` (report dicts, in the runs' order).
 
@@ -109,7 +153,12 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
       aggregates[label] (the run's own "wmx" aggregate rows, over its tasks),
       common_tasks (the tasks every run scored, finite, in the union's order) and
       common_aggregates[label] (aggregate rows over common_tasks: the like-for-like
-      figures; empty when every run's own tasks are common_tasks, or none is common).
+      figures; empty when every run's own tasks are common_tasks, or none is common),
+      source_return[task] (the sources' final return, None where unknown or where the
+      runs' reports differ on it), source_differs (the tasks where they differ),
+      ratios[label][task] (the run's return over its own report's source return,
+      `report.source_ratio`; None where it has none) and ratio_summary[label]
+      (`ratio_summary` of the run's ratios).
     Raises:
       ValueError: a run shares no task with the others (`check_shared_tasks`).
     """
@@ -124,6 +173,10 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     common = [t for t in tasks if all(agg.is_score(scores[lab].get(t)) for lab in labels)]
     partial = bool(common) and any(
         {t for t in own[lab] if agg.is_score(scores[lab][t])} != set(common) for lab in labels)
+    source, differ = _source_returns(reports, tasks)
+    ratios = {lab: {t["task"]: source_ratio(t.get("return_mean"), t.get("source_return"))
+                    for t in r["per_task"]} for lab, r in zip(labels, reports)}
+    ratios = {lab: {t: ratios[lab].get(t) for t in tasks} for lab in labels}
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
@@ -139,6 +192,10 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         "common_tasks": common,
         "common_aggregates": {lab: [a.to_dict() for a in agg.aggregate_all(
             [scores[lab][t] for t in common])] for lab in labels} if partial else {},
+        "source_return": source,
+        "source_differs": differ,
+        "ratios": ratios,
+        "ratio_summary": {lab: ratio_summary(ratios[lab]) for lab in labels},
     }
 
 
@@ -170,6 +227,7 @@ def _markdown(c: dict) -> str:
                       + ("The first aggregates below are over the tasks every run scored, "
                          "the second over each run's own tasks." if c["common_aggregates"]
                          else "Each run's aggregates below are over its own tasks.")]
+    lines += _ratio_markdown(c, labels)
     few = " (resampling fewer than 5 tasks, they say little)."
     if c["common_aggregates"]:
         lines += ["", "## Aggregates over the tasks every run scored", "",
@@ -183,6 +241,41 @@ def _markdown(c: dict) -> str:
     lines += _aggregate_table(labels, c["aggregates"])
     lines += ["", "![scores per task and run](scores.png)", ""]
     return "\n".join(lines)
+
+
+def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
+    """compare.md's section on the runs' returns over the sources' (none: [])."""
+    if not any(v is not None for lab in labels for v in c["ratios"][lab].values()):
+        return []
+    lines = ["", "## Return over the source's final return", "",
+             "Ratio: each run's mean return over the final return of the task's source "
+             "agents (its report's, through the dataset's lineage); - where the source return "
+             "is unknown or not positive." + (
+                 f" The runs' sources differ on {', '.join(c['source_differs'])} (other "
+                 "datasets): there the source column is empty and each ratio is over its "
+                 "run's own sources." if c["source_differs"] else ""), "",
+             "| task | source final | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
+    for t in c["tasks"]:
+        src = c["source_return"][t]
+        cells = [NOT_EVALUATED if t in c["missing"][lab] else
+                 "-" if c["ratios"][lab][t] is None else f"{c['ratios'][lab][t]:.2f}"
+                 for lab in labels]
+        lines.append(f"| {t} | {'-' if src is None else f'{src:.1f}'} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", f"Tasks at >= {SOURCE_SHARE:g} x the source's final return, of the tasks "
+                  "with a ratio (whether a source learned its task, against the uniform-random "
+                  "policy's return, is not in the reports: a source that did not learn counts "
+                  "too):", ""]
+    for lab in labels:
+        s = c["ratio_summary"][lab]
+        if not s["total"]:
+            lines.append(f"- {lab}: no task with a ratio")
+            continue
+        below = f"; below: {', '.join(s['below'])}" if s["below"] else ""
+        lines.append(f"- {lab}: {s['reached']} of {s['total']} ({100 * s['share']:.0f}%)"
+                     f"{below}")
+    return lines
 
 
 def _aggregate_table(labels: Sequence[str], aggregates: Mapping[str, list]) -> list[str]:
@@ -203,10 +296,13 @@ def _fill(c: dict, d: Path) -> None:
     (d / "compare.json").write_text(json.dumps(c, indent=1, allow_nan=False) + "\n")
     with (d / "per_task.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["task", *labels])
+        w.writerow(["task", *labels, "source_return", *[f"{lab}_ratio" for lab in labels]])
         for t in c["tasks"]:
             w.writerow([t, *["" if c["scores"][lab][t] is None else c["scores"][lab][t]
-                             for lab in labels]])
+                             for lab in labels],
+                        "" if c["source_return"][t] is None else c["source_return"][t],
+                        *["" if c["ratios"][lab][t] is None else c["ratios"][lab][t]
+                          for lab in labels]])
     with (d / "aggregates.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "tasks", "statistic", "value", "ci_low", "ci_high", "n_tasks"])

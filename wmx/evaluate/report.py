@@ -12,7 +12,9 @@ agent's published return (its own paper's curve) at a published point within
 tolerance of the matching env steps (`reference_curves.published_point`;
 online runs: the run's own env steps; offline runs: the mean env steps of the
 task's sources), never interpolated: without such a point the row says where
-the nearest points are. Aggregates over tasks: `wmx.evaluate.aggregates`.
+the nearest points are. The ratio of the mean return to the source agents'
+final return (`source_ratio`; offline runs whose task has a positive source
+return). Aggregates over tasks: `wmx.evaluate.aggregates`.
 """
 from __future__ import annotations
 
@@ -45,16 +47,36 @@ FILES = ("report.md", "report.json", "per_task.csv", "aggregates.csv", "scores.p
          "learning_curves.png")
 PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "score",
                     "score_min", "score_max", "source_return", "source_score",
-                    "source_env_steps", "source_basis", "n_sources", "published_return",
-                    "published_score", "published_env_steps", "published_note")
+                    "source_env_steps", "source_basis", "n_sources", "ratio",
+                    "published_return", "published_score", "published_env_steps",
+                    "published_note")
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
 __all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
-           "write_dir_atomically", "recover_dir", "run_lineage"]
+           "write_dir_atomically", "recover_dir", "run_lineage", "source_ratio"]
 
 
 def _f(x) -> float | None:
     return None if x is None else float(x)
+
+
+def source_ratio(ret: float | None, source_return: float | None) -> float | None:
+    """An offline run's return as a fraction of its task's source agents' final return.
+
+    Args:
+      ret: the run's mean return on the task (`return_mean`).
+      source_return: the mean final return of the task's sources (`source_return`;
+        None for an online run, or a task whose sources are unknown).
+    Returns:
+      ``ret / source_return``; None when either is None or not finite, or when
+      ``source_return`` is not positive: a fraction of a zero or negative return
+      says nothing about how much of the source's skill was kept.
+    """
+    if ret is None or source_return is None:
+        return None
+    if not (math.isfinite(ret) and math.isfinite(source_return)) or source_return <= 0:
+        return None
+    return float(ret) / float(source_return)
 
 
 # ---- lineage ------------------------------------------------------------------------------
@@ -176,7 +198,7 @@ def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int |
         "score_min": agg.normalised_score(float(seed_means.min())),
         "score_max": agg.normalised_score(float(seed_means.max())),
         "source_return": None, "source_score": None, "source_env_steps": None,
-        "source_basis": None, "n_sources": 0}
+        "source_basis": None, "n_sources": 0, "ratio": None}
     known = [s for s in sources if s["task"] == task and s["final_return"] is not None]
     if known:
         bases = sorted({s["basis"] for s in known})
@@ -187,6 +209,7 @@ def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int |
                    source_basis=bases[0] if len(bases) == 1 else "mixed",
                    n_sources=len(known))
         env_steps = row["source_env_steps"]
+    row["ratio"] = source_ratio(row["return_mean"], row["source_return"])
     row.update(_published(task, env_steps, agent))
     return row
 
@@ -387,10 +410,13 @@ def _markdown(report: dict) -> str:
                           "the sources' mean: an offline run takes no env step of its own, so "
                           "it is set beside the published agent at the env steps its source "
                           "runs had taken") +
-             "); never interpolated between points.", "",
-             "| task | return | score | seed range | source final (score) | basis "
+             "); never interpolated between points." + (
+                 " Ratio: return / the source agents' final return (- where the source "
+                 "return is unknown or not positive)." if run["kind"] == "offline" else ""),
+             "",
+             "| task | return | score | seed range | source final (score) | ratio | basis "
              "| published (score) | at env steps |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["per_task"]:
         src = "-" if r["source_return"] is None else \
             f"{r['source_return']:.1f} ({r['source_score']:.1f})"
@@ -399,7 +425,7 @@ def _markdown(report: dict) -> str:
         steps = "-" if r["published_env_steps"] is None else f"{r['published_env_steps']:,d}"
         lines.append(f"| {r['task']} | {r['return_mean']:.1f} ± {r['return_std']:.1f} | "
                      f"{r['score']:.1f} | {r['score_min']:.1f}-{r['score_max']:.1f} | {src} | "
-                     f"{r['source_basis'] or '-'} | {pub} | {steps} |")
+                     f"{_fmt(r['ratio'], 2)} | {r['source_basis'] or '-'} | {pub} | {steps} |")
     lines += ["", "## Aggregates over tasks", "",
               "Normalised score; [95% percentile-bootstrap interval over tasks, "
               f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed {agg.BOOTSTRAP_SEED}]. IQM = mean "
