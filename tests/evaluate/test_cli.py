@@ -140,8 +140,10 @@ def test_compare_runs_evaluates_a_run_without_report(trained, tmp_path, capsys):
     assert (other / "report" / "report.json").is_file()
     with (out / "per_task.csv").open() as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["task", "tiny", "tiny-copy"] and rows[1][0] == "probe-action"
+    assert rows[0] == ["task", "tiny", "tiny-copy", "source_return", "tiny_ratio",
+                       "tiny-copy_ratio"] and rows[1][0] == "probe-action"
     assert rows[1][1] == rows[1][2]                         # same checkpoint, same keys
+    assert rows[1][3:] == ["", "", ""]                      # online runs: no source
     c = json.loads((out / "compare.json").read_text())
     assert [a["statistic"] for a in c["aggregates"]["tiny"]] == ["mean", "median", "iqm"]
     assert sorted(p.name for p in out.iterdir()) == ["aggregates.csv", "compare.json",

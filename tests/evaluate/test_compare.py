@@ -15,22 +15,26 @@ from tiny_runs import TINY_RC
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import cli
 from wmx.evaluate import runs as eval_runs
-from wmx.evaluate.compare import build_comparison
+from wmx.evaluate.compare import build_comparison, ratio_summary
 from wmx.evaluate.report import REPORT_SCHEMA
 
 
 def fake_run(root: Path, name: str, scores: dict[str, float], *, episodes: int = 2,
-             keys: str = "fresh", step: int = 6, newest: int | None = None) -> Path:
+             keys: str = "fresh", step: int = 6, newest: int | None = None,
+             sources: dict[str, float | None] | None = None) -> Path:
     """root/<name> with a report of ``scores`` (task -> score) made with ``episodes`` per
     seed, ``keys`` rollout keys at checkpoint ``step``; ``newest``: also a checkpoint
-    folder of that step (host.json only). Returns the run directory."""
+    folder of that step (host.json only); ``sources``: task -> the sources' final return,
+    with each row's return_mean (score x 10). Returns the run directory."""
     run_dir = root / name
     (run_dir / "report").mkdir(parents=True)
     report = {
         "schema": REPORT_SCHEMA, "created": "2026-01-01T00:00:00+0000",
         "run": {"dir": str(run_dir), "name": name, "kind": "offline", "checkpoint_step": step},
         "evaluation": {"episodes": episodes, "keys": keys, "eval_index": 0, "seeds": [0, 1]},
-        "per_task": [{"task": t, "score": s} for t, s in scores.items()],
+        "per_task": [{"task": t, "score": s} if sources is None else
+                     {"task": t, "score": s, "return_mean": 10 * s,
+                      "source_return": sources.get(t)} for t, s in scores.items()],
         "aggregates": [{"who": "wmx", **a.to_dict()}
                        for a in agg.aggregate_all(list(scores.values()))]}
     (run_dir / "report" / "report.json").write_text(json.dumps(report))
@@ -203,3 +207,71 @@ def test_a_run_without_a_finite_score_is_compared_without_aggregates(tmp_path):
     md = (out / "compare.md").read_text()
     assert "| cartpole-balance | - | 40.0 |" in md
     assert "| a | 0 | - | - | - |" in md and "| b | 1 | 40.0 [40.0, 40.0] |" in md
+
+
+def test_ratio_summary_counts_the_tasks_at_the_share():
+    s = ratio_summary({"a": 0.8, "b": 0.7999, "c": None, "d": 1.3})
+    assert s == {"at_least": 0.8, "over": "tasks with a ratio", "reached": 2, "total": 3,
+                 "share": pytest.approx(2 / 3), "below": ["b"]}
+    assert ratio_summary({"a": None})["share"] is None
+
+
+def test_ratios_over_the_sources_final_return_per_run(tmp_path):
+    """One source column, one ratio column per run, and per run the tasks at >= 0.8 of the
+    source; a source return of 0, or none, gives no ratio and is not counted."""
+    src = {"cartpole-balance": 1000.0, "cheetah-run": 500.0, "pendulum-swingup": 0.0,
+           "walker-walk": None}
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 82.0, "cheetah-run": 30.0,
+                                 "pendulum-swingup": 5.0, "walker-walk": 40.0}, sources=src)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 79.0, "cheetah-run": 45.0,
+                                 "pendulum-swingup": 6.0}, sources=src)
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    c = json.loads((out / "compare.json").read_text())
+    assert c["source_return"] == src and c["source_differs"] == []
+    assert c["ratios"]["a"] == {"cartpole-balance": pytest.approx(0.82),
+                                "cheetah-run": pytest.approx(0.6),
+                                "pendulum-swingup": None, "walker-walk": None}
+    assert c["ratios"]["b"]["cartpole-balance"] == pytest.approx(0.79)
+    assert c["ratios"]["b"]["walker-walk"] is None             # b did not evaluate it
+    assert {lab: (s["reached"], s["total"], s["below"]) for lab, s in
+            c["ratio_summary"].items()} == {"a": (1, 2, ["cheetah-run"]),
+                                            "b": (1, 2, ["cartpole-balance"])}
+    assert c["ratio_summary"]["a"]["share"] == 0.5
+    rows = (out / "per_task.csv").read_text().splitlines()
+    assert rows[0] == "task,a,b,source_return,a_ratio,b_ratio"
+    assert rows[1].startswith("cartpole-balance,82.0,79.0,1000.0,0.82")
+    assert rows[3] == "pendulum-swingup,5.0,6.0,0.0,,"
+    assert rows[4] == "walker-walk,40.0,,,,"
+    md = (out / "compare.md").read_text()
+    assert "## Return over the source's final return" in md
+    assert "| task | source final | a | b |" in md
+    assert "| cartpole-balance | 1000.0 | 0.82 | 0.79 |" in md
+    assert "| pendulum-swingup | 0.0 | - | - |" in md
+    assert "| walker-walk | - | - | not evaluated |" in md
+    assert "- a: 1 of 2 (50%); below: cheetah-run" in md
+    assert "- b: 1 of 2 (50%); below: cartpole-balance" in md
+
+
+def test_runs_on_other_sources_keep_their_own_ratios(tmp_path):
+    """Runs whose reports differ on a task's source return (other datasets): the source
+    column is empty there, each ratio is over the run's own sources, and the md says so;
+    runs without any source return (online) get no ratio section."""
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 82.0}, sources={"cartpole-balance": 1000.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 72.0}, sources={"cartpole-balance": 900.0})
+    reports = [json.loads((r / "report" / "report.json").read_text()) for r in (a, b)]
+    c = build_comparison(reports)
+    assert c["source_return"] == {"cartpole-balance": None}
+    assert c["source_differs"] == ["cartpole-balance"]
+    assert c["ratios"] == {"a": {"cartpole-balance": pytest.approx(0.82)},
+                           "b": {"cartpole-balance": pytest.approx(0.8)}}
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    md = (out / "compare.md").read_text()
+    assert "The runs' sources differ on cartpole-balance" in md
+    assert "| cartpole-balance | - | 0.82 | 0.80 |" in md
+    on = [fake_run(tmp_path, n, {"cartpole-balance": 50.0}) for n in ("c", "d")]
+    assert cli.main(["--runs", *on, "--out", tmp_path / "cmp2", "--episodes", 2]) == 0
+    assert "source's final return" not in (tmp_path / "cmp2" / "compare.md").read_text()
+    assert (tmp_path / "cmp2" / "per_task.csv").read_text().splitlines()[1] == \
+        "cartpole-balance,50.0,50.0,,,"

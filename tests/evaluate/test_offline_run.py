@@ -64,6 +64,7 @@ def test_offline_run_evaluates_a_task_subset_with_lineage(offline_run, capsys):
     # source of probe-action: run src-1 exists -> its last eval row
     assert (row["source_return"], row["source_basis"], row["source_env_steps"]) == \
         (7.5, "run", 120)
+    assert row["ratio"] == pytest.approx(rets.mean() / 7.5)
     lin = rep["lineage"]
     assert lin["dataset"] == f"probes@{ds.content_hash}" and lin["code_version"] == "c0ffee"
     assert sorted(s["content_hash"] for s in lin["sources"]) == \
@@ -116,8 +117,12 @@ def test_dreamerv3_and_tdmpc2_offline_runs_side_by_side(offline_run, dreamerv3_r
     import csv
     with (out / "per_task.csv").open() as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["task", "off", "dv3"] and {r[0] for r in rows[1:]} == set(TASKS)
+    assert rows[0] == ["task", "off", "dv3", "source_return", "off_ratio", "dv3_ratio"]
+    assert {r[0] for r in rows[1:]} == set(TASKS)
     assert all(r[2] != "" for r in rows[1:])                   # DreamerV3 on every task
+    (action,) = [r for r in rows[1:] if r[0] == "probe-action"]
+    assert float(action[3]) == 7.5 and float(action[5]) == pytest.approx(
+        by_task["probe-action"]["return_mean"] / 7.5)          # each run's own return
     c = json.loads((out / "compare.json").read_text())
     assert set(c["aggregates"]) == {"off", "dv3"}
     assert [(r["label"], r["agent"]) for r in c["runs"]] == [("off", "tdmpc2"),
