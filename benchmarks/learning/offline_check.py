@@ -34,13 +34,13 @@ from check_run import portable, read_json, resume_command, training
 from offline_sources import (home_relative, pooled_sources, source_entry, source_run,
                              split_source)
 
+from wmx.evaluate.random_policy import RANDOM_EPISODES, random_policy_return
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
 """--updates of a new check run."""
 RATIO = 0.5
 """Offline final return / source final return needed for a task to pass."""
-RANDOM_EPISODES = 16
-"""Episodes of the uniform-random policy behind a task's random return."""
 FINAL_EPISODES = 50
 """--final-episodes default: episodes per task and seed of the final evaluation that the
 verdict judges (one 10-episode evaluation of a task whose episodes score either ~0 or
@@ -48,25 +48,6 @@ verdict judges (one 10-episode evaluation of a task whose episodes score either 
 
 
 # ---- the random policy's return ----------------------------------------------------------
-def random_policy_return(task: str, episode_length: int | None = None,
-                         episodes: int = RANDOM_EPISODES, seed: int = 0) -> dict:
-    """The uniform-random policy's return on a task's real Playground env.
-
-    Actions U[-1, 1]^A every agent step (`wmx.envs.collector.uniform_policy`, the
-    seed phase's policy), ``episodes`` lockstep episodes of T agent steps from fresh
-    resets (key ``PRNGKey(seed)``), undiscounted returns in the env's reward units.
-    Returns {"mean", "std", "episodes"} (floats, int).
-    """
-    import jax
-    from wmx.envs.collector import collect_episodes, uniform_policy
-    from wmx.envs.playground import cached_env
-    env = cached_env(task, episode_length)
-    _, stats = collect_episodes(env, uniform_policy(env.action_dim), jax.random.PRNGKey(seed),
-                                n_envs=episodes, n_episodes=1)
-    r = np.asarray(stats["returns"], np.float64)
-    return {"mean": float(r.mean()), "std": float(r.std()), "episodes": int(r.size)}
-
-
 def with_random_returns(tasks: dict[str, dict], bench: dict, episode_length: int | None
                         ) -> bool:
     """Add each task's ``"random"`` entry (`random_policy_return`) to ``tasks``, from
