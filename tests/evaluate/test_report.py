@@ -8,6 +8,7 @@ import pytest
 from store_fixtures import task_info, write_dataset, write_source_run, write_source_set
 from wmx.evaluate import plots
 from wmx.evaluate import report as rep
+from wmx.evaluate.random_policy import LEARNED_MARGIN, random_returns
 from wmx.evaluate.reference_curves import (curve, points_up_to, published_point,
                                             published_return)
 from wmx.evaluate.runs import RunInfo
@@ -248,7 +249,41 @@ def test_ratio_is_the_return_over_the_sources_final_return(offline, tmp_path):
     assert list(got[0]) == list(rep.PER_TASK_COLUMNS)
     assert float(got[0]["ratio"]) == pytest.approx(415.0 / 900.0)
     text = md.read_text()
-    assert "| source final (score) | ratio | basis |" in text
-    assert "| cartpole-balance | 415.0 ± 95.9 | 41.5 | 32.0-51.0 | 900.0 (90.0) | 0.46 | run |" \
-        in text
+    assert "| source final (score) | ratio | random | learned | basis |" in text
+    rnd = random_returns()["cartpole-balance"]["mean"]
+    assert ("| cartpole-balance | 415.0 ± 95.9 | 41.5 | 32.0-51.0 | 900.0 (90.0) | 0.46 | "
+            f"{rnd:.1f} | yes | run |") in text
     assert "Ratio: return / the source agents' final return" in text
+
+
+def test_source_learned_is_the_source_return_against_the_random_return(offline, tmp_path):
+    """source_learned: true when the source return is >= the committed random return +
+    LEARNED_MARGIN, false below, empty when either is unknown (no source; a task not in
+    the table; a T other than the table's); in report.json, per_task.csv and report.md."""
+    rnd = random_returns()["cartpole-balance"]["mean"]
+
+    def row(final, task="cartpole-balance", protocol=None):
+        src = [] if final is None else [{"task": task, "final_return": final,
+                                         "env_steps": 100_000, "basis": "run"}]
+        return rep._task_row(task, np.full((2, 3), 100.0), src, None, protocol=protocol)
+
+    at = row(rnd + LEARNED_MARGIN)
+    assert at["random_return"] == rnd and at["source_learned"] is True
+    assert row(rnd + LEARNED_MARGIN - 0.01)["source_learned"] is False
+    assert row(rnd)["source_learned"] is False                # random level: not learned
+    assert row(None)["source_learned"] is None                # no source return
+    assert row(900.0, "probe-action")["random_return"] is None
+    assert row(900.0, "probe-action")["source_learned"] is None  # not in the table
+    other_T = row(900.0, protocol={"episode_length": 20, "action_repeat": 2})
+    assert other_T["random_return"] is None and other_T["source_learned"] is None
+    own_T = row(900.0, protocol={"episode_length": 500, "action_repeat": 2})
+    assert own_T["source_learned"] is True
+    report = {**offline[-1], "per_task": [at, row(rnd), row(None, "cheetah-run")]}
+    md = rep.write_report(report, tmp_path / "r")
+    with (md.parent / "per_task.csv").open() as f:
+        got = [r["source_learned"] for r in csv.DictReader(f)]
+    assert got == ["True", "False", ""]
+    assert [r["source_learned"] for r in rep.load_report(md.parent)["per_task"]] == \
+        [True, False, None]
+    lines = [ln for ln in md.read_text().splitlines() if ln.startswith("| c")]
+    assert [ln.split(" | ")[7] for ln in lines] == ["yes", "no", "-"]

@@ -63,6 +63,21 @@ def random_returns(path: Path = RANDOM_RETURNS_PATH) -> dict[str, dict]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
+def random_return(task: str, episode_length: int | None = None,
+                  action_repeat: int | None = None) -> float | None:
+    """The table's uniform-random mean return of ``task`` (`random_returns`), or None when
+    the task is not in it or is played with another T or action repeat than the table's
+    (the task's registry protocol)."""
+    from wmx.envs.registry import TASKS
+    entry = random_returns().get(task)
+    spec = TASKS.get(task)
+    if entry is None or spec is None:
+        return None
+    if episode_length not in (None, spec.T) or action_repeat not in (None, spec.action_repeat):
+        return None
+    return float(entry["mean"])
+
+
 def source_learned(source_return: float | None, random_return: float | None,
                    margin: float = LEARNED_MARGIN) -> bool | None:
     """Whether a source learned its task: ``source_return >= random_return + margin``;

@@ -14,7 +14,11 @@ online runs: the run's own env steps; offline runs: the mean env steps of the
 task's sources), never interpolated: without such a point the row says where
 the nearest points are. The ratio of the mean return to the source agents'
 final return (`source_ratio`; offline runs whose task has a positive source
-return). Aggregates over tasks: `wmx.evaluate.aggregates`.
+return). The uniform-random policy's return (`random_policy.random_return`, the
+committed mt19 table; None for another task or another T or action repeat) and
+whether the sources learned the task (`random_policy.source_learned`: source return
+>= random return + LEARNED_MARGIN; None when either is unknown). Aggregates over
+tasks: `wmx.evaluate.aggregates`.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from wmx.datasets.store import Store, commit_dir, make_staging_dir
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import lineage as lin
 from wmx.evaluate import plots
+from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_learned
 from wmx.evaluate.reference_curves import (AGENT_LABELS, points_up_to, published_point,
                                             reference_source)
 from wmx.evaluate.runs import RunInfo
@@ -48,7 +53,7 @@ FILES = ("report.md", "report.json", "per_task.csv", "aggregates.csv", "scores.p
 PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "score",
                     "score_min", "score_max", "source_return", "source_score",
                     "source_env_steps", "source_basis", "n_sources", "ratio",
-                    "published_return", "published_score", "published_env_steps",
+                    "random_return", "source_learned", "published_return", "published_score", "published_env_steps",
                     "published_note")
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
@@ -187,7 +192,8 @@ def _published(task: str, env_steps: int | None, agent: str) -> dict[str, Any]:
 
 
 def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int | None,
-              agent: str = "tdmpc2") -> dict[str, Any]:
+              agent: str = "tdmpc2", protocol: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
     r = np.asarray(rets, np.float64)
     seed_means = r.mean(axis=1)
     row: dict[str, Any] = {
@@ -210,6 +216,10 @@ def _task_row(task: str, rets: np.ndarray, sources: list[dict], env_steps: int |
                    n_sources=len(known))
         env_steps = row["source_env_steps"]
     row["ratio"] = source_ratio(row["return_mean"], row["source_return"])
+    protocol = protocol or {}
+    row["random_return"] = random_return(task, protocol.get("episode_length"),
+                                         protocol.get("action_repeat"))
+    row["source_learned"] = source_learned(row["source_return"], row["random_return"])
     row.update(_published(task, env_steps, agent))
     return row
 
@@ -237,7 +247,8 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
     """
     lineage = run_lineage(info, home)
     env_steps = info.env_steps if info.kind == "online" else None
-    per_task = [_task_row(t, np.asarray(r), lineage["sources"], env_steps, info.rc.agent)
+    per_task = [_task_row(t, np.asarray(r), lineage["sources"], env_steps, info.rc.agent,
+                          meta.get("tasks", {}).get(t))
                 for t, r in returns.items()]
     return {
         "schema": REPORT_SCHEMA,
@@ -327,6 +338,10 @@ def _fmt(x, nd: int = 1) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def _yes_no(x: bool | None) -> str:
+    return "-" if x is None else ("yes" if x else "no")
+
+
 def _write_csv(path: Path, columns, rows) -> None:
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
@@ -412,11 +427,14 @@ def _markdown(report: dict) -> str:
                           "runs had taken") +
              "); never interpolated between points." + (
                  " Ratio: return / the source agents' final return (- where the source "
-                 "return is unknown or not positive)." if run["kind"] == "offline" else ""),
+                 "return is unknown or not positive). Learned: whether the source final "
+                 f"return is at least {LEARNED_MARGIN:g} above the uniform-random policy's "
+                 "(random; - where either is unknown)." if run["kind"] == "offline"
+                 else ""),
              "",
-             "| task | return | score | seed range | source final (score) | ratio | basis "
-             "| published (score) | at env steps |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| task | return | score | seed range | source final (score) | ratio | random "
+             "| learned | basis | published (score) | at env steps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["per_task"]:
         src = "-" if r["source_return"] is None else \
             f"{r['source_return']:.1f} ({r['source_score']:.1f})"
@@ -425,7 +443,9 @@ def _markdown(report: dict) -> str:
         steps = "-" if r["published_env_steps"] is None else f"{r['published_env_steps']:,d}"
         lines.append(f"| {r['task']} | {r['return_mean']:.1f} ± {r['return_std']:.1f} | "
                      f"{r['score']:.1f} | {r['score_min']:.1f}-{r['score_max']:.1f} | {src} | "
-                     f"{_fmt(r['ratio'], 2)} | {r['source_basis'] or '-'} | {pub} | {steps} |")
+                     f"{_fmt(r['ratio'], 2)} | {_fmt(r.get('random_return'))} | "
+                     f"{_yes_no(r.get('source_learned'))} | {r['source_basis'] or '-'} | "
+                     f"{pub} | {steps} |")
     lines += ["", "## Aggregates over tasks", "",
               "Normalised score; [95% percentile-bootstrap interval over tasks, "
               f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed {agg.BOOTSTRAP_SEED}]. IQM = mean "
