@@ -209,11 +209,18 @@ def test_a_run_without_a_finite_score_is_compared_without_aggregates(tmp_path):
     assert "| a | 0 | - | - | - |" in md and "| b | 1 | 40.0 [40.0, 40.0] |" in md
 
 
-def test_ratio_summary_counts_the_tasks_at_the_share():
-    s = ratio_summary({"a": 0.8, "b": 0.7999, "c": None, "d": 1.3})
-    assert s == {"at_least": 0.8, "over": "tasks with a ratio", "reached": 2, "total": 3,
-                 "share": pytest.approx(2 / 3), "below": ["b"]}
-    assert ratio_summary({"a": None})["share"] is None
+def test_ratio_summary_counts_the_learned_tasks_at_the_share():
+    """Only the tasks whose source learned count; those it did not, or where that is
+    unknown, are listed as left out."""
+    ratios = {"a": 0.8, "b": 0.7999, "c": None, "d": 1.3, "e": 0.1, "f": 2.0}
+    learned = {"a": True, "b": True, "c": True, "d": True, "e": False, "f": None}
+    s = ratio_summary(ratios, learned)
+    assert {k: v for k, v in s.items() if k != "over"} == {
+        "at_least": 0.8, "reached": 2, "total": 3, "share": pytest.approx(2 / 3),
+        "below": ["b"], "not_learned": ["e"], "learned_unknown": ["f"]}
+    assert "whose source learned" in s["over"]
+    assert ratio_summary({"a": None}, {"a": True})["share"] is None
+    assert ratio_summary({"a": 0.9}, {"a": False})["total"] == 0
 
 
 def test_ratios_over_the_sources_final_return_per_run(tmp_path):
@@ -275,3 +282,36 @@ def test_runs_on_other_sources_keep_their_own_ratios(tmp_path):
     assert "source's final return" not in (tmp_path / "cmp2" / "compare.md").read_text()
     assert (tmp_path / "cmp2" / "per_task.csv").read_text().splitlines()[1] == \
         "cartpole-balance,50.0,50.0,,,"
+
+
+def test_the_summary_counts_only_the_tasks_whose_source_learned(tmp_path):
+    """A source at random level (cartpole-balance's source at its random return) is left
+    out of the share, and compare.md and compare.json list it as not learned; a report's
+    own source_learned is taken as written, and reports without one get the rule."""
+    from wmx.evaluate.random_policy import random_returns
+    cart = random_returns()["cartpole-balance"]["mean"]
+    src = {"cartpole-balance": cart, "cheetah-run": 500.0, "walker-walk": 900.0}
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 40.0, "cheetah-run": 30.0,
+                                 "walker-walk": 80.0}, sources=src)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0, "cheetah-run": 45.0,
+                                 "walker-walk": 80.0}, sources=src)
+    rep_b = b / "report" / "report.json"
+    r = json.loads(rep_b.read_text())
+    for row, learned in zip(r["per_task"], (True, True, None)):
+        row["source_learned"] = learned
+    rep_b.write_text(json.dumps(r))
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    c = json.loads((out / "compare.json").read_text())
+    assert c["learned"]["a"] == {"cartpole-balance": False, "cheetah-run": True,
+                                 "walker-walk": True}
+    sa, sb = c["ratio_summary"]["a"], c["ratio_summary"]["b"]
+    assert (sa["reached"], sa["total"], sa["below"], sa["not_learned"]) == \
+        (1, 2, ["cheetah-run"], ["cartpole-balance"])
+    assert (sb["reached"], sb["total"], sb["below"], sb["learned_unknown"]) == \
+        (2, 2, [], ["walker-walk"])
+    md = (out / "compare.md").read_text()
+    assert "of the tasks with a ratio whose source learned" in md
+    assert "- a: 1 of 2 (50%); below: cheetah-run; left out, not learned: cartpole-balance" \
+        in md
+    assert "- b: 2 of 2 (100%); left out, learned unknown: walker-walk" in md

@@ -9,8 +9,9 @@ run lacks one; "own", each run's tasks) and scores.png (grouped bars).
 
 Ratio: a run's return over the source agents' final return of the task
 (`report.source_ratio`, from each report's ``return_mean`` and
-``source_return``); per run, how many of the tasks with a ratio reach
-SOURCE_SHARE of the source (`ratio_summary`).
+``source_return``); per run, how many of the tasks with a ratio whose source learned
+(`run_learned`: source final return >= the uniform-random policy's + LEARNED_MARGIN)
+reach SOURCE_SHARE of the source (`ratio_summary`); the others are listed as left out.
 
 A comparison is per task: every run must share a task with another run
 (`check_shared_tasks`), a task a run did not evaluate shows as "not
@@ -28,10 +29,11 @@ from typing import Any, Mapping, Sequence
 
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import plots
+from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_learned
 from wmx.evaluate.report import source_ratio, write_dir_atomically
 
 __all__ = ["SOURCE_SHARE", "label_names", "run_labels", "check_shared_tasks",
-           "report_mismatch", "ratio_summary", "build_comparison", "write_comparison"]
+           "report_mismatch", "ratio_summary", "run_learned", "build_comparison", "write_comparison"]
 
 NOT_EVALUATED = "not evaluated"
 """compare.md's cell for a task a run's report does not cover."""
@@ -107,23 +109,52 @@ def report_mismatch(report: dict, *, episodes: int, keys: str,
     return out
 
 
-def ratio_summary(ratios: Mapping[str, float | None]) -> dict[str, Any]:
-    """How many of a run's tasks reach SOURCE_SHARE of their source's final return.
+def ratio_summary(ratios: Mapping[str, float | None],
+                  learned: Mapping[str, bool | None]) -> dict[str, Any]:
+    """How many of a run's tasks whose source learned reach SOURCE_SHARE of its return.
 
     Args:
       ratios: task -> the run's ratio on it (`report.source_ratio`; None where the
         task has none: it is not counted).
+      learned: task -> whether the task's source learned it
+        (`random_policy.source_learned`; None where unknown); only the tasks with True
+        are counted.
     Returns:
-      {"at_least": SOURCE_SHARE, "over": what is counted, "reached": the tasks with a
-      ratio >= SOURCE_SHARE (int), "total": the tasks with a ratio (int), "share":
-      reached / total (None when total is 0), "below": the tasks under SOURCE_SHARE}.
+      {"at_least": SOURCE_SHARE, "over": what is counted, "reached": the counted tasks
+      with a ratio >= SOURCE_SHARE (int), "total": the counted tasks (int), "share":
+      reached / total (None when total is 0), "below": the counted tasks under
+      SOURCE_SHARE, "not_learned": the tasks with a ratio left out because their
+      source did not learn them, "learned_unknown": those left out because it is
+      unknown whether it did}.
     """
     rated = {t: r for t, r in ratios.items() if r is not None}
-    below = [t for t, r in rated.items() if r < SOURCE_SHARE]
-    reached = len(rated) - len(below)
-    return {"at_least": SOURCE_SHARE, "over": "tasks with a ratio", "reached": reached,
-            "total": len(rated), "share": reached / len(rated) if rated else None,
-            "below": below}
+    counted = {t: r for t, r in rated.items() if learned.get(t) is True}
+    below = [t for t, r in counted.items() if r < SOURCE_SHARE]
+    reached = len(counted) - len(below)
+    return {"at_least": SOURCE_SHARE,
+            "over": f"tasks with a ratio whose source learned (source final return >= "
+                    f"the uniform-random policy's + {LEARNED_MARGIN:g})",
+            "reached": reached, "total": len(counted),
+            "share": reached / len(counted) if counted else None, "below": below,
+            "not_learned": [t for t in rated if learned.get(t) is False],
+            "learned_unknown": [t for t in rated if learned.get(t) is None]}
+
+
+def run_learned(report: dict) -> dict[str, bool | None]:
+    """Per task of a report, whether its sources learned it: the row's
+    ``source_learned``, or, in a report written before that column, the rule
+    (`random_policy.source_learned`) applied to the row's source return and the committed
+    random return at the report's T and action repeat."""
+    protocol = report.get("evaluation", {}).get("tasks", {})
+    out = {}
+    for row in report["per_task"]:
+        if "source_learned" in row:
+            out[row["task"]] = row["source_learned"]
+            continue
+        p = protocol.get(row["task"], {})
+        out[row["task"]] = source_learned(row.get("source_return"), random_return(
+            row["task"], p.get("episode_length"), p.get("action_repeat")))
+    return out
 
 
 def _source_returns(reports: Sequence[dict], tasks: Sequence[str]
@@ -157,8 +188,9 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
       source_return[task] (the sources' final return, None where unknown or where the
       runs' reports differ on it), source_differs (the tasks where they differ),
       ratios[label][task] (the run's return over its own report's source return,
-      `report.source_ratio`; None where it has none) and ratio_summary[label]
-      (`ratio_summary` of the run's ratios).
+      `report.source_ratio`; None where it has none), learned[label][task]
+      (`run_learned`; None where unknown) and ratio_summary[label] (`ratio_summary`
+      of the run's ratios, over the tasks its sources learned).
     Raises:
       ValueError: a run shares no task with the others (`check_shared_tasks`).
     """
@@ -177,6 +209,8 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     ratios = {lab: {t["task"]: source_ratio(t.get("return_mean"), t.get("source_return"))
                     for t in r["per_task"]} for lab, r in zip(labels, reports)}
     ratios = {lab: {t: ratios[lab].get(t) for t in tasks} for lab in labels}
+    learned = {lab: run_learned(r) for lab, r in zip(labels, reports)}
+    learned = {lab: {t: learned[lab].get(t) for t in tasks} for lab in labels}
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "runs": [{"label": lab, "dir": r["run"]["dir"], "kind": r["run"]["kind"],
@@ -195,7 +229,8 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         "source_return": source,
         "source_differs": differ,
         "ratios": ratios,
-        "ratio_summary": {lab: ratio_summary(ratios[lab]) for lab in labels},
+        "learned": learned,
+        "ratio_summary": {lab: ratio_summary(ratios[lab], learned[lab]) for lab in labels},
     }
 
 
@@ -264,17 +299,20 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
         lines.append(f"| {t} | {'-' if src is None else f'{src:.1f}'} | "
                      + " | ".join(cells) + " |")
     lines += ["", f"Tasks at >= {SOURCE_SHARE:g} x the source's final return, of the tasks "
-                  "with a ratio (whether a source learned its task, against the uniform-random "
-                  "policy's return, is not in the reports: a source that did not learn counts "
-                  "too):", ""]
+                  "with a ratio whose source learned (its final return at least "
+                  f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
+                  "`source_learned`); the others are left out and listed:", ""]
     for lab in labels:
         s = c["ratio_summary"][lab]
+        out = "".join(f"; left out, {why}: {', '.join(s[k])}" for k, why in (
+            ("not_learned", "not learned"), ("learned_unknown", "learned unknown"))
+            if s.get(k))
         if not s["total"]:
-            lines.append(f"- {lab}: no task with a ratio")
+            lines.append(f"- {lab}: no task with a ratio whose source learned{out}")
             continue
         below = f"; below: {', '.join(s['below'])}" if s["below"] else ""
         lines.append(f"- {lab}: {s['reached']} of {s['total']} ({100 * s['share']:.0f}%)"
-                     f"{below}")
+                     f"{below}{out}")
     return lines
 
 
