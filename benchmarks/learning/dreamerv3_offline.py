@@ -20,8 +20,8 @@ the source's final return. The final evaluation is ``--final-episodes`` (default
 ``report/``): with sampled actions reacher-easy's episodes score either ~0 or
 ~900, so one 10-episode periodic evaluation is too noisy to judge. A source learned its task when its final return
 is at least ``--learned-margin`` (default 100: a normalised score of 10)
-above the task's uniform-random policy return, measured by the check
-(`offline_check.random_policy_return`; cartpole-balance pays ~330 for random
+above the task's uniform-random policy return (`wmx.evaluate.random_policy`: the
+committed table's, or measured by the check at another T; cartpole-balance pays ~330 for random
 actions, so a fixed bar would count a source at random level as learned). A
 source agent's final return is the mean over its seeds of the last eval row of
 each seed in its metrics.csv. A source ``RUN_DIR@N`` is the run as it stood at N env
@@ -63,26 +63,34 @@ from offline_check import (RATIO, eval_curves, final_evaluation,  # noqa: E402
                            reaches_ratio, reusable_report, run_config, run_fields,
                            start_or_resume, task_result, train, with_stderr, write_results)
 
+from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return  # noqa: E402
+
 RESULT_NAME = "dreamerv3_offline"
-LEARNED_MARGIN = 100.0
-"""Source final return above the uniform-random policy's from which a task counts as
-learned (a normalised score of 10)."""
 
 
 def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
           learned_margin: float = LEARNED_MARGIN, finals: dict[str, dict] | None = None
           ) -> dict:
-    """Per task: source final return, the random policy's return (``t["random"]``, 0
-    when not measured), whether the source learned it (final >= random + learned_margin),
+    """Per task: source final return, the random policy's return (``t["random"]``, the
+    check's measurement, else the committed table's, `random_policy.random_return`),
+    whether the source learned it (final >= random + learned_margin),
     the offline eval curve (mean over seeds), final (the task's entry of ``finals``, the
     `final_evaluation`, when given; else the last periodic evaluation) and best offline
     return, ratio final / source, pass (final >= RATIO x source; None, not counted, for a
     task the source did not learn). Overall pass: every learned task passes, and at
-    least one was learned."""
+    least one was learned. Raises SystemExit (one line) for a task with no random
+    return either way."""
     per = {}
     for name, t in tasks.items():
         r = task_result(t, curves.get(name, {}), (finals or {}).get(name))
-        floor = (r["random_policy_return"] or 0.0) + learned_margin
+        if r["random_policy_return"] is None:
+            r["random_policy_return"] = random_return(name)
+        if r["random_policy_return"] is None:
+            raise SystemExit(f"{name}: no uniform-random return, so whether its source "
+                             "learned it is unknown; measure it with `python "
+                             f"benchmarks/random_returns.py --tasks {name}` and commit "
+                             "wmx/evaluate/reference/random_returns.json")
+        floor = r["random_policy_return"] + learned_margin
         learned = t["final_return"] >= floor
         per[name] = {**r, "learned_floor": floor, "source_learned": learned,
                      "pass": reaches_ratio(r) if learned else None}

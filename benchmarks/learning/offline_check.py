@@ -16,8 +16,9 @@ of each seed in its metrics.csv (``RUN_DIR@N``: each seed's eval row at env step
 The offline run's final return is that of its final evaluation (`final_evaluation`:
 ``--final-episodes`` episodes per task and seed of its last checkpoint, the run's
 ``report/``), or, without one, its last periodic evaluation. Beside it the check records
-each task's uniform-random policy return (`random_policy_return`): the floor a source
-must clear before its return says it learned anything.
+each task's uniform-random policy return: the floor a source must clear before its
+return says it learned anything (`wmx.evaluate.random_policy`: the committed table's
+at the task's own T, else measured with `random_policy_return`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from check_run import portable, read_json, resume_command, training
 from offline_sources import (home_relative, pooled_sources, source_entry, source_run,
                              split_source)
 
-from wmx.evaluate.random_policy import RANDOM_EPISODES, random_policy_return
+from wmx.evaluate.random_policy import RANDOM_EPISODES, random_policy_return, random_returns
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -51,15 +52,23 @@ verdict judges (one 10-episode evaluation of a task whose episodes score either 
 def with_random_returns(tasks: dict[str, dict], bench: dict, episode_length: int | None
                         ) -> bool:
     """Add each task's ``"random"`` entry (`random_policy_return`) to ``tasks``, from
-    ``bench["random_returns"]`` when recorded there, else measured and recorded in
-    ``bench``. Returns whether ``bench`` changed (the caller writes it back)."""
+    ``bench["random_returns"]`` when recorded there, else from the committed table
+    (`random_policy.random_returns`, when ``episode_length`` is None or the task's own T)
+    or measured, and recorded in ``bench``. Returns whether ``bench`` changed (the caller
+    writes it back)."""
+    from wmx.envs.registry import TASKS
     have = bench.setdefault("random_returns", {})
+    table = random_returns()
     changed = False
     for name, t in tasks.items():
         if name not in have:
-            print(f"{name}: measuring the uniform-random policy's return "
-                  f"({RANDOM_EPISODES} episodes)")
-            have[name] = random_policy_return(name, episode_length)
+            own_T = name in TASKS and episode_length in (None, TASKS[name].T)
+            if own_T and name in table:
+                have[name] = dict(table[name])
+            else:
+                print(f"{name}: measuring the uniform-random policy's return "
+                      f"({RANDOM_EPISODES} episodes)")
+                have[name] = random_policy_return(name, episode_length)
             changed = True
         t["random"] = have[name]
     return changed

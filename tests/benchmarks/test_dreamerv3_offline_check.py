@@ -36,7 +36,26 @@ def test_every_learned_task_must_reach_half_the_source():
     res = bench.judge(tasks, curves, learned_margin=100.0)
     assert res["tasks"]["reacher-easy"]["pass"] is False and not res["passed"]
     # nothing learned by the sources: no evidence, no pass
-    assert not bench.judge(_tasks(a=10.0), {"a": {1: [9.0]}}, learned_margin=100.0)["passed"]
+    few = _tasks(a=10.0)
+    few["a"]["random"] = {"mean": 0.0, "std": 0.0, "episodes": 16}
+    assert not bench.judge(few, {"a": {1: [9.0]}}, learned_margin=100.0)["passed"]
+
+
+def test_the_random_return_comes_from_the_table_and_an_unknown_task_is_refused():
+    """Without the check's own measurement the committed table's random return is the
+    floor; a task in neither is refused in one line naming the fix, never judged against
+    a random return of 0."""
+    from wmx.evaluate.random_policy import random_returns
+    cart = random_returns()["cartpole-balance"]["mean"]
+    res = bench.judge(_tasks(**{"cartpole-balance": cart + 99.0}),
+                      {"cartpole-balance": {2000: [cart]}}, learned_margin=100.0)
+    row = res["tasks"]["cartpole-balance"]
+    assert row["random_policy_return"] == cart and row["source_learned"] is False
+    with pytest.raises(SystemExit) as e:
+        bench.judge(_tasks(**{"probe-action": 500.0}), {"probe-action": {2000: [400.0]}})
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1 and msg.startswith("probe-action: no uniform-random")
+    assert "benchmarks/random_returns.py --tasks probe-action" in msg
 
 
 def test_a_source_at_random_level_did_not_learn_its_task():
@@ -68,6 +87,18 @@ def test_random_returns_are_measured_once_and_recorded(monkeypatch):
     assert tasks["a"]["random"]["mean"] == 1.0 and tasks["b"]["random"] == {"mean": 2.0}
     assert offline_check.with_random_returns(_tasks(a=5.0), bench_json, 100) is False
     assert calls == [("a", 100)]
+    # an mt19 task at its own T: the committed table's entry, not measured; at another
+    # T: measured
+    from wmx.evaluate.random_policy import random_returns
+    tasks = _tasks(**{"cartpole-balance": 800.0})
+    for T in (None, 500):
+        bench_json = {}
+        assert offline_check.with_random_returns(tasks, bench_json, T) is True
+        assert bench_json["random_returns"]["cartpole-balance"] == \
+            random_returns()["cartpole-balance"]
+    assert calls == [("a", 100)]
+    offline_check.with_random_returns(tasks, {}, 100)
+    assert calls == [("a", 100), ("cartpole-balance", 100)]
 
 
 def test_tdmpc2_run_must_share_the_dataset(tmp_path):
@@ -101,19 +132,6 @@ def test_results_are_written_plotted_and_printed(tmp_path, capsys):
                     "acrobot-swingup": {"source": 20.0, "pass": None}}
     assert printed.endswith(f"passed: True (1/1 learned tasks); updates 2,000/20,000; "
                             f"results in {path}\n")
-
-
-def test_random_policy_return_on_a_probe_env():
-    import offline_check
-    # probe-constant pays 1 per agent step whatever the action: the return is T
-    const = offline_check.random_policy_return("probe-constant", 20, episodes=4)
-    assert const == {"mean": 20.0, "std": 0.0, "episodes": 4}
-    # probe-action pays a[0] ~ U[-1, 1]: mean 0, std sqrt(T / 3) over episodes
-    a = offline_check.random_policy_return("probe-action", 30, episodes=64)
-    assert a["episodes"] == 64 and abs(a["mean"]) < 4 * (30 / 3) ** 0.5 / 8
-    assert 0.5 * (30 / 3) ** 0.5 < a["std"] < 1.5 * (30 / 3) ** 0.5
-    assert offline_check.random_policy_return("probe-action", 30, episodes=64) == a
-    assert offline_check.random_policy_return("probe-action", 30, episodes=64, seed=1) != a
 
 
 def _source_run(run: Path, task: str, final: float) -> None:
