@@ -6,7 +6,9 @@ task and writes ``wmx/evaluate/reference/random_returns.json``, which
 `wmx.evaluate.random_policy.random_returns` reads (the learned-source rule of
 ``evaluate`` and of the offline checks). The file is rewritten after every task; tasks
 not measured keep their entries, and ``_source.wmx_commits`` says which commit
-measured which task. About 0.5-1 CPU-minute a task, mostly compiling:
+measured which task, and ``xla_flags`` the ``XLA_FLAGS`` it ran with (the walker tasks'
+chaotic random-action episodes change with the compiled program: docs/validation.md
+"The floor"). About 0.5-2 CPU-minutes a task, mostly compiling:
 
     python benchmarks/random_returns.py                            # all 19 mt19 tasks
     python benchmarks/random_returns.py --tasks reacher-easy walker-stand
@@ -15,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,8 +51,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    from _machine import cpu_info
     from wmx.evaluate.random_policy import random_policy_return
-    from wmx.version import code_version, env_versions
+    from wmx.version import code_version, env_versions, device_label
     table = json.loads(args.out.read_text()) if args.out.is_file() else {}
     src = table.get("_source", {})
     if src and (src.get("episodes"), src.get("seed")) != (args.episodes, args.seed):
@@ -71,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                       "the task's T and action repeat)",
                "policy": "wmx.envs.collector.uniform_policy: U[-1, 1]^A every agent step",
                "versions": env_versions(),
+               "device": device_label(),
+               "cpu": {k: v for k, v in cpu_info().items() if k in ("model", "simd")},
+               "xla_flags": os.environ.get("XLA_FLAGS", ""),
                "wmx_commits": {c: ts for c, ts in commits.items() if ts}}
         out = {"_source": src,
                "_units": "undiscounted episode return, the env's reward units (env steps = "
