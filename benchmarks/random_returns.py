@@ -36,7 +36,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tasks to measure (default: the 19 mt19 tasks)")
     p.add_argument("--episodes", type=int, default=RANDOM_EPISODES,
                    help="episodes per task (lockstep envs, one episode each)")
-    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the resets and actions (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="PRNG seed of the resets and actions (default 0)")
     p.add_argument("--out", type=Path, default=None,
                    help="the table to write, its other tasks' entries kept (default: "
                         "wmx/evaluate/reference/random_returns.json)")

@@ -33,7 +33,8 @@ from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_lea
 from wmx.evaluate.report import source_ratio, write_dir_atomically
 
 __all__ = ["SOURCE_SHARE", "label_names", "run_labels", "check_shared_tasks",
-           "report_mismatch", "ratio_summary", "run_learned", "build_comparison", "write_comparison"]
+           "report_mismatch", "ratio_summary", "run_learned", "build_comparison",
+           "write_comparison"]
 
 NOT_EVALUATED = "not evaluated"
 """compare.md's cell for a task a run's report does not cover."""

@@ -53,8 +53,8 @@ FILES = ("report.md", "report.json", "per_task.csv", "aggregates.csv", "scores.p
 PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "score",
                     "score_min", "score_max", "source_return", "source_score",
                     "source_env_steps", "source_basis", "n_sources", "ratio",
-                    "random_return", "source_learned", "published_return", "published_score", "published_env_steps",
-                    "published_note")
+                    "random_return", "source_learned", "published_return", "published_score",
+                    "published_env_steps", "published_note")
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
 __all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
