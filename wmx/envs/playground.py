@@ -74,7 +74,9 @@ class PlaygroundEnv(Env):
         # One jaxpr of the MJX reset and step per env and argument types, shared by every
         # program that holds them (a training chunk, its evaluation): each is ~10,000
         # equations, and tracing and batching them again was a third of a call's tracing.
-        # XLA inlines the nested call, so the compiled programs are those of the plain step.
+        # XLA inlines the nested call; its fusion choices may differ from the plain step's,
+        # so a chaotic rollout (walker under random actions) can end elsewhere, while the
+        # bits tests hold within each build of the program.
         self._reset_jit = jax.jit(self._reset)
         self._step_jit = jax.jit(self._step)
 
