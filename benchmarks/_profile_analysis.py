@@ -5,14 +5,15 @@ module reads the trace back): the op executions of a ``jax.profiler.ProfileData`
 device plane's "XLA Ops" line on a TPU or GPU, the XLA:CPU events on the host otherwise),
 their self times (a while loop's own time without its body), each op's category
 (`CATEGORIES`, from the compiled program's optimized HLO where it names the op, else a
-trace stat, else the op's name) and the summary `analyse` returns. Pure functions of the
-trace and the text; no device needed, so a recorded trace can be analysed again anywhere
-(``profile_step.py --reanalyse``).
+trace stat, else the op's name), each op's component (the first of a list of (label,
+regex) rules matching its JAX name stack, the ``op_name`` of its HLO metadata) and the
+summary `analyse` returns. Pure functions of the trace and the text; no device needed, so
+a recorded trace can be analysed again anywhere (``profile_step.py --reanalyse``).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CATEGORIES = ("matmul/convolution", "elementwise/reduction", "copy/transpose",
               "collective/infeed/outfeed", "while-loop/control", "other")
@@ -164,10 +165,21 @@ _CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|true_computation|"
 class Hlo:
     """An optimized HLO module, indexed: ``module`` its name; ``ops`` instruction name ->
     (opcode, called computations, custom-call target); ``comps`` computation -> its
-    instruction names."""
+    instruction names (the ROOT last); ``op_names`` instruction name -> the ``op_name``
+    of its metadata (JAX's name stack) where it has one; ``callers`` computation -> the
+    instruction that calls it (a fusion, a while loop's body, a conditional's branch);
+    ``comp_of`` instruction name -> its computation; ``operands`` instruction name -> its
+    operands' names."""
     module: str | None
     ops: dict
     comps: dict
+    op_names: dict = field(default_factory=dict)
+    callers: dict = field(default_factory=dict)
+    comp_of: dict = field(default_factory=dict)
+    operands: dict = field(default_factory=dict)
+
+
+_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
 
 
 def parse_hlo(text: str) -> Hlo:
@@ -175,6 +187,9 @@ def parse_hlo(text: str) -> Hlo:
     m = re.search(r"^HloModule\s+([\w.\-]+)", text, re.M)
     ops: dict = {}
     comps: dict = {}
+    op_names: dict = {}
+    callers: dict = {}
+    operands: dict = {}
     comp = None
     for line in text.splitlines():
         c = _COMP.match(line)
@@ -194,7 +209,56 @@ def parse_hlo(text: str) -> Hlo:
         target = re.search(r'custom_call_target="([^"]*)"', rest)
         ops[name] = (op.group(1), called, target.group(1) if target else None)
         comps[comp].append(name)
-    return Hlo(m.group(1) if m else None, ops, comps)
+        o = _OP_NAME.search(rest)
+        if o and o.group(1):
+            op_names[name] = o.group(1).replace('\\"', '"').replace("\\'", "'")
+        for callee in called:
+            callers.setdefault(callee, name)
+        args = rest[op.end():].split(")", 1)[0]
+        operands[name] = re.findall(r"%([\w.\-]+)", args) or [
+            a.split()[-1] for a in args.split(",") if a.strip()]
+    comp_of = {n: c for c, names in comps.items() for n in names}
+    return Hlo(m.group(1) if m else None, ops, comps, op_names, callers, comp_of, operands)
+
+
+def op_name(hlo: Hlo, name: str) -> str | None:
+    """The JAX name stack of instruction ``name`` (its metadata's ``op_name``), or None
+    when the HLO has no such instruction or nothing names it.
+
+    An instruction without one (ops XLA made: copies, a fusion whose metadata was
+    dropped, XLA:CPU's dots for row sums) takes that of what it computes (a fusion: its
+    fused computation's ROOT, else the computation's last named instruction), else that
+    of its first operand named inside the instruction calling its computation (a while
+    loop's body, a conditional's branch, a fusion: whose name stack, the nearest named
+    up, starts every name stack inside it), else that caller's."""
+    if name not in hlo.ops:
+        return None
+    if name in hlo.op_names:
+        return hlo.op_names[name]
+    opcode, called, _ = hlo.ops[name]
+    if opcode == "fusion":
+        inner = [n for c in called for n in reversed(hlo.comps.get(c, []))]
+        found = next((hlo.op_names[n] for n in inner if n in hlo.op_names), None)
+        if found is not None:
+            return found
+    caller = hlo.callers.get(hlo.comp_of.get(name))
+    context = op_name(hlo, caller) if caller is not None else None
+    for operand in hlo.operands.get(name, []):
+        found = hlo.op_names.get(operand)
+        if found and (context is None or found.startswith(context)):
+            return found
+    return context
+
+
+def component_of(name: str | None, rules) -> str:
+    """The label of the first ``(label, regex)`` of ``rules`` whose regex is found
+    (``re.search``) in op name stack ``name``; "other" when none is, or ``name`` is
+    None."""
+    if name:
+        for label, pattern in rules:
+            if re.search(pattern, name):
+                return label
+    return "other"
 
 
 def _inner_ops(hlo: Hlo, comps: list[str], seen: set | None = None) -> list[tuple]:
@@ -281,11 +345,16 @@ def classify_name(name: str) -> str:
     return "elementwise/reduction" if re.search(r"fusion|wrapped_", n) else "other"
 
 
+def _in_module(event: OpEvent, hlo: Hlo | None) -> bool:
+    """Whether ``event`` may be an instruction of ``hlo`` (its module, or either unnamed)."""
+    return hlo is not None and (event.module is None or hlo.module is None
+                                or hlo.module in event.module)
+
+
 def classify(event: OpEvent, hlo: Hlo | None) -> tuple[str, str]:
     """(category, how): from the program's HLO when the op is one of its instructions, else
     the trace's hlo_category stat, else the name."""
-    if hlo is not None and (event.module is None or hlo.module is None
-                            or hlo.module in event.module):
+    if _in_module(event, hlo):
         cat = classify_hlo(hlo, event.name)
         if cat is not None:
             return cat, "hlo"
@@ -295,40 +364,66 @@ def classify(event: OpEvent, hlo: Hlo | None) -> tuple[str, str]:
 
 
 # ---- the record ---------------------------------------------------------------------
-def summarise_ops(events: list[OpEvent], hlo: Hlo | None, calls: int, top: int) -> dict:
-    """Per-call op times by category and by op: {"busy_ms_per_call", "op_ms_per_call",
-    "op_events", "categories", "classified_by", "top_ops", "rest", "modules"}. Shares are
-    of the summed op self time, so the categories' shares, and top_ops' with rest's, sum
+def summarise_ops(events: list[OpEvent], hlo: Hlo | None, calls: int, top: int,
+                  rules=()) -> dict:
+    """Per-call op times by category, by component and by op: {"busy_ms_per_call",
+    "op_ms_per_call", "op_events", "categories", "classified_by", "components",
+    "components_named_share", "top_ops", "rest", "modules"}. Shares are of the summed op
+    self time, so the categories' shares, the components', and top_ops' with rest's, sum
     to 1; "classified_by": the share of that time classified from the HLO, from the
-    trace's hlo_category stat, and from the op's name alone."""
+    trace's hlo_category stat, and from the op's name alone.
+
+    "components": {label: {"ms_per_call", "share", "ops"}} in the order of ``rules``
+    (``(label, regex)`` pairs, `component_of`: the first whose regex is found in the
+    op's name stack, `op_name`), "other" last: each op's component from its name stack,
+    the ms per call its share of the busy time (on a device plane the ops' self times
+    add up to the busy time; where ops overlap, as XLA:CPU's thunks on several
+    threads, the busy time is split in proportion to self time), so the components' ms
+    sum to ``busy_ms_per_call``. "components_named_share": the share of op time whose
+    op has a name stack in the HLO (the rest is "other" for want of one)."""
     selfs = self_times(events)
     total = sum(selfs)
+    busy = busy_ns(events)
     per_op: dict = {}
     for e, t in zip(events, selfs):
         row = per_op.setdefault((e.module, e.name), {"ns": 0.0, "count": 0, "event": e})
         row["ns"] += t
         row["count"] += 1
     cats = {c: {"ms_per_call": 0.0, "share": 0.0, "ops": 0} for c in CATEGORIES}
+    comp_ns = {label: 0.0 for label in dict.fromkeys([lb for lb, _ in rules] + ["other"])}
+    comp_ops = dict.fromkeys(comp_ns, 0)
+    named_ns = 0.0
     rows = []
     modules: dict = {}
     for (module, name), r in per_op.items():
         cat, how = classify(r["event"], hlo)
+        stack = op_name(hlo, name) if _in_module(r["event"], hlo) else None
+        comp = component_of(stack, rules)
         cats[cat]["ms_per_call"] += r["ns"] / 1e6 / calls
         cats[cat]["ops"] += 1
+        comp_ns[comp] += r["ns"]
+        comp_ops[comp] += 1
+        named_ns += r["ns"] if stack else 0.0
         modules[module or "?"] = modules.get(module or "?", 0.0) + r["ns"] / 1e6 / calls
         rows.append({"name": name, "module": module, "category": cat, "how": how,
+                     "component": comp, "op_name": stack,
                      "ms_per_call": r["ns"] / 1e6 / calls,
                      "share": r["ns"] / total if total else 0.0,
                      "count_per_call": r["count"] / calls})
     for c in cats.values():
         c["share"] = c["ms_per_call"] * 1e6 * calls / total if total else 0.0
+    components = {label: {"ms_per_call": ns / total * busy / 1e6 / calls if total else 0.0,
+                          "share": ns / total if total else 0.0, "ops": comp_ops[label]}
+                  for label, ns in comp_ns.items()}
     how_share = {h: sum(r["share"] for r in rows if r["how"] == h)
                  for h in ("hlo", "trace-stat", "name")}
     rows.sort(key=lambda r: -r["ms_per_call"])
     rest = rows[top:]
-    return {"busy_ms_per_call": busy_ns(events) / 1e6 / calls,
+    return {"busy_ms_per_call": busy / 1e6 / calls,
             "op_ms_per_call": total / 1e6 / calls, "op_events": len(events),
-            "categories": cats, "classified_by": how_share, "top_ops": rows[:top],
+            "categories": cats, "classified_by": how_share, "components": components,
+            "components_named_share": named_ns / total if total else 0.0,
+            "top_ops": rows[:top],
             "rest": {"ops": len(rest), "ms_per_call": sum(r["ms_per_call"] for r in rest),
                      "share": sum(r["share"] for r in rest)},
             "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]))}
@@ -348,14 +443,14 @@ def module_times(data, device_plane: str | None, calls: int) -> dict | None:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def analyse(data, hlo_text: str | None, calls: int, top: int) -> dict:
+def analyse(data, hlo_text: str | None, calls: int, top: int, rules=()) -> dict:
     """The trace's part of the record, from a ``ProfileData`` of ``calls`` calls and the
     program's optimized HLO text: "trace" (where the ops come from, the planes, the
     "XLA Modules" times), "classified_by" (share of op time classified from the HLO, a
-    trace stat, the name), and `summarise_ops`' fields."""
+    trace stat, the name), and `summarise_ops`' fields (its components by ``rules``)."""
     events, source, device_plane = op_events(data)
     hlo = parse_hlo(hlo_text) if hlo_text else None
-    ops = summarise_ops(events, hlo, calls, top)
+    ops = summarise_ops(events, hlo, calls, top, rules)
     return {"trace": {"source": source, "device_plane": device_plane,
                       "planes": [p.name for p in data.planes],
                       "hlo_module": hlo.module if hlo else None,

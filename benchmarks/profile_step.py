@@ -48,13 +48,20 @@ Writes into ``--out`` (created; nothing else is written outside it):
   plane, ``idle_share_of_wall``; ``trace`` (where the ops came from, the planes, the
   device's per-module times); ``categories`` (ms per call, share of the summed op self
   time, op count); ``classified_by`` (share of that time classified from the HLO, the
-  trace stat, the name); ``top_ops`` (``--top`` ops by time, with share, category and
-  ``how``; ``rest`` holds the others, so the shares sum to 1); ``gflop`` (the program's
+  trace stat, the name); ``components`` (the same for the parts of the program: the
+  planner, the env step, the update's world model, Q ensemble, policy, optimizer...;
+  each op in the first whose rule in `COMPONENTS` matches its JAX name stack, the
+  ``op_name`` of its HLO metadata, else "other"; the ms split the busy time, so they sum
+  to ``busy_ms_per_call``), ``component_rules`` (those rules) and
+  ``components_named_share`` (share of op time with a name stack); ``top_ops``
+  (``--top`` ops by time, with share, category, ``how``, component and ``op_name``;
+  ``rest`` holds the others, so the shares sum to 1); ``gflop`` (the program's
   matmul FLOPs per call, 2·M·N·K per dot, `_machine.program_flops`), ``tflop_s`` (gflop /
   busy time) and ``matmul_tflop_s`` (gflop / time in matmul ops); ``peak`` (the chip's
   bfloat16 peak where the device kind is known, `PEAK_TFLOPS`, or ``--peak-tflops`` gives
-  it; else null); and ``verdict``, one paragraph: where the time goes and what bounds it
-  (for ``online`` also per tick, and the env steps/s of the untraced calls);
+  it; else null); and ``verdict``, one paragraph: where the time goes, by category and by
+  component (for ``online`` per tick), and what bounds it (for ``online`` also the time
+  per tick and the env steps/s of the untraced calls);
 - ``profile_<agent>_<program>_<platform>.xplane.pb.gz``: the trace itself, gzipped (open
   it with xprof or TensorBoard's profile plugin after gunzip, or
   ``jax.profiler.ProfileData.from_serialized_xspace``); left out, with a note in the JSON,
@@ -62,11 +69,13 @@ Writes into ``--out`` (created; nothing else is written outside it):
 - ``profile_<agent>_<program>_<platform>.hlo.txt.gz``: the compiled program's optimized
   HLO, where the op names of ``top_ops`` are defined.
 
-The trace and the HLO are written before the analysis; if the analysis fails, the JSON
-holds the measurements and ``analysis_error``, and ``--reanalyse JSON`` redoes it later
-from those files on any machine (no device needed). The raw trace folder is removed once
-read (``--keep-trace`` keeps it, under ``--out``). Files are written atomically: a failed
-run leaves no half-written file.
+The analysis reads the trace and the HLO from memory, so every aggregate (categories,
+components, top ops) is in the JSON even when the files are left out. The trace and the
+HLO are written before the analysis; if the analysis fails, the JSON holds the
+measurements and ``analysis_error``, and ``--reanalyse JSON`` redoes it later from those
+files on any machine (no device needed). The raw trace folder is removed once read
+(``--keep-trace`` keeps it, under ``--out``). Files are written atomically: a failed run
+leaves no half-written file.
 
     python benchmarks/profile_step.py --out DIR                  # DreamerV3 1m train, CPU
     python benchmarks/profile_step.py --agent dreamerv3 --program train --size 12m \\
@@ -110,6 +119,80 @@ ONLINE_DEFAULTS = {"task": "walker-walk", "preset": "paper"}
 PEAK_TFLOPS = {"TPU v5 lite": 197.0}
 """Dense bfloat16 peak (TFLOP/s) by ``device_kind``: TPU v5e (the figure docs/performance.md
 judges the TPU goals by). Other kinds: ``--peak-tflops``."""
+
+
+def _scope(*names: str) -> str:
+    """A regex finding any of the name scopes ``names`` as a whole element of a name stack:
+    ``.../acting/...``, or wrapped by a transform (``jvp(world_model)``, ``vmap(mppi)``)."""
+    return r"(?:^|[/(])(?:" + "|".join(names) + r")(?:[/)]|$)"
+
+
+def _within(outer: str, group: str, rules: tuple) -> tuple:
+    """``rules`` under the name scope ``outer``, their labels prefixed ``group: ``."""
+    return tuple((f"{group}: {label}", _scope(outer) + ".*" + rx) for label, rx in rules)
+
+
+_TDMPC2_PLAN = (("noise draws", _scope("noise")),
+                ("encoder + policy prior", _scope("pi_prior")),
+                ("candidate values", _scope("candidate_values")),
+                ("MPPI update", _scope("mppi")))
+_TDMPC2_UPDATE = (("batch sampling, noise", _scope("sample_batch", "noise")),
+                  ("Q ensemble", _scope("q_ensemble")),
+                  ("TD target", _scope("td_target")),
+                  ("world model", _scope("world_model")),
+                  ("policy", _scope("pi_loss")),
+                  ("optimizer", _scope("optimizer_step")))
+_DREAMERV3_TRAIN = (("batch sampling, noise", _scope("sample_batch", "noise")),
+                    ("world model", _scope("world_model")),
+                    ("imagination", _scope("imagination")),
+                    ("actor", _scope("actor")),
+                    ("critic", _scope("critic", "replay_critic")),
+                    ("returns", _scope("actor_critic")),
+                    ("offline terms", _scope("offline")),
+                    ("optimizer", _scope("optimizer_step")),
+                    ("metrics", _scope("metrics")))
+COMPONENTS = {
+    ("tdmpc2", "update"): _TDMPC2_UPDATE,
+    ("tdmpc2", "plan"): _TDMPC2_PLAN,
+    ("tdmpc2", "online"): (*_within("acting", "plan", _TDMPC2_PLAN),
+                           ("plan: rest", _scope("acting")),
+                           ("env step (MJX)", _scope("env_step")),
+                           ("replay write", _scope("replay_write")),
+                           *_within("train_updates", "update", _TDMPC2_UPDATE),
+                           ("update: rest", _scope("train_updates"))),
+    ("dreamerv3", "train"): _DREAMERV3_TRAIN,
+    ("dreamerv3", "policy"): (("noise draws", _scope("noise")), ("encoder", _scope("encoder")),
+                              ("RSSM step", _scope("rssm")), ("actor", _scope("actor"))),
+    ("dreamerv3", "online"): (("policy", _scope("acting")),
+                              ("env step (MJX)", _scope("env_step")),
+                              ("replay write", _scope("replay_write")),
+                              *_within("train_updates", "update", _DREAMERV3_TRAIN),
+                              ("update: rest", _scope("train_updates")))}
+"""The components of each (agent, program): ``(label, regex)`` rules, in order; an op
+belongs to the first whose regex is found (``re.search``) in its JAX name stack (the
+``op_name`` of its HLO metadata, `_profile_analysis.op_name`), else to "other".
+
+The regexes find the name scopes (`jax.named_scope`) wmx's code runs its parts under: the
+online tick's "acting", "env_step", "replay_write" and "train_updates"
+(`wmx.train_online.program`); TD-MPC2's planner ("noise", "pi_prior",
+"candidate_values", "mppi") and update ("noise", "td_target", "world_model", "pi_loss",
+"optimizer_step", and "q_ensemble" around each pass of the Q ensemble inside the losses,
+which so count as "Q ensemble"); DreamerV3's training step ("noise", "world_model",
+"imagination", "actor_critic" with "actor" and "critic" inside, "replay_critic",
+"offline", "optimizer_step", "metrics"; its "returns" are the rest of "actor_critic":
+the reward and continue heads on the imagined states, the λ-returns, their normaliser)
+and policy ("noise", "encoder", "rssm", "actor"); "sample_batch" in both agents'
+replay. A label "group: part" is a part of group (the verdict sums the group). A
+scope's name must be no Python function's: JAX lowers some functions (the PRNG's) once
+per program, and the ops of that body keep the name of the Python frame of its first
+trace in their name stacks wherever it is inlined, after the call site's own (correct)
+scopes."""
+
+
+def component_rules(agent: str, program: str) -> tuple:
+    """The `COMPONENTS` rules of ``agent``'s ``program`` (none: every op "other")."""
+    return COMPONENTS.get((agent, program), ())
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``profile_step.py: error: ...`` and exit code 2."""
@@ -383,6 +466,33 @@ _BOUNDS = {
 """What bounds a call whose device is busy, by the category with the largest share."""
 
 
+def component_text(rec: dict) -> str:
+    """The verdict's sentence on the components (" By component, per tick: plan 6.1 ms
+    (41%: ...); ..."; "" without rules): each group (the label before ": ") with its
+    ms per tick (online) or per call and its share, and its parts of 1% or more."""
+    comps = rec.get("components") or {}
+    if set(comps) <= {"other"}:
+        return ""
+    ticks = rec.get("ticks_per_call") or 1
+    groups: dict = {}
+    for label, c in comps.items():
+        group, _, part = label.partition(": ")
+        g = groups.setdefault(group, {"ms": 0.0, "share": 0.0, "parts": []})
+        g["ms"] += c["ms_per_call"] / ticks
+        g["share"] += c["share"]
+        if part and c["share"] >= 0.01:
+            g["parts"].append(f"{part} {c['share']:.0%}")
+    items = [f"{name} {g['ms']:.3g} ms ({g['share']:.0%}" + (
+        ": " + ", ".join(g["parts"]) if g["parts"] else "") + ")"
+        for name, g in groups.items() if g["share"] >= 0.005]
+    text = f" By component, per {'tick' if ticks > 1 else 'call'}: " + "; ".join(items) + "."
+    named = rec.get("components_named_share", 1.0)
+    if named < 0.9:
+        text += f" Only {named:.0%} of the op time has a name stack in the HLO (the rest " \
+                "is other)."
+    return text
+
+
 def verdict(rec: dict) -> str:
     """One paragraph: where the time goes and what bounds it (inferred from the shares and
     rates; not a roofline)."""
@@ -395,6 +505,7 @@ def verdict(rec: dict) -> str:
     parts = [f"{c['share']:.0%} of {where} time in {first} ops"]
     parts += [f"{v['share']:.0%} in {k}" for k, v in cats[1:3] if v["share"] >= 0.05]
     text = "; ".join(parts) + "."
+    text += component_text(rec)
     mm, peak = rec.get("matmul_tflop_s"), rec.get("peak")
     if mm:
         text += f" Matmul ops run at {mm:.2f} TFLOP/s"
@@ -500,6 +611,10 @@ def profile(args: argparse.Namespace) -> dict:
     from wmx.version import code_version
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # the name stacks the components read: with one frame per location
+    # (JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=0, as the tests set) the HLO's op_name
+    # metadata loses the scopes of the calls around an op
+    jax.config.update("jax_include_full_tracebacks_in_locations", True)
     platform = jax.default_backend()
     device_kind = jax.devices()[0].device_kind
     stem = f"profile_{args.agent}_{args.program}_{platform}"
@@ -546,7 +661,9 @@ def write_record(path: Path, rec: dict, raw: bytes, hlo: str | None,
     base = {k: v for k, v in rec.items() if k in _MEASURED}
     try:
         data = jax.profiler.ProfileData.from_serialized_xspace(raw)
-        rec = add_rates({**base, **analyse(data, hlo, base["calls"], args.top)},
+        rules = component_rules(base["agent"], base["program"])
+        rec = add_rates({**base, **analyse(data, hlo, base["calls"], args.top, rules),
+                         "component_rules": [list(r) for r in rules]},
                         base["gflop"], peak_rate(base["device_kind"], args.peak_tflops))
     except Exception as e:
         rec = {**base, "analysis_error": f"{type(e).__name__}: {e}",
@@ -594,8 +711,16 @@ def print_summary(rec: dict) -> None:
     print(f"ops from: {rec['trace']['source']}")
     for name, c in sorted(rec["categories"].items(), key=lambda kv: -kv[1]["share"]):
         print(f"  {c['share']:6.1%} {c['ms_per_call']:9.3f} ms  {name} ({c['ops']} ops)")
+    if set(rec.get("components") or {}) > {"other"}:
+        ticks = rec.get("ticks_per_call")
+        print("components" + (" (ms per call, per tick):" if ticks else " (ms per call):"))
+        for name, c in rec["components"].items():
+            per_tick = f" {c['ms_per_call'] / ticks:8.3f}" if ticks else ""
+            print(f"  {c['share']:6.1%} {c['ms_per_call']:9.3f}{per_tick} ms  {name} "
+                  f"({c['ops']} ops)")
     for r in rec["top_ops"][:10]:
-        print(f"  {r['share']:6.1%} {r['ms_per_call']:9.3f} ms  {r['name']} [{r['category']}]")
+        print(f"  {r['share']:6.1%} {r['ms_per_call']:9.3f} ms  {r['name']} [{r['category']}; "
+              f"{r.get('component', 'other')}]")
     print(rec["verdict"])
     print(f"-> {rec['_path']}")
 

@@ -37,9 +37,11 @@ import pytest
 os.environ.setdefault("WMX_NO_COMPILE_CACHE", "1")
 # Lowered programs name one source frame per operation (the innermost user frame) instead
 # of the whole Python stack, which under pytest runs dozens of frames deep, so large
-# programs trace, lower and compile somewhat faster. Locations are debug metadata only: the computation, the op
-# names and the results are the same. Set in the environment, so every subprocess a test
-# starts inherits it.
+# programs trace, lower and compile somewhat faster. Locations are debug metadata only: the
+# computation and the results are the same, but not the HLO's op_name metadata (JAX's name
+# stacks), which loses the scopes of the calls around an op; benchmarks/profile_step.py,
+# which reads them, turns full locations back on for itself. Set in the environment, so
+# every subprocess a test starts inherits it.
 os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
 
 _OPT0_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")

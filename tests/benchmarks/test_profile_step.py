@@ -3,7 +3,8 @@ and TD-MPC2 update into a complete record (the two runs at once, ~40 s on 2 core
 (slow: minutes of compilation) one online chunk of each agent at the tiny preset; its
 trace analysis reads a device plane (a synthetic TPU trace: nested while loops, ops
 classified from the HLO, the trace stat or the name) and says when there are no op events;
-bad input exits 2 with a one-line message."""
+each op's component comes from its name stack by the first matching rule, and the
+components' ms sum to the busy time; bad input exits 2 with a one-line message."""
 import gzip
 import json
 import os
@@ -81,6 +82,12 @@ def test_cpu_run_writes_a_complete_record(runs, name):
     assert rec["categories"]["matmul/convolution"]["share"] > 0.05
     assert rec["gflop"] > 1 and rec["matmul_tflop_s"] > rec["tflop_s"] > 0
     assert rec["peak"] is None and "Bounded by" in rec["verdict"]
+    _check_components(rec)
+    want = {"tdmpc2_update": ("Q ensemble", "TD target", "world model", "policy", "optimizer"),
+            "dreamerv3_train": ("world model", "imagination", "actor", "critic", "optimizer")}
+    assert all(rec["components"][k]["ops"] > 0 < rec["components"][k]["ms_per_call"]
+               for k in want[name]), rec["components"]
+    assert rec["components"]["other"]["share"] < 0.05 and "By component" in rec["verdict"]
     # the trace and the HLO come back readable, and define the ops of the record
     import jax
     data = jax.profiler.ProfileData.from_serialized_xspace(
@@ -89,6 +96,21 @@ def test_cpu_run_writes_a_complete_record(runs, name):
     hlo = gzip.decompress((out / f"{stem}.hlo.txt.gz").read_bytes()).decode()
     assert all(f"%{r['name']} = " in hlo for r in rec["top_ops"])
     assert rec["verdict"].split(".")[0] in stdout
+
+
+def _check_components(rec: dict) -> None:
+    """The record's components: its program's rules in order, then "other"; their ms per
+    call sum to the busy time, their shares to 1, their op counts to the distinct ops."""
+    rules = ps.component_rules(rec["agent"], rec["program"])
+    assert rec["component_rules"] == [list(r) for r in rules]
+    assert list(rec["components"]) == list(dict.fromkeys([lb for lb, _ in rules] + ["other"]))
+    comps = rec["components"].values()
+    assert sum(c["ms_per_call"] for c in comps) == pytest.approx(rec["busy_ms_per_call"],
+                                                                rel=1e-9)
+    assert sum(c["share"] for c in comps) == pytest.approx(1.0)
+    assert sum(c["ops"] for c in comps) == sum(c["ops"] for c in rec["categories"].values())
+    assert rec["components_named_share"] > 0.95
+    assert all(r["component"] in rec["components"] for r in rec["top_ops"])
 
 
 def test_reanalyse_redoes_the_record_from_its_files_and_keeps_a_failed_one(runs, tmp_path,
@@ -103,6 +125,7 @@ def test_reanalyse_redoes_the_record_from_its_files_and_keeps_a_failed_one(runs,
     after = json.loads(path.read_text())
     assert len(after["top_ops"]) == 3 and after["peak"]["tflop_s"] == 1.0
     assert after["categories"] == before["categories"]
+    assert after["components"] == before["components"]
     assert {k: after[k] for k in ps._MEASURED} == {k: before[k] for k in ps._MEASURED}
     assert "-> " + str(path) in capsys.readouterr().out
     # a trace that cannot be read: the measurements stay, with the error, and it is raised
@@ -276,6 +299,180 @@ def test_hlo_classification_of_fusions_and_unfused_ops():
     assert pa.classify_name("all-reduce.3") == "collective/infeed/outfeed"
 
 
+# ---- components: name stacks and rules -------------------------------------------------
+TICK = "jit(one_seed)/vmap()/while/body/closed_call/"
+"""The name stack of a tick of the online chunk (`wmx.train_online.program`)."""
+
+
+@pytest.mark.parametrize("agent, program, stack, label", [
+    # TD-MPC2's online chunk: the Adam moments of the Q ensemble (a top op on the TPU) and
+    # MJX's Cholesky in the walker's step
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/optimizer_step/add",
+     "update: optimizer"),
+    ("tdmpc2", "online", TICK + "env_step/cond/branch_0_fun/vmap(jit(_step))/while/body/"
+     "closed_call/step/forward/solve/jit(_cholesky)/cholesky", "env step (MJX)"),
+    # the same two ops before the name scopes: nothing in their stacks says which part
+    ("tdmpc2", "online", TICK + "while/body/jit(update)/add", "other"),
+    ("tdmpc2", "online", TICK + "cond/branch_0_fun/vmap(jit(_step))/while/body/closed_call/"
+     "step/forward/solve/jit(_cholesky)/cholesky", "other"),
+    ("tdmpc2", "online", TICK + "acting/cond/branch_2_fun/vmap(pi_prior)/dot_general",
+     "plan: encoder + policy prior"),
+    ("tdmpc2", "online", TICK + "acting/cond/branch_2_fun/vmap()/while/body/closed_call/"
+     "candidate_values/add", "plan: candidate values"),
+    ("tdmpc2", "online", TICK + "acting/cond/branch_2_fun/vmap(mppi)/jit(cumsum)/"
+     "reduce_window_sum", "plan: MPPI update"),
+    ("tdmpc2", "online", TICK + "acting/cond/branch_2_fun/vmap(noise)/jit(_normal)/"
+     "jit(_normal_real)/erf_inv", "plan: noise draws"),
+    ("tdmpc2", "online", TICK + "replay_write/dynamic_update_slice", "replay write"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/sample_batch/gather",
+     "update: batch sampling, noise"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(draw_update_noise)/noise/"
+     "jit(_normal)/jit(_normal_real)/erf_inv", "update: batch sampling, noise"),
+    # a pass of the Q ensemble inside a loss is the Q ensemble's, forward and backward
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/td_target/q_ensemble/"
+     "vmap()/add", "update: Q ensemble"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/"
+     "transpose(jvp(world_model))/q_ensemble/vmap()/dot_general", "update: Q ensemble"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/td_target/div",
+     "update: TD target"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/jvp(world_model)/tanh",
+     "update: world model"),
+    ("tdmpc2", "online", TICK + "train_updates/while/body/jit(update)/"
+     "transpose(jvp(pi_loss))/mul", "update: policy"),
+    # a PRNG body lowered once keeps the Python frame of its first trace ("policy",
+    # "draw_plan_noise") after the call site's scopes: the call site decides
+    ("tdmpc2", "online", TICK + "train_updates/while/body/vmap(jit(_threefry_split))/"
+     "draw_plan_noise/while", "update: rest"),
+    ("tdmpc2", "online", TICK + "acting/cond/branch_2_fun/vmap(jit(_threefry_split))/"
+     "policy/while", "plan: rest"),
+    ("tdmpc2", "online", TICK + "vmap(jit(_threefry_fold_in))/make_tick_fn.<locals>."
+     "tick_fn/while", "other"),
+    ("tdmpc2", "online", None, "other"),
+    ("tdmpc2", "update", "jit(<lambda>)/jit(update)/optimizer_step/add", "optimizer"),
+    ("tdmpc2", "plan", "jit(decide_fn)/vmap(mppi)/jit(clip)/max", "MPPI update"),
+    ("dreamerv3", "train", "jit(update_fn)/transpose(jvp(actor_critic))/critic/transpose",
+     "critic"),
+    ("dreamerv3", "train", "jit(update_fn)/transpose(jvp(replay_critic))/dot_general",
+     "critic"),
+    ("dreamerv3", "train", "jit(update_fn)/transpose(jvp(actor_critic))/actor/transpose",
+     "actor"),
+    ("dreamerv3", "train", "jit(update_fn)/jvp(actor_critic)/cumsum", "returns"),
+    ("dreamerv3", "train", "jit(update_fn)/jvp(imagination)/while/body/closed_call/tanh",
+     "imagination"),
+    ("dreamerv3", "train", "jit(update_fn)/transpose(jvp(world_model))/while/body/"
+     "dynamic_slice", "world model"),
+    ("dreamerv3", "train", "jit(update_fn)/optimizer_step/jit(norm)/mul", "optimizer"),
+    ("dreamerv3", "policy", "jit(policy_fn)/rssm/dot_general", "RSSM step"),
+    ("dreamerv3", "online", TICK + "acting/cond/branch_2_fun/actor/tanh", "policy"),
+    ("dreamerv3", "online", TICK + "train_updates/while/body/jit(update)/"
+     "transpose(jvp(actor_critic))/actor/mul", "update: actor"),
+])
+def test_component_rules_label_name_stacks(agent, program, stack, label):
+    assert pa.component_of(stack, ps.component_rules(agent, program)) == label
+
+
+def test_every_program_has_rules_of_distinct_labels():
+    for agent, programs in ps.PROGRAMS.items():
+        for program in programs:
+            rules = ps.component_rules(agent, program)
+            labels = [label for label, _ in rules]
+            assert rules and len(set(labels)) == len(labels) and "other" not in labels
+            assert all(re.compile(rx) for _, rx in rules)
+    assert pa.component_of("a/b", (("x", "b"), ("y", "a"))) == "x"    # first match wins
+
+
+HLO_NAMED = """HloModule jit_step
+
+%fused (p.3: f32[8]) -> f32[8] {
+  %p.3 = f32[8]{0} parameter(0)
+  %neg.3 = f32[8]{0} negate(%p.3), metadata={op_name="jit(step)/while/body/actor/neg"}
+  ROOT %tanh.3 = f32[8]{0} tanh(%neg.3), metadata={op_name="jit(step)/while/body/actor/tanh"}
+}
+
+%body (p.1: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p.1 = (s32[], f32[8]{0}) parameter(0)
+  %gte.1 = f32[8]{0} get-tuple-element(%p.1), index=1
+  %dot.7 = f32[8]{0} dot(%gte.1, %gte.1), metadata={op_name="jit(step)/while/body/world_model/dot_general" stack_frame_id=3}
+  %fusion.3 = f32[8]{0} fusion(%dot.7), kind=kLoop, calls=%fused
+  %dot.9 = f32[8]{0} dot(%gte.1, %dot.7), lhs_contracting_dims={0}
+  %x.2 = f32[8]{0} negate(%gte.1), metadata={op_name="jit(step)/elsewhere/neg"}
+  %copy.6 = f32[8]{0} copy(%x.2)
+  ROOT %tuple.1 = (s32[], f32[8]{0}) tuple(%gte.0, %fusion.3)
+}
+
+ENTRY %main.9 (Arg_0.1: f32[8]) -> f32[8] {
+  %Arg_0.1 = f32[8]{0} parameter(0)
+  %copy.4 = f32[8]{0} copy(%Arg_0.1)
+  %while.1 = (s32[], f32[8]{0}) while(%tuple.0), condition=%cond, body=%body, metadata={op_name="jit(step)/while"}
+  ROOT %gte.9 = f32[8]{0} get-tuple-element(%while.1), index=1
+}
+"""
+RULES = (("world model", ps._scope("world_model")), ("actor", ps._scope("actor")))
+
+
+def test_name_stacks_of_ops_xla_made_come_from_what_they_compute_or_where_they_run():
+    hlo = pa.parse_hlo(HLO_NAMED)
+    stack = {n: pa.op_name(hlo, n) for n in ("dot.7", "fusion.3", "dot.9", "copy.6",
+                                             "copy.4", "while.1", "nothing.1")}
+    assert stack == {
+        "dot.7": "jit(step)/while/body/world_model/dot_general",     # its own metadata
+        "fusion.3": "jit(step)/while/body/actor/tanh",               # its fused ROOT's
+        "dot.9": "jit(step)/while/body/world_model/dot_general",     # its named operand's
+        "copy.6": "jit(step)/while",          # an operand named outside its loop: the loop's
+        "copy.4": None, "while.1": "jit(step)/while", "nothing.1": None}
+    assert [pa.component_of(stack[n], RULES) for n in ("fusion.3", "dot.9", "copy.6")] == [
+        "actor", "world model", "other"]
+
+
+def test_components_split_the_busy_time_by_rule():
+    import jax
+    ops = [("copy.4", 0, 10, None), ("while.1", 10, 100, None), ("dot.7", 20, 60, None),
+           ("fusion.3", 60, 90, None)]
+    data = jax.profiler.ProfileData.from_text_proto(_xspace(ops))
+    rec = ps.analyse(data, HLO_NAMED, calls=2, top=4, rules=RULES)
+    comps = rec["components"]
+    assert list(comps) == ["world model", "actor", "other"]
+    assert {k: c["ms_per_call"] for k, c in comps.items()} == pytest.approx(
+        {"world model": 0.04, "actor": 0.03, "other": 0.03})    # copy.4 and the loop's own
+    assert {k: c["ops"] for k, c in comps.items()} == {"world model": 1, "actor": 1,
+                                                        "other": 2}
+    assert sum(c["ms_per_call"] for c in comps.values()) == pytest.approx(
+        rec["busy_ms_per_call"])
+    assert rec["components_named_share"] == pytest.approx(0.9)    # all but copy.4
+    top = {r["name"]: (r["component"], r["op_name"]) for r in rec["top_ops"]}
+    assert top["copy.4"] == ("other", None) and top["while.1"][0] == "other"
+    text = ps.component_text({**rec, "ticks_per_call": None})
+    assert text == (" By component, per call: world model 0.04 ms (40%); actor 0.03 ms "
+                    "(30%); other 0.03 ms (30%).")
+
+
+def test_components_of_overlapping_ops_sum_to_the_busy_time():
+    """XLA:CPU's thunks on two threads overlap: the busy time (the union) is less than the
+    summed self time, and the components split the busy time in proportion."""
+    hlo = pa.parse_hlo(HLO_NAMED)
+    ev = [pa.OpEvent("dot.7", None, None, 0.0, 3e6, "t1"),
+          pa.OpEvent("fusion.3", None, None, 1e6, 2e6, "t2")]
+    rec = pa.summarise_ops(ev, hlo, calls=1, top=2, rules=RULES)
+    assert rec["busy_ms_per_call"] == pytest.approx(3.0)
+    assert rec["op_ms_per_call"] == pytest.approx(4.0)
+    comps = {k: c["ms_per_call"] for k, c in rec["components"].items()}
+    assert comps == pytest.approx({"world model": 2.25, "actor": 0.75, "other": 0.0})
+
+
+def test_component_text_sums_the_groups_per_tick():
+    comps = {"plan: candidate values": {"ms_per_call": 30.0, "share": 0.3, "ops": 5},
+             "plan: rest": {"ms_per_call": 0.5, "share": 0.005, "ops": 1},
+             "env step (MJX)": {"ms_per_call": 20.0, "share": 0.2, "ops": 9},
+             "update: world model": {"ms_per_call": 49.5, "share": 0.495, "ops": 9},
+             "other": {"ms_per_call": 0.0, "share": 0.0, "ops": 0}}
+    text = ps.component_text({"components": comps, "ticks_per_call": 10,
+                              "components_named_share": 0.5})
+    assert text == (" By component, per tick: plan 3.05 ms (30%: candidate values 30%); "
+                    "env step (MJX) 2 ms (20%); update 4.95 ms (50%: world model 50%). Only "
+                    "50% of the op time has a name stack in the HLO (the rest is other).")
+    assert ps.component_text({"components": {"other": comps["other"]}}) == ""
+
+
 # ---- the command line -----------------------------------------------------------------
 def test_bad_seeds_exit_2_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "0", "--out",
@@ -335,9 +532,11 @@ def test_the_tpu_commands_in_the_docs_parse(tmp_path):
 
 
 # ---- the online chunk -----------------------------------------------------------------
-ONLINE = {"tdmpc2": ["--seeds", "2", "--calls", "2"], "dreamerv3": ["--calls", "1"]}
+ONLINE = {"tdmpc2": ["--seeds", "2", "--calls", "2", "--max-file-mib", "0.001"],
+          "dreamerv3": ["--calls", "1"]}
 """The online runs: the tiny preset on probe-action, T = 4 (TD-MPC2 2 seeds vmapped, one
-round of 5 ticks per call; DreamerV3 1 seed, 4 ticks of 2 envs per call)."""
+round of 5 ticks per call, its trace and HLO too large to keep; DreamerV3 1 seed, 4 ticks
+of 2 envs per call)."""
 
 
 @pytest.fixture(scope="module")
@@ -385,8 +584,22 @@ def test_online_chunk_writes_a_complete_record(online_runs, agent):
     assert sum(c["share"] for c in rec["categories"].values()) == pytest.approx(1.0)
     assert f"A call is {rec['ticks_per_call']} ticks of the online loop" in rec["verdict"]
     assert "Bounded by" in rec["verdict"] and "matmul FLOPs not counted" in stdout
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{stem}.{s}" for s in ("json", "xplane.pb.gz", "hlo.txt.gz"))
+    # the components, from the events and the HLO in memory even when neither is kept
+    _check_components(rec)
+    parts = (("plan: candidate values", "env step (MJX)", "replay write",
+              "update: world model", "update: Q ensemble", "update: policy",
+              "update: optimizer") if agent == "tdmpc2" else
+             ("policy", "env step (MJX)", "update: world model", "update: actor",
+              "update: critic", "update: optimizer"))
+    assert all(rec["components"][k]["ops"] > 0 < rec["components"][k]["ms_per_call"]
+               for k in parts), rec["components"]
+    assert "By component, per tick: plan " in rec["verdict"] or agent == "dreamerv3"
+    kept = ("json",) if agent == "tdmpc2" else ("json", "xplane.pb.gz", "hlo.txt.gz")
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{stem}.{s}" for s in kept)
+    if agent == "tdmpc2":
+        assert rec["files"] == {"trace": None, "hlo": None}
+        assert any(n.startswith("trace: not written (over --max-file-mib")
+                   for n in rec["notes"])
 
 
 def test_online_chunk_calls_advance_the_carries(monkeypatch):

@@ -11,7 +11,10 @@ One tick (`make_tick_fn`): the schedule's action mode picks held (zeros),
 random (uniform in [-1, 1]) or the agent's policy; the row collector emits
 one row per env and steps the envs; the agent adds the row (with its policy
 entries) to its replay and runs the schedule's updates. The chunk returns
-its rows as scan outputs, which the host exports as episodes.
+its rows as scan outputs, which the host exports as episodes. The four parts
+run under the name scopes "acting", "env_step", "replay_write" and "train_updates"
+(`jax.named_scope`: names in the compiled program's op metadata only, which
+``benchmarks/profile_step.py`` reads to split a profile by component).
 """
 from __future__ import annotations
 
@@ -138,14 +141,18 @@ def make_tick_fn(agent: ModuleType, cfg: Any, n_envs: int, env: Env):
             return (carry.policy, jax.random.uniform(k_act, (n_envs, A), jnp.float32, -1.0, 1.0),
                     jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), entries_like))
 
-        pcarry, action, entries = jax.lax.switch(sched.action_mode(tick),
-                                                 (held, random, policy), None)
-        collector, row = collector_lib.collect_tick(env, carry.collector, tick, action,
-                                                    jax.random.fold_in(key, _ENV))
-        replay = agent.replay_add(carry.replay, tick, row, entries, cfg)
-        state, replay, metrics = agent.replay_train(carry.agent, replay, tick,
-                                                    jax.random.fold_in(key, _UPD), cfg,
-                                                    carry.metrics)
+        with jax.named_scope("acting"):
+            pcarry, action, entries = jax.lax.switch(sched.action_mode(tick),
+                                                     (held, random, policy), None)
+        with jax.named_scope("env_step"):
+            collector, row = collector_lib.collect_tick(env, carry.collector, tick, action,
+                                                        jax.random.fold_in(key, _ENV))
+        with jax.named_scope("replay_write"):
+            replay = agent.replay_add(carry.replay, tick, row, entries, cfg)
+        with jax.named_scope("train_updates"):
+            state, replay, metrics = agent.replay_train(carry.agent, replay, tick,
+                                                        jax.random.fold_in(key, _UPD), cfg,
+                                                        carry.metrics)
         n = sched.n_updates(tick)
         return OnlineCarry(state, replay, collector, pcarry, carry.key, metrics,
                            carry.n_updates + n), row

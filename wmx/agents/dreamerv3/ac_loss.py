@@ -200,9 +200,10 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
     reward = sg(jnp.concatenate([reward0[:, None], rew_hat], 1))
     cont = sg(jnp.concatenate([cont0[:, None], con_hat], 1))
     xa = ac_input(x, task)
-    logits = critic_logits(params["critic"], c, xa)
-    value = outputs.twohot_mean(logits, spec)
-    slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, xa), spec))
+    with jax.named_scope("critic"):
+        logits = critic_logits(params["critic"], c, xa)
+        value = outputs.twohot_mean(logits, spec)
+        slowvalue = sg(outputs.twohot_mean(critic_logits(slow_critic, c, xa), spec))
     disc = c.imag_discount if task is None or c.contdisc else task.discount[:, None]
     weight = sg(jnp.cumprod(disc * cont, 1) / disc)
     ret = sg(imagination_return(reward, cont, value, disc=disc, lam=c.lam))
@@ -210,15 +211,17 @@ def imagination_loss(params: Params, slow_critic: Params, cfg: DreamerV3Config,
     new_norm = norm.update(norm_state, ret)
     offset, scale = new_norm.lo, norm.scale(new_norm)
     adv = sg((ret - value[:, :-1]) / scale)
-    dist = actor_dist(params["actor"], c, xa)
-    mask = None if task is None else broadcast_to_steps(task.action_mask, imag.action)
-    logp = policy_log_prob(c, dist, sg(nets.f32(imag.action)), mask)[:, :-1]
-    ent = policy_entropy(c, dist, mask)[:, :-1]
-    actor = weight[:, :-1] * -(logp * adv + c.actent * ent)
-    target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)
-    critic = weight[:, :-1] * (outputs.twohot_loss(logits, target, spec)
-                               + c.slowreg * outputs.twohot_loss(logits, slowvalue, spec)
-                               )[:, :-1]
+    with jax.named_scope("actor"):
+        dist = actor_dist(params["actor"], c, xa)
+        mask = None if task is None else broadcast_to_steps(task.action_mask, imag.action)
+        logp = policy_log_prob(c, dist, sg(nets.f32(imag.action)), mask)[:, :-1]
+        ent = policy_entropy(c, dist, mask)[:, :-1]
+        actor = weight[:, :-1] * -(logp * adv + c.actent * ent)
+    with jax.named_scope("critic"):
+        target = jnp.concatenate([ret, jnp.zeros_like(ret[:, -1:])], 1)
+        critic = weight[:, :-1] * (outputs.twohot_loss(logits, target, spec)
+                                   + c.slowreg * outputs.twohot_loss(logits, slowvalue, spec)
+                                   )[:, :-1]
     return ImagOut(actor, critic, reward, cont, sg(value), slowvalue, weight, ret,
                    (ret - offset) / scale, adv, sg(ent), sg(logp), new_norm, offset, scale,
                    penalty)

@@ -188,7 +188,8 @@ def policy(params: dict, cfg: DreamerV3Config, carry: Carry, obs: jax.Array,
       entries {"deter" f32[n, D], "stoch" f32[n, S, C] one-hot, "action"
       f32[n, A] the raw sample} for `replay_add`). The step computes in
       cfg.dtype; the carry and entries are float32 (deter and stoch upcast, exact),
-      the action is the float32 sample (spec 1.12).
+      the action is the float32 sample (spec 1.12). The parts run under the name
+      scopes "noise", "encoder", "rssm" and "actor" (op metadata only).
     Source: dreamerv3_spec 7.1-7.4, 1.12; W-D8.
     """
     del eval_mode
@@ -200,11 +201,15 @@ def policy(params: dict, cfg: DreamerV3Config, carry: Carry, obs: jax.Array,
             raise ValueError("a multi-task dreamerv3 config acts with tasks= (task_context) "
                              "and task_id=")
         task = task_inputs(params, tasks, jnp.full((n,), task_id, jnp.int32))
-    post_noise, act_noise = draw_act_noise(key, c, n)
-    out = obs_step(params["rssm"], c, carry, encode(params["enc"], c, obs, task), is_first,
-                   post_noise, task)
-    raw = actor_sample(params["actor"], c, ac_input(feat(out.deter, out.stoch), task),
-                       act_noise)
+    with jax.named_scope("noise"):
+        post_noise, act_noise = draw_act_noise(key, c, n)
+    with jax.named_scope("encoder"):
+        embed = encode(params["enc"], c, obs, task)
+    with jax.named_scope("rssm"):
+        out = obs_step(params["rssm"], c, carry, embed, is_first, post_noise, task)
+    with jax.named_scope("actor"):
+        raw = actor_sample(params["actor"], c, ac_input(feat(out.deter, out.stoch), task),
+                           act_noise)
     raw = jax.lax.stop_gradient(raw)
     action = raw if c.discrete_actions else jnp.clip(raw, -1.0, 1.0)
     if task is not None:
@@ -353,7 +358,8 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: D
     `draw_train_noise(k_noise, ...)`, write the posteriors back
     (`replay.write_back`; with replay_context 0 the zero-state start, nothing
     written back). Each update's METRIC_KEYS values are added to the metrics
-    carry's sums (`init_metrics`), its "updates" count incremented.
+    carry's sums (`init_metrics`), its "updates" count incremented. The sampling
+    runs under the name scope "sample_batch" (op metadata only).
     """
     c = cfg.resolved()
     n = schedule(c, 0, replay.reward.shape[0]).n_updates(tick)
@@ -361,11 +367,12 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: D
     def body(j, carry):
         st, rp, _ = carry
         k_sample, k_noise = jax.random.split(jax.random.fold_in(key, j))
-        rp, rows, positions = replay_lib.sample(rp, k_sample, c.batch_size, c.seq_length)
-        if c.replay_context:
-            seq = replay_lib.replay_context(rows)
-        else:
-            seq = zero_state_sequence(rows._asdict(), c)
+        with jax.named_scope("sample_batch"):
+            rp, rows, positions = replay_lib.sample(rp, k_sample, c.batch_size, c.seq_length)
+            if c.replay_context:
+                seq = replay_lib.replay_context(rows)
+            else:
+                seq = zero_state_sequence(rows._asdict(), c)
         B, T = seq.reward.shape
         st, m, outs = train_step(st, seq, draw_train_noise(k_noise, c, B, T), c)
         if c.replay_context:

@@ -25,6 +25,11 @@ offline_bc_weight) and ``offline_ensemble`` [B, T] (W-D11, the reward ensemble's
 fit, scale rew_scale) join the terms only when their config field is nonzero
 (`loss_terms`); the ensemble's penalty acts inside `imagination_loss`.
 
+The parts run under name scopes (op metadata only, read by
+``benchmarks/profile_step.py``): "world_model", "imagination", "actor_critic" (with
+"actor" and "critic" inside, `ac_loss.imagination_loss`), "replay_critic",
+"offline"; `draw_train_noise` under "noise".
+
 Source: dreamerv3_spec 3.20, 4.1, Algorithms E-G; deviations D4, D5, W-D6 (the draws),
 W-D8, W-D10, W-D11.
 """
@@ -107,11 +112,12 @@ def draw_train_noise(key: jax.Array, cfg: DreamerV3Config, batch: int,
     """
     c = cfg.resolved()
     n, h = batch * length, c.imag_horizon
-    k = jax.random.split(key, 4)
-    return TrainNoise(draw_latent_noise(k[0], c, (batch, length)),
-                      draw_policy_noise(k[1], c, (n,)),
-                      draw_latent_noise(k[2], c, (n, h)),
-                      draw_policy_noise(k[3], c, (n, h)))
+    with jax.named_scope("noise"):
+        k = jax.random.split(key, 4)
+        return TrainNoise(draw_latent_noise(k[0], c, (batch, length)),
+                          draw_policy_noise(k[1], c, (n,)),
+                          draw_latent_noise(k[2], c, (n, h)),
+                          draw_policy_noise(k[3], c, (n, h)))
 
 
 def loss_scales(cfg: DreamerV3Config) -> dict[str, float]:
@@ -152,26 +158,34 @@ def total_loss(params: Params, slow_critic: Params, norm_state: ReturnNormState,
     c = cfg.resolved()
     B, T = seq.reward.shape
     task = None if tasks is None else task_inputs(params, tasks, seq.task)
-    wm = world_model_loss(params, c, sequence_carry(seq), seq.obs, seq.action, seq.reward,
-                          seq.is_first, seq.is_terminal, noise.post, task)
+    with jax.named_scope("world_model"):
+        wm = world_model_loss(params, c, sequence_carry(seq), seq.obs, seq.action,
+                              seq.reward, seq.is_first, seq.is_terminal, noise.post, task)
     starts = flatten(task)
-    imag = imagine(params, c, wm.post, noise.start, noise.imag_prior, noise.imag_policy,
-                   starts)
+    with jax.named_scope("imagination"):
+        imag = imagine(params, c, wm.post, noise.start, noise.imag_prior, noise.imag_policy,
+                       starts)
     reward0 = seq.reward.reshape(B * T).astype(jnp.float32)
     cont0 = 1.0 - seq.is_terminal.reshape(B * T).astype(jnp.float32)
-    ac = imagination_loss(params, slow_critic, c, imag, reward0, cont0, norm_state, starts)
-    repval, replay_ret = replay_critic_loss(params, slow_critic, c, wm.post, seq.reward,
-                                            seq.is_last, seq.is_terminal,
-                                            ac.ret[:, 0].reshape(B, T), task)
+    with jax.named_scope("actor_critic"):
+        ac = imagination_loss(params, slow_critic, c, imag, reward0, cont0, norm_state,
+                              starts)
+    with jax.named_scope("replay_critic"):
+        repval, replay_ret = replay_critic_loss(params, slow_critic, c, wm.post, seq.reward,
+                                                seq.is_last, seq.is_terminal,
+                                                ac.ret[:, 0].reshape(B, T), task)
     losses = {**wm.losses, "actor": ac.actor, "critic": ac.critic, "replay_critic": repval}
     if c.offline_bc:                     # W-D10: the starts' features and the data's actions
         valid = 1.0 - seq.is_last.reshape(B * T).astype(jnp.float32)
         mask = None if starts is None else starts.action_mask
-        losses["offline_bc"] = bc_nll(params["actor"], c, ac_input(imag.feat[:, 0], starts),
-                                      seq.action.reshape(B * T, -1), valid,
-                                      mask).reshape(B, T)
+        with jax.named_scope("offline"):
+            losses["offline_bc"] = bc_nll(params["actor"], c,
+                                          ac_input(imag.feat[:, 0], starts),
+                                          seq.action.reshape(B * T, -1), valid,
+                                          mask).reshape(B, T)
     if c.offline_ensemble:               # W-D11: the heads fit the data rewards
-        losses["offline_ensemble"] = ensemble_loss(
-            params["rew_ens"], c, feat(wm.post.deter, wm.post.stoch), seq.reward)
+        with jax.named_scope("offline"):
+            losses["offline_ensemble"] = ensemble_loss(
+                params["rew_ens"], c, feat(wm.post.deter, wm.post.stoch), seq.reward)
     total = sum(jnp.mean(scale * losses[k]) for k, scale in loss_scales(c).items())
     return total, LossAux(losses, wm, imag, ac, replay_ret, task)

@@ -8,6 +8,9 @@
     updates    += 1                                           #       else slow_rate (0.02)
 
 The return normaliser is updated inside the forward (update, then read).
+The optimizer step and the slow critic run under the name scope "optimizer_step",
+the metrics under "metrics" (op metadata only, read by
+``benchmarks/profile_step.py``).
 The step returns the posterior latents of the trained rows for the replay
 write-back (computed with the pre-update parameters, spec 5.9) and the
 carry after the last row.
@@ -120,12 +123,14 @@ def train_step_full(state: TrainState, seq: TrainSequence, noise: TrainNoise,
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     aux: LossAux
-    updates, opt_state = optimizer(c).update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    slow = slow_update(state.slow_critic, params["critic"], state.updates, c)
+    with jax.named_scope("optimizer_step"):
+        updates, opt_state = optimizer(c).update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        slow = slow_update(state.slow_critic, params["critic"], state.updates, c)
     new = TrainState(params, slow, opt_state, aux.ac.retnorm, state.updates + 1)
-    metrics = train_metrics(aux, seq, c)
-    metrics.update(optim.opt_metrics(loss, grads, updates, params, opt_state))
+    with jax.named_scope("metrics"):
+        metrics = train_metrics(aux, seq, c)
+        metrics.update(optim.opt_metrics(loss, grads, updates, params, opt_state))
     post, carry = aux.wm.post, aux.wm.carry
     carry = Carry(nets.f32(carry.deter), nets.f32(carry.stoch), carry.prevact)
     outs = StepOuts(nets.f32(post.deter), nets.f32(post.stoch), carry, loss)

@@ -214,7 +214,8 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: T
                  metrics: dict) -> tuple[TrainState, Replay, dict]:
     """The schedule's updates after ``tick``, each on B slices of the committed rounds.
 
-    Update j draws its slices and noise from ``split(fold_in(key, j))``.
+    Update j draws its slices and noise from ``split(fold_in(key, j))``; the slices
+    are drawn under the name scope "sample_batch" (op metadata only).
     """
     cfg = cfg.resolved()
     T, n_envs = _T(replay), replay.n_envs
@@ -224,8 +225,9 @@ def replay_train(state: TrainState, replay: Replay, tick, key: jax.Array, cfg: T
     def body(j, c):
         st, _ = c
         k_sample, k_noise = jax.random.split(jax.random.fold_in(key, j))
-        sb = buffer_lib.sample(replay.buffer, k_sample, cfg.batch_size, cfg.horizon, n_envs,
-                               episode)
+        with jax.named_scope("sample_batch"):
+            sb = buffer_lib.sample(replay.buffer, k_sample, cfg.batch_size, cfg.horizon,
+                                   n_envs, episode)
         st, m, _ = update(st, {"obs": sb.obs, "action": sb.action, "reward": sb.reward},
                           k_noise, cfg)
         return st, m

@@ -18,6 +18,9 @@ Built from small pure pieces that the tests call one by one:
 - `plan`                 the whole decision (spec 3.18-3.21); `plan_with_stats`
                          returns every per-iteration statistic (tests, debugging).
 
+Name scopes (op metadata for ``benchmarks/profile_step.py``): "pi_prior",
+"candidate_values", "mppi" in a decision, "noise" in `draw_plan_noise`.
+
 Deviations: T-PLAN-QPAIR (only the drawn pair of Q members is evaluated,
 reference_design §4.3), T-PLAN-ELITE32 (inverse CDF in float32 instead of
 float64, spec §0.5 item 11d).
@@ -147,20 +150,21 @@ def draw_plan_noise(key: Array, cfg: TDMPC2Config, eval_mode: bool = False) -> P
     cfg = _check_cfg(cfg)
     H, P, N, A = cfg.horizon, cfg.num_pi_trajs, cfg.num_samples, cfg.action_dim
     I = cfg.planning_iterations
-    k_pi, k_cand, k_term, k_pair, k_u, k_x, k_drop = jax.random.split(key, 7)
-    pair = jax.vmap(lambda k: random_pair(k, cfg.num_q))(jax.random.split(k_pair, I))
-    explore = jax.random.normal(k_x, (A,), jnp.float32)
-    if eval_mode:
-        explore = jnp.zeros_like(explore)
-    return PlanNoise(
-        pi_traj_eps=jax.random.normal(k_pi, (H, P, A), jnp.float32),
-        candidate_noise=jax.random.normal(k_cand, (I, H, N - P, A), jnp.float32),
-        terminal_pi_eps=jax.random.normal(k_term, (I, N, A), jnp.float32),
-        q_pair=pair.astype(jnp.int32),
-        elite_uniform=jax.random.uniform(k_u, (), jnp.float32),
-        explore_noise=explore,
-        q_dropout_keys=jax.random.split(k_drop, I),
-    )
+    with jax.named_scope("noise"):
+        k_pi, k_cand, k_term, k_pair, k_u, k_x, k_drop = jax.random.split(key, 7)
+        pair = jax.vmap(lambda k: random_pair(k, cfg.num_q))(jax.random.split(k_pair, I))
+        explore = jax.random.normal(k_x, (A,), jnp.float32)
+        if eval_mode:
+            explore = jnp.zeros_like(explore)
+        return PlanNoise(
+            pi_traj_eps=jax.random.normal(k_pi, (H, P, A), jnp.float32),
+            candidate_noise=jax.random.normal(k_cand, (I, H, N - P, A), jnp.float32),
+            terminal_pi_eps=jax.random.normal(k_term, (I, N, A), jnp.float32),
+            q_pair=pair.astype(jnp.int32),
+            elite_uniform=jax.random.uniform(k_u, (), jnp.float32),
+            explore_noise=explore,
+            q_dropout_keys=jax.random.split(k_drop, I),
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -408,19 +412,21 @@ def plan_iteration(params: Any, z: Array, pi_actions: Array, mean: Array, std: A
     Returns (new_mean f32[H,A], new_std f32[H,A], IterStats); the stats'
     `elite_value` and `score` refer to the elites used.
     """
-    cand = sample_candidates(pi_actions, mean, std, noise.candidate_noise, action_mask)
-    v_raw, rsum = trajectory_value(params, z, cand, noise.terminal_pi_eps, noise.q_pair,
-                                   noise.q_dropout_key, cfg, action_mask, task_emb,
-                                   discount, pi_rollout=pi_rollout, layer0=layer0)
-    value = jnp.nan_to_num(v_raw, nan=0.0)
-    if elite_idxs is None:
-        idx, e_val, e_act = select_elites(value, cand, cfg.num_elites)
-    else:
-        idx = jnp.asarray(elite_idxs, jnp.int32)
-        e_val, e_act = value[idx], jnp.take(cand, idx, axis=1)
-    score, new_mean, new_std = mppi_update(
-        e_val, e_act, temperature=cfg.temperature, min_std=cfg.min_std,
-        max_std=cfg.max_std, action_mask=action_mask)
+    with jax.named_scope("candidate_values"):
+        cand = sample_candidates(pi_actions, mean, std, noise.candidate_noise, action_mask)
+        v_raw, rsum = trajectory_value(params, z, cand, noise.terminal_pi_eps, noise.q_pair,
+                                       noise.q_dropout_key, cfg, action_mask, task_emb,
+                                       discount, pi_rollout=pi_rollout, layer0=layer0)
+        value = jnp.nan_to_num(v_raw, nan=0.0)
+    with jax.named_scope("mppi"):
+        if elite_idxs is None:
+            idx, e_val, e_act = select_elites(value, cand, cfg.num_elites)
+        else:
+            idx = jnp.asarray(elite_idxs, jnp.int32)
+            e_val, e_act = value[idx], jnp.take(cand, idx, axis=1)
+        score, new_mean, new_std = mppi_update(
+            e_val, e_act, temperature=cfg.temperature, min_std=cfg.min_std,
+            max_std=cfg.max_std, action_mask=action_mask)
     return new_mean, new_std, IterStats(cand, v_raw, value, rsum, idx, e_val, score,
                                         new_mean, new_std)
 
@@ -456,15 +462,16 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
           discount, record: bool):
     cfg = _check_cfg(cfg)
     _check_inputs(obs, prev_mean, noise, cfg)
-    z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
-    l0 = wm.dyn_rew_layer0(params, cfg)          # built once, outside the MPPI loop
-    if cfg.num_pi_trajs > 0:
-        pi_roll = policy_rollout(params, z, noise.pi_traj_eps, cfg, action_mask, task_emb,
-                                 discount, layer0=l0)
-        pi_actions = pi_roll.actions
-    else:
-        pi_roll = None
-        pi_actions = jnp.zeros((cfg.horizon, 0, cfg.action_dim), jnp.float32)
+    with jax.named_scope("pi_prior"):
+        z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
+        l0 = wm.dyn_rew_layer0(params, cfg)      # built once, outside the MPPI loop
+        if cfg.num_pi_trajs > 0:
+            pi_roll = policy_rollout(params, z, noise.pi_traj_eps, cfg, action_mask,
+                                     task_emb, discount, layer0=l0)
+            pi_actions = pi_roll.actions
+        else:
+            pi_roll = None
+            pi_actions = jnp.zeros((cfg.horizon, 0, cfg.action_dim), jnp.float32)
     mean0, std0 = init_mean_std(prev_mean, t0, cfg)
     E, H, A = cfg.num_elites, cfg.horizon, cfg.action_dim
 
@@ -480,11 +487,12 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
 
     carry0 = (mean0, std0, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
     (mean, std, score, e_act), stats = jax.lax.scan(body, carry0, _iter_noise(noise))
-    k = pick_elite(score, noise.elite_uniform)
-    selected = e_act[:, k]
-    explore = jnp.where(jnp.asarray(eval_mode, bool), 0.0,
-                        std[0] * jnp.asarray(noise.explore_noise, jnp.float32))
-    action = jnp.clip(selected[0] + explore, -1.0, 1.0)
+    with jax.named_scope("mppi"):
+        k = pick_elite(score, noise.elite_uniform)
+        selected = e_act[:, k]
+        explore = jnp.where(jnp.asarray(eval_mode, bool), 0.0,
+                            std[0] * jnp.asarray(noise.explore_noise, jnp.float32))
+        action = jnp.clip(selected[0] + explore, -1.0, 1.0)
     if record:
         info = {"z": z, "pi_actions": pi_actions, "init_mean": mean0, "init_std": std0,
                 "iters": stats, "final_score": score, "elite_choice_index": k,

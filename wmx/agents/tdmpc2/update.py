@@ -21,7 +21,11 @@ and the TD target uses each sample's float32 discount. `tasks=None` is the
 single-task update, unchanged.
 
 All functions are pure, jitted once per (static, hashable) config, and
-vmappable over seeds.
+vmappable over seeds. The parts of `update` run under name scopes (op metadata
+only, read by ``benchmarks/profile_step.py``): "td_target", "world_model",
+"pi_loss", "optimizer_step" (both clips, both Adam steps, the target EMA), and
+"q_ensemble" around each pass of the Q ensemble inside the first three;
+`draw_update_noise` runs under "noise".
 """
 from __future__ import annotations
 
@@ -148,13 +152,14 @@ def draw_update_noise(key: jax.Array, cfg: TDMPC2Config) -> UpdateNoise:
     """
     cfg = cfg.resolved()
     H, B, A = cfg.horizon, cfg.batch_size, cfg.action_dim
-    k = jax.random.split(key, 7)
-    return UpdateNoise(
-        td_target_pi_eps=jax.random.normal(k[0], (H, B, A), jnp.float32),
-        td_target_q_pair=random_pair(k[1], cfg.num_q),
-        pi_loss_pi_eps=jax.random.normal(k[2], (H + 1, B, A), jnp.float32),
-        pi_loss_q_pair=random_pair(k[3], cfg.num_q),
-        td_target_dropout_key=k[4], value_dropout_key=k[5], pi_loss_dropout_key=k[6])
+    with jax.named_scope("noise"):
+        k = jax.random.split(key, 7)
+        return UpdateNoise(
+            td_target_pi_eps=jax.random.normal(k[0], (H, B, A), jnp.float32),
+            td_target_q_pair=random_pair(k[1], cfg.num_q),
+            pi_loss_pi_eps=jax.random.normal(k[2], (H + 1, B, A), jnp.float32),
+            pi_loss_q_pair=random_pair(k[3], cfg.num_q),
+            td_target_dropout_key=k[4], value_dropout_key=k[5], pi_loss_dropout_key=k[6])
 
 
 # ---- the update -------------------------------------------------------------------
@@ -205,15 +210,17 @@ def policy_loss(pi_params: dict, params: dict, zs: jnp.ndarray, q_params: dict,
     zs, q_params = sg(zs), sg(q_params)
     e = None if e is None else sg(e)
     rs = RunningScale(rate=cfg.tau)
-    out = wm.pi_forward({**params, "pi": pi_params}, zs, eps, cfg, e=e, mask=mask)
-    # split first layer: only the action rows of the Q input gradient are formed
-    qv = wm.q_pair_values(q_params, q_pair, zs, out.action, cfg, dropout_key=dropout_key,
-                          e=e, split_input=True)                        # [2,H+1,B]
-    q_avg = reduce_pair(qv, "avg")
-    scale = rs.update(prev_scale, q_avg[0])
-    q_scaled = rs.normalize(scale, q_avg)
-    rho = _rho(cfg, zs.shape[0])
-    loss = jnp.mean(rho * jnp.mean(cfg.entropy_coef * out.log_pi[..., 0] - q_scaled, -1))
+    with jax.named_scope("pi_loss"):
+        out = wm.pi_forward({**params, "pi": pi_params}, zs, eps, cfg, e=e, mask=mask)
+        # split first layer: only the action rows of the Q input gradient are formed
+        with jax.named_scope("q_ensemble"):
+            qv = wm.q_pair_values(q_params, q_pair, zs, out.action, cfg,
+                                  dropout_key=dropout_key, e=e, split_input=True)  # [2,H+1,B]
+        q_avg = reduce_pair(qv, "avg")
+        scale = rs.update(prev_scale, q_avg[0])
+        q_scaled = rs.normalize(scale, q_avg)
+        rho = _rho(cfg, zs.shape[0])
+        loss = jnp.mean(rho * jnp.mean(cfg.entropy_coef * out.log_pi[..., 0] - q_scaled, -1))
     return loss, (scale, out, qv, q_avg, q_scaled)
 
 
@@ -238,13 +245,17 @@ def _update(state: TrainState, batch: Batch, noise: UpdateNoise, cfg: TDMPC2Conf
     emb_lookup1 = p.get("task_emb")
 
     # ---- TD target: pre-step params, no gradient (spec 2.3) ----
-    next_z = sg(wm.encode(p, obs[1:], cfg, e=e))                       # [H,B,L]
-    pi_td = wm.pi_forward(p, next_z, noise.td_target_pi_eps, cfg, e=e, mask=mask)
-    q_td = wm.q_pair_values(p["target_qs"], noise.td_target_q_pair, next_z, pi_td.action,
-                            cfg, dropout_key=noise.td_target_dropout_key, e=e)  # [2,H,B]
-    td_target = sg(reward + gamma * reduce_pair(q_td, "min"))         # [H,B]
+    with jax.named_scope("td_target"):
+        next_z = sg(wm.encode(p, obs[1:], cfg, e=e))                   # [H,B,L]
+        pi_td = wm.pi_forward(p, next_z, noise.td_target_pi_eps, cfg, e=e, mask=mask)
+        with jax.named_scope("q_ensemble"):
+            q_td = wm.q_pair_values(p["target_qs"], noise.td_target_q_pair, next_z,
+                                    pi_td.action, cfg, dropout_key=noise.td_target_dropout_key,
+                                    e=e)                               # [2,H,B]
+        td_target = sg(reward + gamma * reduce_pair(q_td, "min"))     # [H,B]
 
     # ---- world model loss (spec 2.4-2.8); the embedding gets gradient ----
+    @jax.named_scope("world_model")
     def wm_loss(wp):
         full = {**p, **wp}
         e_w = None if tasks is None else mt.task_embedding(full, task)
@@ -255,8 +266,9 @@ def _update(state: TrainState, batch: Batch, noise: UpdateNoise, cfg: TDMPC2Conf
             cons = cons + rho_h[t] * jnp.mean((z - next_z[t]) ** 2)
             zs.append(z)
         zs = jnp.stack(zs)                                             # [H+1,B,L]
-        q_logits = wm.q_logits(full["qs"], zs[:-1], action, cfg,
-                               dropout_key=noise.value_dropout_key, e=e_w)  # [Nq,H,B,K]
+        with jax.named_scope("q_ensemble"):
+            q_logits = wm.q_logits(full["qs"], zs[:-1], action, cfg,
+                                   dropout_key=noise.value_dropout_key, e=e_w)  # [Nq,H,B,K]
         r_logits = wm.reward_logits(full, zs[:-1], action, cfg, e=e_w)      # [H,B,K]
         reward_loss = jnp.sum(rho_h * jnp.mean(th.loss(r_logits, reward), -1)) / H
         value_loss = jnp.sum(rho_h * jnp.mean(th.loss(q_logits, td_target[None]), -1)) / (H * nq)
@@ -268,11 +280,13 @@ def _update(state: TrainState, batch: Batch, noise: UpdateNoise, cfg: TDMPC2Conf
     wp = wm_params(p)
     (total, (cons, reward_loss, value_loss, zs, q_logits, r_logits)), g_wm = (
         jax.value_and_grad(wm_loss, has_aux=True)(wp))
-    # PE clip: the previous update's clipped policy gradient is still in the norm.
-    grad_norm = jnp.sqrt(global_norm(g_wm) ** 2 + state.pi_grad_sq)
-    g_wm_c = jax.tree.map(lambda g: g * torch_clip_coef(grad_norm, cfg.grad_clip_norm), g_wm)
-    upd, wm_opt_state = wm_optimizer(cfg).update(g_wm_c, state.wm_opt_state, wp)
-    new_wp = optax.apply_updates(wp, upd)
+    with jax.named_scope("optimizer_step"):
+        # PE clip: the previous update's clipped policy gradient is still in the norm.
+        grad_norm = jnp.sqrt(global_norm(g_wm) ** 2 + state.pi_grad_sq)
+        g_wm_c = jax.tree.map(lambda g: g * torch_clip_coef(grad_norm, cfg.grad_clip_norm),
+                              g_wm)
+        upd, wm_opt_state = wm_optimizer(cfg).update(g_wm_c, state.wm_opt_state, wp)
+        new_wp = optax.apply_updates(wp, upd)
     emb_after_step = new_wp.get("task_emb")
     e_pi = None
     if tasks is not None:
@@ -286,17 +300,20 @@ def _update(state: TrainState, batch: Batch, noise: UpdateNoise, cfg: TDMPC2Conf
         dropout_key=noise.pi_loss_dropout_key, cfg=cfg, e=e_pi, mask=mask)
     (pi_loss, (scale, pi_out, pi_qv, q_avg, q_scaled)), g_pi = (
         jax.value_and_grad(pi_loss_fn, has_aux=True)(p["pi"]))
-    pi_grad_norm = global_norm(g_pi)
-    g_pi_c = jax.tree.map(lambda g: g * torch_clip_coef(pi_grad_norm, cfg.grad_clip_norm), g_pi)
-    pi_upd, pi_opt_state = pi_optimizer(cfg).update(g_pi_c, state.pi_opt_state, p["pi"])
-    new_pi = optax.apply_updates(p["pi"], pi_upd)
+    with jax.named_scope("optimizer_step"):
+        pi_grad_norm = global_norm(g_pi)
+        g_pi_c = jax.tree.map(lambda g: g * torch_clip_coef(pi_grad_norm, cfg.grad_clip_norm),
+                              g_pi)
+        pi_upd, pi_opt_state = pi_optimizer(cfg).update(g_pi_c, state.pi_opt_state, p["pi"])
+        new_pi = optax.apply_updates(p["pi"], pi_upd)
 
-    # ---- target EMA after both steps (spec 2.15) ----
-    new_params = {**p, **new_wp, "pi": new_pi,
-                  "target_qs": ema_update(p["target_qs"], new_wp["qs"], cfg.tau)}
+        # ---- target EMA after both steps (spec 2.15) ----
+        new_params = {**p, **new_wp, "pi": new_pi,
+                      "target_qs": ema_update(p["target_qs"], new_wp["qs"], cfg.tau)}
+        pi_grad_sq = global_norm(g_pi_c) ** 2
     new_state = TrainState(params=new_params, wm_opt_state=wm_opt_state,
                            pi_opt_state=pi_opt_state, scale=scale,
-                           pi_grad_sq=global_norm(g_pi_c) ** 2, step=state.step + 1)
+                           pi_grad_sq=pi_grad_sq, step=state.step + 1)
     metrics = {"consistency_loss": cons, "reward_loss": reward_loss, "value_loss": value_loss,
                "pi_loss": pi_loss, "total_loss": total, "grad_norm": grad_norm,
                "pi_grad_norm": pi_grad_norm, "pi_scale": scale}
