@@ -36,6 +36,7 @@ from offline_sources import (home_relative, pooled_sources, source_entry, source
                              split_source)
 
 from wmx.evaluate.random_policy import RANDOM_EPISODES, random_policy_return, random_returns
+from wmx.evaluate.report import source_ratio
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
@@ -693,7 +694,7 @@ def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = 
             "offline_final_evaluation": final,
             "offline_final_return": ret,
             "offline_best_return": max(curve.values()) if curve else None,
-            "ratio": None if ret is None or src <= 0 else ret / src}
+            "ratio": source_ratio(ret, src)}
 
 
 def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict, planned: int
