@@ -180,19 +180,12 @@ def read_config(run_dir: Path) -> dict[str, Any] | None:
 
 def newest_host(run_dir: Path) -> tuple[str | None, dict[str, Any]]:
     """(name, host.json) of the run's newest checkpoint whose host.json reads (the one
-    ``--resume`` continues from when its items are intact); (None, {}) without one. Read
-    without JAX, which must not take the device from the trainer."""
-    root = run_dir / "checkpoints"
-    names = sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int,
-                   reverse=True) if root.is_dir() else []
-    for name in names:
-        try:
-            host = json.loads((root / name / "host.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(host, dict):
-            return name, host
-    return None, {}
+    ``--resume`` continues from when its items are intact; `wmx.runs.listing.checkpoints`);
+    (None, {}) without one. Read without JAX, which must not take the device from the
+    trainer."""
+    from wmx.runs.listing import checkpoints
+    found = checkpoints(run_dir)
+    return found[-1] if found else (None, {})
 
 
 def read_calls(path: Path) -> list:
