@@ -152,6 +152,26 @@ def check_newer(piece: Piece, final: Path, tarball: str) -> bool:
     return True
 
 
+def check_dataset_here(piece: Piece, home: Path, tarball: str) -> None:
+    """Refuse a finished run whose dataset is not in ``home``: its report's source returns
+    (and so its ratios) come from the dataset's lineage, and an ingested report is not
+    built again (the same tarball is then kept as it is).
+
+    Raises:
+        RunCarryError: the run's config.json names no dataset stored in ``home``.
+    """
+    from wmx.datasets.store import Store
+    ref = piece.config.get("dataset")
+    try:
+        Store(home).resolve_dataset(str(ref))
+    except (ValueError, FileNotFoundError):
+        raise RunCarryError(
+            f"{tarball}: the finished run's dataset {ref} is not in {home / 'datasets'}, "
+            "and its report's source returns (the ratios) come from it; ingest into the "
+            "home that holds it (--home), or store the dataset there first; nothing "
+            "ingested") from None
+
+
 def _ingested(folder: Path) -> dict[str, Any]:
     """``folder/device_calls/ingested.json`` (the tarball that was ingested there, its
     sha256); {} without one."""
@@ -223,7 +243,8 @@ def ingest(tarball: Path, home: Path) -> str:
 
     Raises:
         RunCarryError: a damaged tarball, an earlier piece, another run of the name, a
-            finished run whose report cannot be built (the earlier piece put back).
+            finished run whose dataset is not in ``home`` (`check_dataset_here`) or whose
+            report cannot be built (the earlier piece put back).
     """
     from wmx import temporaries
     from wmx.evaluate.report import recover_dir
@@ -240,6 +261,8 @@ def ingest(tarball: Path, home: Path) -> str:
         if not check_newer(piece, final, tarball.name):
             return (f"mt19_offline.py ingest: {piece.run}: kept: {tarball.name} was ingested "
                     f"before ({final})")
+        if piece.call["finished"]:
+            check_dataset_here(piece, home, tarball.name)
         summary = read_summary(piece.folder)
         if summary:
             write_json_atomic(piece.folder / "summary.json", dict(

@@ -500,6 +500,12 @@ def cmd_train(args) -> int:
                       chunk_s=round(pacer.chunk_s(), 2) if pacer.seen else None,
                       eval_s=round(pacer.eval_s, 1))
     cfg = read_config(run_dir)
+    if cfg is None and record.get("stop") == "budget":
+        raise RunCarryError(f"the budget stopped the trainer at {record['stop_at_s']:g} s, "
+                            f"before it wrote the run {run_dir.name} (exit status "
+                            f"{record['trainer_rc']}; --budget-s {args.budget_s:g} less "
+                            f"--reserve-s {args.reserve_s:g} leaves too little for its start): "
+                            "give a larger --budget-s or a smaller --reserve-s")
     if cfg is None:
         raise RunCarryError(f"the trainer wrote no run {run_dir.name} (exit status "
                             f"{record['trainer_rc']}): {_last_error(log)}")

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -125,8 +126,15 @@ def test_two_pieces_continue_the_run(flow):
             "r/device_calls/call-02.log"} <= set(names)
 
 
+def _home_with_the_dataset(flow, home: Path) -> Path:
+    """``home`` holding the device's dataset and episode sets (the run's lineage)."""
+    for d in ("datasets", "episodes"):
+        shutil.copytree(flow["dev"] / d, home / d)
+    return home
+
+
 def test_ingest_replaces_the_earlier_piece_and_the_run_evaluates(flow, tmp_path):
-    here = tmp_path / "here"
+    here = _home_with_the_dataset(flow, tmp_path / "here")
     rc, out, err = _main(["ingest", flow["tars"][0], "--home", here])
     assert rc == 0 and "not finished" in out, err
     assert not (here / "runs" / "r" / "report").exists()
@@ -193,6 +201,37 @@ def test_damaged_and_foreign_tarballs_are_refused(flow, tmp_path):
     (tmp_path / "own" / "runs" / "r").mkdir(parents=True)
     rc, _, err = _main(["ingest", flow["tars"][1], "--home", tmp_path / "own"])
     assert rc == 2 and "was not ingested" in err
+
+
+def test_a_finished_run_is_not_ingested_without_its_dataset(flow, tmp_path):
+    """A home without the run's dataset: the finished run's report would have no source
+    returns (no ratios) and would not be built again, so it is refused in one line with
+    nothing ingested; an unfinished piece needs no report and is ingested."""
+    bare = tmp_path / "bare"
+    rc, _, err = _main(["ingest", flow["tars"][1], "--home", bare])
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "dataset tst@" in err and "is not in" in err and "--home" in err
+    assert list((bare / "runs").iterdir()) == []
+    rc, out, err = _main(["ingest", flow["tars"][0], "--home", bare])
+    assert rc == 0 and "not finished" in out, err
+    rc, out, err = _main(["ingest", flow["tars"][1], "--home", _home_with_the_dataset(
+        flow, tmp_path / "bare2")])
+    assert rc == 0 and "; finished; report " in out, err
+    rep = json.loads((tmp_path / "bare2" / "runs" / "r" / "report" / "report.json").read_text())
+    assert all(row["source_return"] is not None for row in rep["per_task"])
+
+
+def test_a_budget_that_ends_before_the_trainer_starts_says_so(tmp_path, monkeypatch):
+    """A budget whose stop time comes before the trainer has written its run: one line
+    naming the budget and the fix, not the trainer's command line."""
+    monkeypatch.setattr(run_lib, "TRAINER", (sys.executable, "-c",
+                                             "import time; time.sleep(60)"))
+    rc, _, err = _main(["train", "tst@latest", "--home", tmp_path, "--run-name", "r",
+                        "--updates", 10, "--budget-s", 12, "--reserve-s", 10.5,
+                        "--out", tmp_path / "out"])
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the budget stopped the trainer" in err and "give a larger --budget-s" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_tarball_above_the_limit_is_not_written(flow, tmp_path):

@@ -250,3 +250,33 @@ def test_an_offline_runs_last_eval_says_whose_and_its_episodes(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "last eval: score 13.3 @ 300 (trainer, 1 ep/task)" in out
     assert f"`evaluate --run {run} --seeds-from-checkpoint --episodes 1` repeats it" in out
+
+
+def test_damaged_values_in_a_runs_files_do_not_break_ls_or_info(tmp_path, capsys):
+    """One run whose files read as JSON / CSV but hold damaged values (an "inf" step in
+    metrics.csv, a config ``derived`` that is no object, a taskset entry that is no object,
+    a host.json wall_s of null, a summary final_score that is no number): `wmx runs ls`
+    still lists every run and `wmx runs info` shows it, "?" for what does not read, no
+    traceback."""
+    runs = tmp_path / "runs"
+    off, on = runs / "off", runs / "on"
+    off.mkdir(parents=True)
+    on.mkdir()
+    (off / "config.json").write_text(json.dumps(
+        {"agent": "tdmpc2", "dataset": "mt19-64ba205d@" + "5b" * 32, "updates": 300,
+         "taskset": {"name": "t", "tasks": ["reacher-easy", {"name": "cheetah-run"}]}}))
+    (off / "metrics.csv").write_text("seed,kind,updates,task,score\n0,train,inf,,\n"
+                                     "0,eval,1e400,mean,1.0\n0,train,4,,\n")
+    ckpt = off / "checkpoints" / "000000000004"
+    ckpt.mkdir(parents=True)
+    (ckpt / "host.json").write_text(json.dumps({"updates": 4, "wall_s": None}))
+    (off / "summary.json").write_text(json.dumps({"finished": True, "final_score": "n/a"}))
+    (on / "config.json").write_text(json.dumps({"agent": "tdmpc2", "task": "walker-walk",
+                                                "derived": "not an object"}))
+    rows = _ls(tmp_path, capsys)
+    assert rows["off"][4] == "4/300 updates" and rows["on"][4] == "0/? env steps"
+    assert wmx_main(["runs", "info", "off", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "taskset: t (2 tasks: ?, cheetah-run)" in out
+    assert "000000000004: updates 4, wall ? s" in out and "final score: ?" in out
+    assert wmx_main(["runs", "info", "on", "--home", str(tmp_path)]) == 0

@@ -315,3 +315,55 @@ def test_the_summary_counts_only_the_tasks_whose_source_learned(tmp_path):
     assert "- a: 1 of 2 (50%); below: cheetah-run; left out, not learned: cartpole-balance" \
         in md
     assert "- b: 2 of 2 (100%); left out, learned unknown: walker-walk" in md
+
+
+def test_runs_whose_names_look_like_suffixed_labels_keep_distinct_columns(tmp_path):
+    """Runs named "a", "a" (other folders) and "a#2": three distinct labels, so no run's
+    column overwrites another's."""
+    from wmx.evaluate.compare import label_names
+    assert label_names(["a", "a", "a#2"]) == ["a", "a#3", "a#2"]
+    assert label_names(["a", "a", "a"]) == ["a", "a#2", "a#3"]
+    runs = [fake_run(tmp_path / d, n, {"cartpole-balance": s}) for d, n, s in
+            (("x", "a", 50.0), ("y", "a", 60.0), ("z", "a#2", 70.0))]
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", *runs, "--out", out, "--episodes", 2]) == 0
+    c = json.loads((out / "compare.json").read_text())
+    assert [r["label"] for r in c["runs"]] == ["a", "a#3", "a#2"]
+    assert c["scores"] == {"a": {"cartpole-balance": 50.0}, "a#3": {"cartpole-balance": 60.0},
+                           "a#2": {"cartpole-balance": 70.0}}
+
+
+def test_force_never_replaces_a_folder_that_is_no_report(tmp_path, capsys):
+    """--force replaces an earlier comparison or report, never a run directory or another
+    folder: refused in one line, exit 2, the folder untouched."""
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0}, newest=6)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 60.0})
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")
+    for out in (a, other):
+        before = _listing(out)
+        assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2, "--force"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "not a report or a comparison" in err
+        assert _listing(out) == before
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2]) == 0
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2, "--force"]) == 0
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["--runs", a, b, "--out", tmp_path / "empty", "--episodes", 2,
+                     "--force"]) == 0
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"schema": "%s"}' % REPORT_SCHEMA])
+def test_a_damaged_report_is_refused_in_one_line(tmp_path, capsys, text):
+    """A run's report.json that is not JSON, not an object or lacks the report's parts:
+    one line naming the file and the fix, exit 2, nothing written."""
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 60.0})
+    (b / "report" / "report.json").write_text(text)
+    assert cli.main(["--runs", a, b, "--out", tmp_path / "cmp", "--episodes", 2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(b / "report" / "report.json") in err
+    assert "evaluate --run" in err and "--force" in err
+    assert not (tmp_path / "cmp").exists()

@@ -51,6 +51,14 @@ def _fmt(v) -> str:
 def _step(v) -> int | None:
     try:
         return int(float(v))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _number(v) -> float | None:
+    """``v`` as a float; None when a damaged file holds something else there."""
+    try:
+        return float(v)
     except (TypeError, ValueError):
         return None
 
@@ -104,14 +112,16 @@ def cmd_info(args) -> int:
         print(f"    resolved_agent_config: {len(cfg['resolved_agent_config'])} fields "
               f"(the preset with agent_overrides; in {r.path / 'config.json'})")
     if "taskset" in cfg and isinstance(cfg["taskset"], dict):
-        tasks = [t.get("name", "?") for t in cfg["taskset"].get("tasks", [])]
+        tasks = [str(t.get("name", "?")) if isinstance(t, dict) else "?"
+                 for t in cfg["taskset"].get("tasks") or []]
         print(f"    taskset: {cfg['taskset'].get('name')} ({len(tasks)} tasks: "
               f"{', '.join(tasks)})")
     print(f"  checkpoints ({len(r.checkpoints) + len(r.damaged)}):")
     for name, host in r.checkpoints:
         at = (f"updates {host.get('updates')}" if r.kind == "offline"
               else f"tick {host.get('next_tick')}")
-        print(f"    {name}: {at}, wall {float(host.get('wall_s', 0.0)):.1f} s"
+        wall = _number(host.get("wall_s", 0.0))
+        print(f"    {name}: {at}, wall {'?' if wall is None else f'{wall:.1f}'} s"
               f"{', finished' if host.get('finished') else ''}")
     for name, why in r.damaged:
         print(f"    {name}: damaged, its {why} (evaluate and --resume use an older one)")
@@ -132,7 +142,8 @@ def cmd_info(args) -> int:
                                  if v not in ("", None) and k not in ("kind", "seed"))
                 print(f"    {kind} seed {x.get('seed')}: {vals}")
     if r.summary is not None and r.summary.get("final_score") is not None:
-        print(f"  final score: {float(r.summary['final_score']):.4g}")
+        score = _number(r.summary["final_score"])
+        print(f"  final score: {'?' if score is None else f'{score:.4g}'}")
     return 0
 
 

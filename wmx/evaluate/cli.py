@@ -109,7 +109,8 @@ def _check_out(out: Path, force: bool) -> None:
     """Refuse a report directory ``out`` that cannot be written, before anything is evaluated.
 
     Raises:
-      UsageError: ``out`` is a file, exists without ``force``, or its
+      UsageError: ``out`` is a file, exists without ``force``, exists and is neither
+        empty nor a report or comparison (`report.is_replaceable`), or its
         nearest existing folder is not writable (a read-only filesystem or
         missing permissions).
     """
@@ -121,6 +122,9 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
+    from wmx.evaluate.report import is_replaceable, not_replaceable_message
+    if out.exists() and not is_replaceable(out):
+        raise UsageError(not_replaceable_message(out))
     from wmx.paths import nearest_existing
     parent = nearest_existing(out.parent)
     if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):

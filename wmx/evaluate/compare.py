@@ -44,11 +44,18 @@ an offline run on a task (its ``ratio`` at least this)."""
 
 
 def label_names(names: Sequence[str]) -> list[str]:
-    """One label per run directory name: the name, suffixed "#2", "#3", ... on repeats."""
-    labels, seen = [], {}
+    """One distinct label per run directory name: the name, suffixed "#2", "#3", ... on
+    repeats, skipping a suffixed label that another run's name already is (runs named
+    "a", "a" and "a#2" get "a", "a#3", "a#2")."""
+    taken = set(names)
+    labels, used = [], set()
     for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        labels.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        label, k = name, 1
+        while label in used or (label != name and label in taken):
+            k += 1
+            label = f"{name}#{k}"
+        used.add(label)
+        labels.append(label)
     return labels
 
 

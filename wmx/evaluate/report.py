@@ -58,7 +58,8 @@ PER_TASK_COLUMNS = ("task", "seeds", "episodes", "return_mean", "return_std", "s
 AGGREGATE_COLUMNS = ("who", "statistic", "value", "ci_low", "ci_high", "n_tasks")
 
 __all__ = ["REPORT_SCHEMA", "FILES", "build_report", "write_report", "load_report",
-           "write_dir_atomically", "recover_dir", "run_lineage", "source_ratio"]
+           "write_dir_atomically", "recover_dir", "run_lineage", "source_ratio",
+           "is_replaceable"]
 
 
 def _f(x) -> float | None:
@@ -282,7 +283,9 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
 
     On any exception in ``fill`` the temporary directory is removed and
     ``out`` is untouched. An existing ``out`` raises FileExistsError unless
-    ``force``: then it is moved aside (``.old-<name>~<owner>``), replaced, and
+    ``force``, and ValueError when it is neither empty nor a report or comparison
+    (`is_replaceable`: a run directory or any other folder is never removed); with
+    ``force`` it is moved aside (``.old-<name>~<owner>``), replaced, and
     removed only once the new directory is in place (restored if the rename
     fails). ``out`` must be a directory (ValueError for a file). First the
     temporaries that dead processes left next to ``out`` are removed
@@ -297,6 +300,8 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
                               "another directory")
+    if out.exists() and not is_replaceable(out):
+        raise ValueError(not_replaceable_message(out))
     tmp = make_staging_dir(out.parent, out.name)
     old = None
     try:
@@ -319,6 +324,30 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
     if old is not None:
         temporaries.remove(old)
     return out
+
+
+REPLACEABLE_MARKS = ("report.json", "compare.json")
+"""The file that makes a directory a report (`write_report`) or a comparison
+(`compare.write_comparison`): only such a directory, or an empty one, is replaced."""
+
+
+def is_replaceable(out: Path) -> bool:
+    """Whether ``--force`` may replace directory ``out``: it is empty, or a report or a
+    comparison (it holds one of `REPLACEABLE_MARKS`). Anything else (a run directory, a
+    data root, a home folder) is never removed."""
+    out = Path(out)
+    try:
+        return (not any(out.iterdir())
+                or any((out / m).is_file() for m in REPLACEABLE_MARKS))
+    except NotADirectoryError:
+        return False
+
+
+def not_replaceable_message(out: Path) -> str:
+    """The one line refusing to replace ``out`` (not `is_replaceable`)."""
+    return (f"--out {out} holds files that are not a report or a comparison (no "
+            f"{' or '.join(REPLACEABLE_MARKS)}); --force replaces only those, so nothing "
+            "was written: give --out a new directory")
 
 
 def recover_dir(out: Path) -> None:
@@ -565,10 +594,24 @@ def write_report(report: dict, out: Path, force: bool = False,
 
 
 def load_report(out: Path) -> dict:
-    """report.json of a report directory; FileNotFoundError / ValueError when absent or
-    not a report of this schema."""
+    """report.json of a report directory; FileNotFoundError when absent, ValueError (one
+    line naming the file and the fix) when it is not valid JSON, not a report of this
+    schema, or lacks what a comparison reads (run, evaluation, per_task rows with their
+    task, aggregates)."""
     p = Path(out) / "report.json"
-    d = json.loads(p.read_text())
-    if d.get("schema") != REPORT_SCHEMA:
-        raise ValueError(f"{p} is not a wmx evaluation report ({REPORT_SCHEMA})")
+    fix = (f"re-evaluate the run with `evaluate --run {Path(out).parent} --force` "
+           "(replaces its report)")
+    try:
+        d = json.loads(p.read_text())
+    except ValueError as e:
+        raise ValueError(f"{p} is not valid JSON ({str(e).splitlines()[0]}): the report is "
+                         f"damaged; {fix}") from None
+    if not isinstance(d, dict) or d.get("schema") != REPORT_SCHEMA:
+        raise ValueError(f"{p} is not a wmx evaluation report ({REPORT_SCHEMA}); {fix}")
+    rows = d.get("per_task")
+    if not (isinstance(d.get("run"), dict) and isinstance(d.get("evaluation"), dict)
+            and isinstance(d.get("aggregates"), list) and isinstance(rows, list)
+            and all(isinstance(r, dict) and isinstance(r.get("task"), str) for r in rows)):
+        raise ValueError(f"{p} lacks the run, evaluation, per_task or aggregates a report "
+                         f"holds: the report is damaged; {fix}")
     return d

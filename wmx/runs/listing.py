@@ -164,10 +164,17 @@ def read_metrics(path: Path) -> list[dict[str, str]]:
 
 
 def _int(v: Any) -> int | None:
+    """``v`` as an int; None when it is no finite number (a damaged file's "inf" too)."""
     try:
         return int(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _derived(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config's ``derived`` block; {} when absent or not an object (a damaged file)."""
+    d = cfg.get("derived")
+    return d if isinstance(d, dict) else {}
 
 
 def _float(v: Any) -> float | None:
@@ -219,7 +226,7 @@ def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
     """Env steps of an online run at a checkpoint's ``next_tick``, inside a round too
     (ticks of a round: T + 1, the last one emits no env step); None when the config
     lacks the numbers."""
-    derived, tick, n_envs = cfg.get("derived") or {}, _int(host.get("next_tick")), \
+    derived, tick, n_envs = _derived(cfg), _int(host.get("next_tick")), \
         _int(cfg.get("n_envs"))
     T, repeat = _int(derived.get("episode_length")), _int(derived.get("action_repeat"))
     if None in (tick, n_envs, T, repeat):
@@ -310,7 +317,7 @@ def read_run(run_dir: Path) -> RunInfo:
     else:
         kind, unit, step_col, target = "online", "env steps", "env_steps", str(cfg.get("task", "?"))
         # the run's own total: --env-steps rounded up to whole rounds (config "derived")
-        total = _int((cfg.get("derived") or {}).get("total_env_steps"))
+        total = _int(_derived(cfg).get("total_env_steps"))
         if total is None:
             total = _int(cfg.get("env_steps"))
     rows = read_metrics(run_dir / "metrics.csv")
