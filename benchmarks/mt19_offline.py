@@ -411,16 +411,21 @@ def unpack_one(store, stage: Path, doc_path: Path) -> str:
                              "remove it and unpack again")
         clear_stage()
         return f"{base}: kept: already stored in {final} and valid"
+    # every part in the stage is checked in each call, so a damaged one is found in the
+    # call that carried it, not after the last part came
+    damaged = [p for p, want in zip(parts, doc["parts"]) if p.is_file() and (
+        p.stat().st_size != want["size_bytes"] or file_digest(p) != want["sha256"])]
+    for p in damaged:
+        p.unlink()
+    if damaged:
+        names = ", ".join(p.name for p in damaged)
+        raise CarryError(f"{base}: part(s) {names} damaged (size or sha256 not the "
+                         "parts.json's); removed from the stage: carry it again")
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
         return (f"{base}: waiting for {len(missing)} of {len(parts)} part(s): "
                 f"{', '.join(m.rsplit('.', 1)[1] for m in missing)}; carry them and unpack "
                 "again")
-    for p, want in zip(parts, doc["parts"]):
-        if p.stat().st_size != want["size_bytes"] or file_digest(p) != want["sha256"]:
-            p.unlink()
-            raise CarryError(f"{base}: part {p.name} is damaged (its size or sha256 is not "
-                             "the parts.json's); removed from the stage: carry it again")
     tmp = make_staging_dir(final.parent, h)
     try:
         dest = _extract(doc, parts, tmp)

@@ -181,6 +181,38 @@ def test_damaged_part_is_refused_and_nothing_stored(source, packed, tmp_path, ca
     assert validate_dataset(home / "datasets" / "tst" / ds.name).ok
 
 
+def test_damaged_parts_are_found_in_the_call_that_carried_them(source, packed, tmp_path,
+                                                              capsys):
+    """Two damaged parts in the first of two calls: both refused in that call (not after the
+    last part came), named in one line, removed; the second call's good parts wait for them."""
+    _, ds = source
+    doc, parts, _ = packed
+    assert len(parts) >= 4
+    half = len(parts) // 2
+    first = _carry(tmp_path, [parts[0].with_name(f"tst@{ds.name[:12]}.parts.json")]
+                   + parts[:half], "call1")
+    for f in (first / parts[0].name, first / parts[1].name):
+        raw = bytearray(f.read_bytes())
+        raw[0] ^= 0xFF
+        f.write_bytes(bytes(raw))
+    home = tmp_path / "there"
+    assert off.main(["unpack", str(first), "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "damaged" in err
+    assert parts[0].name in err and parts[1].name in err
+    assert not (home / ".carry" / parts[0].name).exists()
+    assert not (home / ".carry" / parts[1].name).exists()
+    assert _leftovers(home) == []
+    assert off.main(["unpack", str(_carry(tmp_path, parts[half:], "call2")),
+                     "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "waiting for 2 of" in out and "part00" in out and "part01" in out
+    assert off.main(["unpack", str(_carry(tmp_path, parts[:2], "call3")),
+                     "--home", str(home)]) == 0
+    assert "stored in" in capsys.readouterr().out
+    assert validate_dataset(home / "datasets" / "tst" / ds.name).ok
+
+
 def test_a_dataset_failing_validation_is_refused(source, tmp_path, capsys):
     """Parts whose sha256 match but whose dataset was changed after its build (a shard's
     byte flipped in the packed copy): unpack's validation refuses it."""
