@@ -128,7 +128,7 @@ HEAVY_MODULES = (
     "tests/agents/tdmpc2/test_tdmpc2_fast_paths.py",
     "tests/benchmarks/test_mt19_campaign.py",
     "tests/reliability/test_damaged_inputs.py",
-    "tests/benchmarks/test_profile_step.py",
+    "tests/benchmarks/test_profile_step_cpu_runs.py",
     "tests/train_offline/test_dreamerv3_offline.py",
     "tests/agents/dreamerv3/test_compute_dtype.py",
     "tests/envs/test_env_playground.py",
