@@ -122,7 +122,7 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
                          "directory")
-    from wmx.evaluate.report import is_replaceable, not_replaceable_message
+    from wmx.evaluate.report_dir import is_replaceable, not_replaceable_message
     if out.exists() and not is_replaceable(out):
         raise UsageError(not_replaceable_message(out))
     from wmx.paths import nearest_existing

@@ -26,20 +26,19 @@ import csv
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from wmx import failpoints, temporaries
 from wmx.agents.registry import get_agent
-from wmx.datasets.store import Store, commit_dir, make_staging_dir
+from wmx.datasets.store import Store
 from wmx.evaluate import aggregates as agg
 from wmx.evaluate import lineage as lin
 from wmx.evaluate import plots
+from wmx.evaluate.report_dir import (is_replaceable, recover_dir,  # noqa: F401 (re-exported)
+                                     write_dir_atomically)
 from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_learned
 from wmx.evaluate.reference_curves import (AGENT_LABELS, points_up_to, published_point,
                                             reference_source)
@@ -275,92 +274,6 @@ def build_report(info: RunInfo, returns: Mapping[str, np.ndarray], meta: Mapping
                                      f"{agg.BOOTSTRAP_RESAMPLES} resamples, seed "
                                      f"{agg.BOOTSTRAP_SEED}, 95%"},
     }
-
-
-# ---- writing --------------------------------------------------------------------------------
-def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
-    """Create directory ``out`` with ``fill(tmp_dir)`` in a hidden temporary sibling, then rename.
-
-    On any exception in ``fill`` the temporary directory is removed and
-    ``out`` is untouched. An existing ``out`` raises FileExistsError unless
-    ``force``, and ValueError when it is neither empty nor a report or comparison
-    (`is_replaceable`: a run directory or any other folder is never removed); with
-    ``force`` it is moved aside (``.old-<name>~<owner>``), replaced, and
-    removed only once the new directory is in place (restored if the rename
-    fails). ``out`` must be a directory (ValueError for a file). First the
-    temporaries that dead processes left next to ``out`` are removed
-    (`wmx.temporaries`); a directory a killed process had moved aside, with
-    nothing renamed in its place, is put back first.
-    """
-    out = Path(out)
-    recover_dir(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} is a file, not a report directory; give --out a directory "
-                         "(new or an existing report)")
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
-                              "another directory")
-    if out.exists() and not is_replaceable(out):
-        raise ValueError(not_replaceable_message(out))
-    tmp = make_staging_dir(out.parent, out.name)
-    old = None
-    try:
-        fill(tmp)
-        failpoints.hit("report.filled")
-        if out.exists():
-            old = out.parent / temporaries.owned_name(out.name, prefix=temporaries.OLD)
-            os.rename(out, old)
-            failpoints.hit("report.swapped")
-        try:
-            commit_dir(tmp, out)
-        except BaseException:
-            if old is not None:
-                os.rename(old, out)
-                old = None
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        temporaries.remove(old)
-    return out
-
-
-REPLACEABLE_MARKS = ("report.json", "compare.json")
-"""The file that makes a directory a report (`write_report`) or a comparison
-(`compare.write_comparison`): only such a directory, or an empty one, is replaced."""
-
-
-def is_replaceable(out: Path) -> bool:
-    """Whether ``--force`` may replace directory ``out``: it is empty, or a report or a
-    comparison (it holds one of `REPLACEABLE_MARKS`). Anything else (a run directory, a
-    data root, a home folder) is never removed."""
-    out = Path(out)
-    try:
-        return (not any(out.iterdir())
-                or any((out / m).is_file() for m in REPLACEABLE_MARKS))
-    except NotADirectoryError:
-        return False
-
-
-def not_replaceable_message(out: Path) -> str:
-    """The one line refusing to replace ``out`` (not `is_replaceable`)."""
-    return (f"--out {out} holds files that are not a report or a comparison (no "
-            f"{' or '.join(REPLACEABLE_MARKS)}); --force replaces only those, so nothing "
-            "was written: give --out a new directory")
-
-
-def recover_dir(out: Path) -> None:
-    """Put back ``out`` when a dead process moved it aside and died before renaming its
-    replacement in; then sweep the dead processes' temporaries next to it."""
-    parent = out.parent
-    if not out.exists() and parent.is_dir():
-        aside = sorted(p for p in parent.iterdir()
-                       if p.name.startswith(f"{temporaries.OLD}{out.name}~")
-                       and temporaries.is_stale(p.name))
-        if aside:
-            os.rename(aside[-1], out)
-    temporaries.sweep(parent)
 
 
 def _fmt(x, nd: int = 1) -> str:
