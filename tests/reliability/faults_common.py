@@ -27,6 +27,7 @@ CART = TaskInfo.from_spec(get_task("cartpole-balance").replace(T=T))   # O=5 A=1
 PROBE = TaskInfo.from_spec(get_task("probe-action").replace(T=T))      # O=2 A=2 repeat 1
 REWARD = {CART.name: (0.0, 2.0), PROBE.name: (-1.0, 1.0)}   # one agent step (registry)
 
+
 def episode(rng, info: TaskInfo) -> dict:
     """A valid episode of ``info`` with rewards inside the task's range."""
     O, A = info.obs_dim, info.action_dim
@@ -41,7 +42,6 @@ def episode(rng, info: TaskInfo) -> dict:
     last[-1] = True
     return schema.make_episode(rng.normal(size=(T + 1, O)).astype(np.float32), act, rew, first,
                                last, np.zeros(T + 1, bool))
-
 
 
 def _read(path: Path) -> list[bytes]:
@@ -118,6 +118,7 @@ def _first(shards, task_id: int):
 def _rows(run_dir: Path, drop=("wall_s",)) -> list[dict]:
     with (run_dir / "metrics.csv").open() as f:
         return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
+
 
 def _one_line(err: str) -> list[str]:
     return [ln for ln in err.strip().splitlines() if ln and not ln[:4].isdigit()]
