@@ -122,7 +122,8 @@ HEAVY_MODULES = (
     "tests/train_online/test_playground_smoke.py",
     "tests/agents/dreamerv3/test_offline_terms.py",
     "tests/train_online/test_train_online.py",
-    "tests/reliability/test_faults.py",
+    "tests/reliability/test_faults_running.py",
+    "tests/reliability/test_faults_bad_input.py",
     "tests/train_offline/test_train_offline.py",
     "tests/agents/dreamerv3/test_scan_grads.py",
     "tests/agents/tdmpc2/test_tdmpc2_fast_paths.py",
@@ -143,7 +144,9 @@ HEAVY_MODULES = (
 # rest, and takes one of these only when nothing else is left.
 SHARED_FIXTURE_MODULES = (
     "tests/train_online/test_train_online.py",
-    "tests/reliability/test_faults.py",
+    "tests/reliability/test_faults_bad_input.py",
+    "tests/reliability/test_faults_running.py",
+    "tests/reliability/test_faults_interrupted.py",
     "tests/reliability/test_damaged_inputs.py",
     "tests/train_offline/test_dreamerv3_offline.py",
     "tests/benchmarks/test_mt19_campaign.py",

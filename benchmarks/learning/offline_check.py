@@ -7,9 +7,9 @@ the dataset pooling their full training histories (every exported episode set; a
 the Beam build, ``pipelines/build_mt19.py --tasks ... --sources ...``, so the
 same sources give the same dataset hash), the check's offline run directory
 with its ``benchmark.json``, ``--resume``, the common flags, the training call,
-the per-task eval curves and result fields, the per-task plot, and the writing
-and printing of the results. Each entry point adds its criterion (``judge``) and
-its own flags.
+the per-task eval curves (`offline_eval`) and result fields, the per-task plot,
+and the writing and printing of the results (`offline_report`; ``--pack``:
+`offline_pack`). Each entry point adds its criterion (``judge``) and its own flags.
 
 A source agent's final return is the mean over its seeds of the last eval row
 of each seed in its metrics.csv (``RUN_DIR@N``: each seed's eval row at env step N).
@@ -23,32 +23,28 @@ at the task's own T, else measured with `random_policy_return`).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
-import os
 import time
 from pathlib import Path
 
-import numpy as np
-from check_run import portable, read_json, resume_command, training
+from check_run import read_json, resume_command, training
+# the evaluations, the results and the pack live in their own modules; the entry points,
+# device_check.py and the tests import them from here
+from offline_eval import (FINAL_EPISODES, eval_curves, eval_rows,  # noqa: F401
+                          eval_stderr, final_evaluation, judged_final, last_updates,
+                          metrics_rows, reusable_report, with_stderr)
+from offline_pack import check_pack, pack_home
+from offline_report import (RATIO, reaches_ratio, task_result,  # noqa: F401
+                            write_results)
 from offline_sources import (home_relative, pooled_sources, source_entry, source_run,
                              split_source)
 
 from wmx.evaluate.random_policy import RANDOM_EPISODES, random_policy_return, random_returns
-from wmx.evaluate.report import source_ratio
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_UPDATES = 20_000
 """--updates of a new check run."""
-RATIO = 0.5
-"""Offline final return / source final return needed for a task to pass."""
-FINAL_EPISODES = 50
-"""--final-episodes default: episodes per task and seed of the final evaluation that the
-verdict judges (one 10-episode evaluation of a task whose episodes score either ~0 or
-~900, as reacher-easy's, has a standard error of ~130)."""
-
-
 # ---- the random policy's return ----------------------------------------------------------
 def with_random_returns(tasks: dict[str, dict], bench: dict, episode_length: int | None
                         ) -> bool:
@@ -479,90 +475,6 @@ def prepared_only(args, run_dir: Path, bench: dict) -> bool:
     return True
 
 
-PACKED_RUN_FILES = ("config.json", "summary.json", "metrics.csv", "benchmark.json")
-"""What a packed home keeps of a source run and of the TD-MPC2 run beside (of the latter
-its report/ too: `evaluate --runs` compares with it there)."""
-
-
-def check_pack_dest(dest: Path, home: Path, runs: list[str]) -> None:
-    """Refuse a ``--pack`` folder before anything is prepared (SystemExit, one line): it
-    exists, its parent is not a folder, it lies inside the home folder (the copy would
-    hold itself, or list as a run or a dataset), or a run to pack (``runs``, as
-    benchmark.json records them) lies outside the home folder or leaves it with ``..``."""
-    home = Path(home).expanduser().resolve()
-    if dest.exists() or dest.is_symlink():
-        raise SystemExit(f"--pack {dest}: it exists; give a new folder")
-    parent = next((q for q in dest.parents if q.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise SystemExit(f"--pack {dest}: {parent} is not a folder")
-    if dest == home or home in dest.parents:
-        raise SystemExit(f"--pack {dest}: inside the home folder {home}; give a folder "
-                         "outside it")
-    bad = [r for r in runs if Path(r).is_absolute() or ".." in Path(r).parts]
-    if bad:
-        raise SystemExit(f"--pack: the runs {bad} lie outside the home folder {home}; they "
-                         "cannot travel with it (give runs inside it)")
-
-
-def check_pack(dest: Path, home: Path, runs: list[str], run_dir: Path | None) -> Path | None:
-    """`check_pack_dest`, then, given the prepared run ``run_dir``: it has not trained, its
-    dataset and the ``runs`` to copy (home-relative) are in ``home``. Returns the dataset's
-    home-relative folder (None without ``run_dir``). Raises SystemExit naming the problem,
-    before anything is written."""
-    check_pack_dest(dest, home, runs)
-    if run_dir is None:
-        return None
-    if (run_dir / "metrics.csv").exists() or (run_dir / "checkpoints").exists():
-        raise SystemExit(f"--pack: {run_dir} has trained already (metrics.csv or "
-                         "checkpoints/); pack a run that --prepare-only wrote")
-    name, _, full = read_json(run_dir / "config.json", "--pack")["dataset"].partition("@")
-    dataset = Path("datasets") / name / full
-    if not (home / dataset / "manifest.json").is_file():
-        raise SystemExit(f"--pack: the run's dataset {name}@{full[:10]} is not in {home}")
-    missing = [r for r in runs if not (home / r / "config.json").is_file()]
-    if missing:
-        raise SystemExit(f"--pack: the runs {missing} recorded in {run_dir / 'benchmark.json'} "
-                         f"are not in {home} (no config.json)")
-    return dataset
-
-
-def pack_home(run_dir: Path, home: Path, bench: dict, dest: Path) -> Path:
-    """Copy what training the prepared check run ``run_dir`` elsewhere needs into the new
-    folder ``dest``, a home folder of its own: the run's config.json and benchmark.json,
-    its dataset (``datasets/<name>/<hash>/``), and `PACKED_RUN_FILES` of its source runs
-    and of the TD-MPC2 run beside it (about 1 MB for one task and a 50,000-env-step
-    source; no episode sets, no checkpoints). Written into an owned temporary sibling
-    (`wmx.temporaries`; a killed pack's is swept by the next) and renamed: ``dest`` is
-    whole or absent. Returns ``dest``. Raises SystemExit: `check_pack`'s refusals (the
-    destination; the run has trained: resume it where it is; a run to pack has no
-    config.json; the dataset is not in the home folder)."""
-    import shutil
-
-    from wmx import temporaries
-    runs = [*(split_source(s)[0] for s in bench.get("sources", [])),
-            *([bench["tdmpc2_run"]] if bench.get("tdmpc2_run") else [])]
-    dataset = check_pack(dest, home, runs, run_dir)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    temporaries.sweep(dest.parent)
-    tmp = temporaries.make_dir(dest.parent, dest.name)
-    try:
-        shutil.copytree(home / dataset, tmp / dataset)
-        for rel, files in [(Path("runs") / run_dir.name, ("config.json", "benchmark.json")),
-                           *((Path(r), PACKED_RUN_FILES) for r in runs)]:
-            (tmp / rel).mkdir(parents=True, exist_ok=True)
-            for f in files:
-                if (home / rel / f).is_file():
-                    shutil.copy2(home / rel / f, tmp / rel / f)
-        beside = bench.get("tdmpc2_run")
-        if beside and (home / beside / "report").is_dir():
-            shutil.copytree(home / beside / "report", tmp / beside / "report")
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest
-
-
 def train(rc, run_dir: Path, home: Path, budget_min: float | None,
           report_only: bool = False) -> tuple[dict, float]:
     """(summary, wall seconds) of `train_offline`'s loop on ``run_dir`` (progress bar on;
@@ -605,286 +517,3 @@ def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
-# ---- results ------------------------------------------------------------------------------
-def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
-    """The rows of an offline run's metrics.csv ([] without one)."""
-    path = Path(run_dir) / "metrics.csv"
-    if not path.is_file():
-        return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def eval_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The per-task evaluation rows (one per task, seed and evaluation point; the
-    ``mean`` rows over tasks left out)."""
-    return [r for r in rows if r.get("kind") == "eval" and r.get("task") not in ("mean", "")]
-
-
-def last_updates(run_dir: Path) -> int:
-    """The largest update count in an offline run's metrics.csv (0 without one)."""
-    return max((int(r["updates"]) for r in metrics_rows(run_dir)), default=0)
-
-
-def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:
-    """{task: {updates: [eval return per seed]}} from an offline run's metrics.csv."""
-    out: dict[str, dict[int, list[float]]] = {}
-    for r in eval_rows(metrics_rows(run_dir)):
-        out.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
-            float(r["return"]))
-    return {t: dict(sorted(c.items())) for t, c in out.items()}
-
-
-def combined_stderr(terms: list[float]) -> float:
-    """The standard error of a mean over k seeds' means from each seed's squared standard
-    error (variance / episodes): sqrt(sum(terms)) / k (the seeds' policies fixed)."""
-    return math.sqrt(sum(terms)) / len(terms)
-
-
-def eval_stderr(run_dir: Path) -> dict[str, dict[int, float]]:
-    """{task: {updates: standard error of the seed-mean eval return}} from an offline
-    run's metrics.csv: sqrt(sum_i std_i^2 / n_i) / k over its k seeds, std_i and n_i a
-    seed's episode std (``return_std``) and episode count; tasks or points without those
-    columns are left out."""
-    acc: dict[str, dict[int, list[float]]] = {}
-    for r in eval_rows(metrics_rows(run_dir)):
-        if r.get("return_std") and r.get("episodes"):
-            acc.setdefault(r["task"], {}).setdefault(int(r["updates"]), []).append(
-                float(r["return_std"]) ** 2 / int(r["episodes"]))
-    return {t: {u: combined_stderr(v) for u, v in sorted(c.items())}
-            for t, c in acc.items()}
-
-
-def with_stderr(res: dict, run_dir: Path) -> dict:
-    """``res`` with each task's ``offline_eval_stderr`` ({updates: standard error},
-    `eval_stderr`, from ``run_dir``'s metrics.csv) and ``offline_final_stderr`` (the final
-    evaluation's, else the last periodic point's; None when not recorded)."""
-    se = eval_stderr(Path(run_dir))
-    for name, t in res["tasks"].items():
-        mine = se.get(name, {})
-        t["offline_eval_stderr"] = {str(u): v for u, v in mine.items()}
-        curve = t.get("offline_eval_return") or {}
-        last = max(curve, key=int) if curve else None
-        final = t.get("offline_final_evaluation")
-        t["offline_final_stderr"] = (final["stderr"] if final else
-                                     mine.get(int(last)) if last is not None else None)
-    return res
-
-
-def task_result(t: dict, per_seed: dict[int, list[float]], final: dict | None = None) -> dict:
-    """One task's entries: the source runs and final return (``t``, a `pooled_sources`
-    value), the offline eval curve (mean over seeds; ``per_seed``: {updates: returns}),
-    the last periodic and the best offline return, the final offline return (the task's
-    `final_evaluation` entry ``final`` when given, else the last periodic evaluation) and
-    the ratio final / source (None when either is missing or the source return is <= 0),
-    and the uniform-random policy's mean return (``t["random"]``, None when not
-    measured). The check adds its verdict ("pass")."""
-    curve = {u: float(np.mean(v)) for u, v in per_seed.items()}
-    last = curve[max(curve)] if curve else None
-    ret = last if final is None else final["return"]
-    src = t["final_return"]
-    rnd = t.get("random")
-    return {"source_runs": t["runs"], "source_env_steps": t.get("env_steps"),
-            "source_final_return": src,
-            "random_policy_return": None if rnd is None else rnd["mean"],
-            "source_final_return_per_seed": t["per_seed"],
-            "offline_eval_return": {str(u): v for u, v in curve.items()},
-            "offline_eval_return_per_seed": {str(u): v for u, v in per_seed.items()},
-            "offline_last_eval_return": last,
-            "offline_final_evaluation": final,
-            "offline_final_return": ret,
-            "offline_best_return": max(curve.values()) if curve else None,
-            "ratio": source_ratio(ret, src)}
-
-
-def judged_final(run_dir: Path, home: Path, bench: dict, summary: dict, planned: int
-                 ) -> tuple[dict[str, dict] | None, dict]:
-    """`final_evaluation` at update ``planned`` (the run's last) of a finished check run
-    with its recorded ``final_episodes`` (benchmark.json; FINAL_EPISODES for a run from
-    before it was recorded), its note printed; finals None for a run that has not
-    finished. A run counts as finished when ``summary`` says so or reached ``planned``
-    updates (a run brought back without its summary.json).
-
-    Returns:
-        (the per-task finals or None, the result entries ``final_episodes`` and
-        ``final_evaluation_note``).
-    """
-    episodes = int(bench.get("final_episodes", FINAL_EPISODES))
-    if summary.get("finished") or (summary.get("updates") or 0) >= planned:
-        finals, note = final_evaluation(run_dir, home, episodes, planned)
-    else:
-        finals, note = None, "the run has not finished: its last periodic evaluation is judged"
-    print(f"final return: {note}")
-    return finals, {"final_episodes": episodes, "final_evaluation_note": note}
-
-
-def reusable_report(run_dir: Path, episodes: int, updates: int | None
-                    ) -> tuple[dict | None, str]:
-    """(report.json, "") of the run's ``report/`` when it is the evaluation asked for:
-    this run's (name, agent, seeds), every task it trained, ``episodes`` fresh episodes
-    per task and seed, of the checkpoint at ``updates`` (None: any); else (None, why
-    not), a missing, damaged or foreign report included."""
-    from wmx.evaluate.compare import report_mismatch
-    from wmx.evaluate.report import load_report
-    from wmx.runs.offline_config import OfflineRunConfig
-    out = Path(run_dir) / "report"
-    if not (out / "report.json").is_file():
-        return None, "no report/"
-    try:
-        rep = load_report(out)
-        rc = OfflineRunConfig.from_json(read_json(Path(run_dir) / "config.json", "report/"))
-        why = list(report_mismatch(rep, episodes=episodes, keys="fresh",
-                                   checkpoint_step=updates).values())
-        run = rep["run"]
-        if run["name"] != Path(run_dir).name or run["agent"] != rc.agent:
-            why.append(f"the report of {run['agent']} run {run['name']}")
-        if [int(x) for x in run["seeds"]] != list(rc.seeds):
-            why.append(f"seeds {run['seeds']}, not the run's {list(rc.seeds)}")
-        tasks = set(rc.train_task_set.names)
-        if set(rep["returns"]) != tasks:
-            why.append(f"tasks {sorted(rep['returns'])}, not the run's {sorted(tasks)}")
-    except (OSError, ValueError, KeyError, TypeError, SystemExit) as e:
-        return None, f"report/report.json unreadable ({e})"
-    return (None, "; ".join(why)) if why else (rep, "")
-
-
-def final_evaluation(run_dir: Path, home: Path, episodes: int, updates: int
-                     ) -> tuple[dict[str, dict] | None, str]:
-    """The final evaluation the verdict judges: ``episodes`` fresh episodes per task and
-    seed of the run's checkpoint at ``updates`` (its last), the run's ``report/``
-    (`wmx.evaluate.cli.evaluate_to_report`, ``evaluate --run``). A report/ that already is
-    that evaluation (`reusable_report`) is used as it is (e.g. one written where the run
-    trained, brought back without checkpoints); otherwise the checkpoint is evaluated here,
-    replacing report/ (atomically), unless it is absent or a live process trains the run.
-
-    Returns:
-        ({task: {"return": mean over seeds and episodes, "stderr": its standard error as
-        evaluation noise, the seeds' policies fixed (each seed's sample std / sqrt(episodes),
-        combined as `eval_stderr`; None with a single episode; the spread between training
-        seeds is not counted), "episodes", "seeds", "report": report.json's path}} or None,
-        a note saying where it came from or why there is none).
-    """
-    from wmx.checkpoint import list_checkpoints
-    from wmx.evaluate.report import load_report
-    from wmx.runs.owner import probe
-    if episodes <= 0:
-        return None, "--final-episodes 0: the last periodic evaluation is judged"
-    out = Path(run_dir) / "report"
-    rep, why = reusable_report(run_dir, episodes, updates)
-    note = f"reused {out / 'report.json'}"
-    if rep is None:
-        if not any(int(c.name) == updates for c in list_checkpoints(run_dir)):
-            return None, (f"no checkpoint at update {updates:,d} to evaluate (report/: {why}):"
-                          " the last periodic evaluation is judged")
-        owner = probe(run_dir)
-        if owner is not None:
-            return None, (f"{owner.describe()} trains {run_dir} now: not evaluated, the last "
-                          "periodic evaluation is judged")
-        from wmx.evaluate.cli import evaluate_to_report
-        print(f"final evaluation: {episodes} episodes per task and seed of update "
-              f"{updates:,d} (evaluate --run {run_dir} --episodes {episodes})")
-        evaluate_to_report(run_dir, episodes=episodes, out=out, home=home, force=True)
-        rep = load_report(out)
-        note = f"evaluated into {out / 'report.json'}"
-    res = {}
-    for task, by_seed in rep["returns"].items():
-        seeds = [np.asarray(v, dtype=float) for v in by_seed.values()]
-        se = (None if min(len(x) for x in seeds) < 2 else
-              combined_stderr([x.var(ddof=1) / len(x) for x in seeds]))
-        res[task] = {"return": float(np.mean([x.mean() for x in seeds])), "stderr": se,
-                     "episodes": episodes, "seeds": len(seeds),
-                     "report": str(out / "report.json")}
-    return res, note
-
-
-def reaches_ratio(task: dict) -> bool:
-    """Whether a `task_result`'s final offline return is at least RATIO x the source's."""
-    final = task["offline_final_return"]
-    return bool(final is not None and final >= RATIO * task["source_final_return"])
-
-
-def plot(res: dict, path: Path, label: str, no_verdict: str, title: str) -> None:
-    """One panel per task: the offline eval curve (``label``; seed mean with its standard
-    error where ``offline_eval_stderr`` holds it, and the seed range), the final
-    evaluation (a star with its standard error) when there is one, the
-    source's final return and RATIO x it, TD-MPC2's curve when ``res["tdmpc2"]`` holds
-    one, the task's verdict (``no_verdict`` for a pass of None) as its title."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tasks, beside = res["tasks"], (res.get("tdmpc2") or {}).get("eval_return", {})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4.2 * len(tasks), 6.4), 3.6),
-                             squeeze=False)      # one task: wide enough for the title
-    for ax, (name, t) in zip(axes[0], tasks.items()):
-        per_seed = {int(u): v for u, v in t["offline_eval_return_per_seed"].items()}
-        top = [t["source_final_return"], 1.0]
-        if per_seed:
-            xs = np.array(sorted(per_seed))
-            se = {int(u): v for u, v in (t.get("offline_eval_stderr") or {}).items()}
-            ax.errorbar(xs, [np.mean(per_seed[x]) for x in xs],
-                        yerr=[se.get(int(x), 0.0) for x in xs], fmt="o-", capsize=2,
-                        label=label + (" (± s.e.)" if se else ""))
-            if any(len(v) > 1 for v in per_seed.values()):
-                ax.fill_between(xs, [min(per_seed[x]) for x in xs],
-                                [max(per_seed[x]) for x in xs], alpha=0.2, label="seed range")
-            top += [max(v) for v in per_seed.values()]
-        final = t.get("offline_final_evaluation")
-        if final:
-            x = res.get("updates_reached") or (max(per_seed) if per_seed else 0)
-            ax.errorbar([x], [final["return"]], yerr=[final["stderr"] or 0.0], fmt="*", ms=11,
-                        capsize=3, color="tab:green",
-                        label=f"final evaluation ({final['episodes']} ep. x "
-                              f"{final['seeds']} seed{'s' if final['seeds'] > 1 else ''})")
-            top.append(final["return"] + (final["stderr"] or 0.0))
-        if beside.get(name):
-            c = {int(u): v for u, v in beside[name].items()}
-            ax.plot(sorted(c), [c[u] for u in sorted(c)], "s--", label="offline TD-MPC2")
-            top += list(c.values())
-        src = t["source_final_return"]
-        ax.axhline(src, color="k", lw=1, label=f"source agent {src:.0f}")
-        ax.axhline(RATIO * src, color="gray", ls="--", lw=1,
-                   label=f"{RATIO:g} x source {RATIO * src:.0f}")
-        if t.get("random_policy_return") is not None:
-            rnd = t["random_policy_return"]
-            ax.axhline(rnd, color="tab:red", ls=":", lw=1, label=f"random policy {rnd:.0f}")
-            top.append(rnd)
-        verdict = {True: "pass", False: "fail", None: no_verdict}[t["pass"]]
-        ax.set_title(f"{name}: {verdict}", fontsize=10)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("eval return")
-        ax.set_ylim(0, 1.45 * max(top))       # room for the legend above the curves
-        ax.legend(fontsize=7, loc="upper center", ncol=2)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_results(res: dict, out: Path, name: str, *, label: str, no_verdict: str, title: str,
-                  columns: dict[str, str], tally: str) -> Path:
-    """Write a check's results and print its verdict.
-
-    Args:
-        res: the entry point's ``judge`` result updated with `run_fields` (its
-            ``"passed"``, ``"updates_reached"``, ``"updates_planned"`` and per-task
-            entries under ``"tasks"`` are read).
-        out: the results folder (exists). Paths in the file are relative to the run's
-            data root or the working directory (`check_run.portable`).
-        name: the result file stem.
-        label, no_verdict, title: `plot`'s curve label, verdict text for a pass of None,
-            and figure title.
-        columns: the per-task entries printed, {printed key: key in the task's entry}.
-        tally: the count shown beside the overall verdict (e.g. "2/3 tasks").
-
-    Returns:
-        ``out/<name>.json``; ``out/<name>.png`` is written beside it.
-    """
-    path = out / f"{name}.json"
-    path.write_text(json.dumps(portable(res, res["run_dir"]) if "run_dir" in res else res,
-                               indent=1))
-    plot(res, out / f"{name}.png", label, no_verdict, title)
-    print(json.dumps({k: {c: v[f] for c, f in columns.items()}
-                      for k, v in res["tasks"].items()}, indent=1))
-    print(f"passed: {res['passed']} ({tally}); updates {res['updates_reached']:,d}/"
-          f"{res['updates_planned']:,d}; results in {path}")
-    return path

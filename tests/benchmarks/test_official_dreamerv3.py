@@ -381,7 +381,7 @@ def test_env_processes_start_with_jax_on_the_cpu(monkeypatch):
 def test_signal_handler_counts_one_signal_sent_twice_once(monkeypatch):
     import faulthandler
     import signal
-    monkeypatch.setattr(off, "_say", lambda text: None)
+    monkeypatch.setattr(sys.modules[off._OnSignal.__module__], "_say", lambda text: None)
     previous = signal.getsignal(signal.SIGUSR1)
     try:
         stop = off._Stop(deadline=None)

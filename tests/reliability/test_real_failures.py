@@ -1,4 +1,4 @@
-"""The failures test_faults.py injects, for real (slow: each is a train_online process).
+"""The failures test_faults_*.py inject, for real (slow: each is a train_online process).
 
 - out of memory: ``--batch-size 1e9`` under an address-space limit (RLIMIT_AS
   6 GB, so the test cannot exhaust the machine): XLA's allocation fails;
