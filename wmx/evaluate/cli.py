@@ -114,17 +114,11 @@ def _check_out(out: Path, force: bool) -> None:
         nearest existing folder is not writable (a read-only filesystem or
         missing permissions).
     """
-    from wmx.evaluate.report import recover_dir
-    recover_dir(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a report directory; give a directory "
-                         "(new, or an existing report with --force)")
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists already; pass --force to replace it, or --out another "
-                         "directory")
-    from wmx.evaluate.report_dir import is_replaceable, not_replaceable_message
-    if out.exists() and not is_replaceable(out):
-        raise UsageError(not_replaceable_message(out))
+    from wmx.evaluate.report_dir import check_target
+    try:
+        check_target(out, force)
+    except (ValueError, FileExistsError) as e:
+        raise UsageError(str(e)) from None
     from wmx.paths import nearest_existing
     parent = nearest_existing(out.parent)
     if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):

@@ -15,7 +15,7 @@ from pathlib import Path
 from wmx import failpoints, temporaries
 from wmx.datasets.store import commit_dir, make_staging_dir
 
-__all__ = ["write_dir_atomically", "REPLACEABLE_MARKS", "is_replaceable",
+__all__ = ["write_dir_atomically", "check_target", "REPLACEABLE_MARKS", "is_replaceable",
            "not_replaceable_message", "recover_dir"]
 
 
@@ -34,15 +34,7 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
     nothing renamed in its place, is put back first.
     """
     out = Path(out)
-    recover_dir(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} is a file, not a report directory; give --out a directory "
-                         "(new or an existing report)")
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
-                              "another directory")
-    if out.exists() and not is_replaceable(out):
-        raise ValueError(not_replaceable_message(out))
+    check_target(out, force)
     tmp = make_staging_dir(out.parent, out.name)
     old = None
     try:
@@ -65,6 +57,26 @@ def write_dir_atomically(out: Path, fill, force: bool = False) -> Path:
     if old is not None:
         temporaries.remove(old)
     return out
+
+
+def check_target(out: Path, force: bool) -> None:
+    """Refuse a target ``out`` that `write_dir_atomically` may not write, after putting back
+    what a killed writer had moved aside (`recover_dir`).
+
+    Raises:
+        ValueError: ``out`` is a file, or an existing folder that is neither empty nor a
+            report or comparison (`is_replaceable`).
+        FileExistsError: ``out`` exists and ``force`` is False.
+    """
+    recover_dir(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a report directory; give a directory "
+                         "(new, or an existing report with --force)")
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists already; pass --force to replace it, or --out "
+                              "another directory")
+    if out.exists() and not is_replaceable(out):
+        raise ValueError(not_replaceable_message(out))
 
 
 REPLACEABLE_MARKS = ("report.json", "compare.json")
