@@ -198,6 +198,22 @@ def test_a_task_one_run_did_not_score_is_left_out_of_the_common_aggregates(tmp_p
             for lab, rows in c["common_aggregates"].items()} == {"a": [20.0], "b": [30.0]}
 
 
+def test_a_non_finite_score_is_compared_as_none(tmp_path):
+    """As build_comparison's doc says: a hand-edited report's inf or NaN score is None in
+    the comparison (left out of the common tasks), so compare.json stays valid JSON."""
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0, "cheetah-run": 20.0})
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0, "cheetah-run": 30.0})
+    ra = json.loads((a / "report" / "report.json").read_text())
+    ra["per_task"][0]["score"] = float("inf")
+    rb = json.loads((b / "report" / "report.json").read_text())
+    rb["per_task"][1]["score"] = float("nan")
+    c = build_comparison([ra, rb])
+    assert c["scores"] == {"a": {"cartpole-balance": None, "cheetah-run": 20.0},
+                           "b": {"cartpole-balance": 40.0, "cheetah-run": None}}
+    assert c["common_tasks"] == []
+    json.dumps(c, allow_nan=False)
+
+
 def test_a_run_without_a_finite_score_is_compared_without_aggregates(tmp_path):
     a = fake_run(tmp_path, "a", {"cartpole-balance": 50.0})
     b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0})
@@ -323,6 +339,10 @@ def test_runs_whose_names_look_like_suffixed_labels_keep_distinct_columns(tmp_pa
     from wmx.evaluate.compare import label_names
     assert label_names(["a", "a", "a#2"]) == ["a", "a#3", "a#2"]
     assert label_names(["a", "a", "a"]) == ["a", "a#2", "a#3"]
+    # per_task.csv's columns stay distinct: a run named as a fixed column or as another
+    # run's ratio column is suffixed
+    assert label_names(["task", "a", "a_ratio"]) == ["task#2", "a", "a_ratio#2"]
+    assert label_names(["source_return"]) == ["source_return#2"]
     runs = [fake_run(tmp_path / d, n, {"cartpole-balance": s}) for d, n, s in
             (("x", "a", 50.0), ("y", "a", 60.0), ("z", "a#2", 70.0))]
     out = tmp_path / "cmp"

@@ -43,15 +43,22 @@ SOURCE_SHARE = 0.8
 an offline run on a task (its ``ratio`` at least this)."""
 
 
+FIXED_COLUMNS = ("task", "source_return")
+"""per_task.csv's columns beside the runs' labels and their "<label>_ratio" columns."""
+
+
 def label_names(names: Sequence[str]) -> list[str]:
     """One distinct label per run directory name: the name, suffixed "#2", "#3", ... on
     repeats, skipping a suffixed label that another run's name already is (runs named
-    "a", "a" and "a#2" get "a", "a#3", "a#2")."""
+    "a", "a" and "a#2" get "a", "a#3", "a#2"). A label is never one of per_task.csv's
+    `FIXED_COLUMNS` nor another run's "<name>_ratio" column (runs named "task", "a" and
+    "a_ratio" get "task#2", "a", "a_ratio#2"), so the csv's columns stay distinct."""
     taken = set(names)
+    blocked = set(FIXED_COLUMNS) | {f"{n}_ratio" for n in names}
     labels, used = [], set()
     for name in names:
         label, k = name, 1
-        while label in used or (label != name and label in taken):
+        while label in used or label in blocked or (label != name and label in taken):
             k += 1
             label = f"{name}#{k}"
         used.add(label)
@@ -208,8 +215,8 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
     tasks: list[str] = []
     for lab in labels:
         tasks += [t for t in own[lab] if t not in tasks]
-    scores = {lab: {t["task"]: t["score"] for t in r["per_task"]}
-              for lab, r in zip(labels, reports)}
+    scores = {lab: {t["task"]: t["score"] if agg.is_score(t["score"]) else None
+                    for t in r["per_task"]} for lab, r in zip(labels, reports)}
     common = [t for t in tasks if all(agg.is_score(scores[lab].get(t)) for lab in labels)]
     partial = bool(common) and any(
         {t for t in own[lab] if agg.is_score(scores[lab][t])} != set(common) for lab in labels)
