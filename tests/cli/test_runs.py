@@ -218,6 +218,17 @@ def test_a_resume_hint_quotes_the_runs_path(tmp_path):
         f"train_online --resume '{run}'"
 
 
+def test_no_resume_hint_for_a_config_naming_no_agent_or_task(tmp_path, capsys):
+    """A config.json of {} (or without the task) is no run --resume could read: no hint."""
+    run = tmp_path / "runs" / "empty-config"
+    run.mkdir(parents=True)
+    for cfg in ({}, {"agent": "tdmpc2"}, {"task": "walker-walk"}):
+        (run / "config.json").write_text(json.dumps(cfg))
+        assert listing.resume_text(listing.read_run(run)) is None
+    assert wmx_main(["runs", "info", "empty-config", "--home", str(tmp_path)]) == 0
+    assert "continue with" not in capsys.readouterr().out
+
+
 def test_a_resume_hint_for_a_run_brought_back_without_checkpoints(tmp_path):
     """A run with metrics rows but no checkpoint here: --resume here would start it over."""
     run = tmp_path / "runs" / "off"

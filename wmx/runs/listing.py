@@ -349,9 +349,10 @@ def resume_text(r: RunInfo) -> str | None:
     evaluations but no checkpoint (brought back without them: the offline checks refuse
     to train it again from update 0 and write its result instead). A run with progress
     but no checkpoint here (brought back from the machine that trains it) is continued
-    where its checkpoints are: the hint says so. The run's path is shell-quoted."""
-    if r.status not in (INTERRUPTED, NOT_STARTED) or r.kind == "?":
-        return None
+    where its checkpoints are: the hint says so. The run's path is shell-quoted. None too
+    for a config.json that names no agent, task or dataset (``--resume`` could not read it)."""
+    if r.status not in (INTERRUPTED, NOT_STARTED) or "?" in (r.kind, r.agent, r.target):
+        return None         # no hint for a config.json that does not name agent and task
     path = shlex.quote(str(r.path))
     bench_file = r.path / "benchmark.json"
     if not bench_file.is_file():
