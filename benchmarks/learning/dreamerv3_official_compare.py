@@ -35,7 +35,10 @@ and rates, the readings and ``passed``), ``<out>.png`` and, given official run f
 An official argument is a folder from ``official_dreamerv3.py --out`` (metrics.csv and
 official_summary.json) or a metrics.csv; a wmx arm is ``LABEL=PATH`` with PATH a run
 folder (metrics.csv, config.json: its commit is read there) or a metrics.csv, and
-``LABEL=PATH@COMMIT`` names the commit of a bare csv.
+``LABEL=PATH@COMMIT`` names the commit of a bare csv. Runs given under one label are
+pooled into one arm (seeds run as separate programs, e.g. ``--wmx bf16=RUN_S234 --wmx
+bf16=RUN_S01``: a seed's result does not depend on the seeds beside it, its keys being
+its own); they must hold different seeds.
 """
 from __future__ import annotations
 
@@ -164,6 +167,32 @@ def wmx_arm(path: Path, commit: str | None) -> tuple[list[dict[str, str]], str |
     return read_train_rows(path), commit
 
 
+def pooled_arm(label: str, parts: list[tuple[Path, str | None]]
+               ) -> tuple[list[dict[str, str]], str | None]:
+    """(train rows, commit) of one arm from its runs (`wmx_arm` each): the rows of all,
+    the commit the runs share, or their distinct commits joined by "+" in the runs'
+    order. Raises SystemExit when two runs hold the same seed."""
+    rows, commits, where = [], [], {}
+    for path, commit in parts:
+        r, c = wmx_arm(path, commit)
+        seeds = {int(x["seed"]) for x in r}
+        twice = sorted(seeds & set(where))
+        if twice:
+            raise SystemExit(f"--wmx {label}: seed(s) {twice} in both {where[twice[0]]} and "
+                             f"{path}; runs pooled under one label must hold different seeds")
+        where.update({sd: path for sd in seeds})
+        rows += r
+        if c not in commits:
+            commits.append(c)
+    known = [c for c in commits if c]
+    return rows, ("+".join(known) if known else None)
+
+
+def _short(commit: str) -> str:
+    """A commit (or "+"-joined commits) in 7-character form."""
+    return "+".join(c[:7] for c in commit.split("+"))
+
+
 def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict]]:
     """(train rows of all seeds, the official summaries found) of --official arguments."""
     rows, summaries = [], []
@@ -254,7 +283,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--official", nargs="+", type=Path, required=True,
                    help="official runs: folders of official_dreamerv3.py --out, or metrics.csv")
     p.add_argument("--wmx", action="append", required=True, metavar="LABEL=PATH[@COMMIT]",
-                   help="a wmx arm (repeatable): a run folder or metrics.csv")
+                   help="a wmx arm (repeatable): a run folder or metrics.csv; runs "
+                        "under one label are pooled (different seeds)")
     p.add_argument("--judge", help="the label of the arm judged (default: the first --wmx)")
     p.add_argument("--until", type=int, default=64_000,
                    help="env steps up to which wmx must be inside the official range")
@@ -271,9 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="prefix of the outputs: <out>.json, <out>.png, <out>_official_metrics.csv")
     a = p.parse_args(argv)
     arms_in = [parse_arm(t) for t in a.wmx]
-    labels = [lab for lab, _, _ in arms_in]
-    if len(set(labels)) != len(labels):
-        raise SystemExit(f"--wmx: labels must differ, got {labels}")
+    labels = list(dict.fromkeys(lab for lab, _, _ in arms_in))     # in first-given order
     judged = a.judge or labels[0]
     if judged not in labels:
         raise SystemExit(f"--judge {judged}: not a --wmx label; give one of {labels}")
@@ -281,8 +309,9 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         official = train_curve(off_rows, a.match)
         arms, commits = {}, {}
-        for lab, path, commit in arms_in:
-            rows, commits[lab] = wmx_arm(path, commit)
+        for lab in labels:
+            rows, commits[lab] = pooled_arm(lab, [(path, commit) for other, path, commit
+                                                  in arms_in if other == lab])
             arms[lab] = train_curve(rows, a.match)
     except ValueError as e:
         raise SystemExit(str(e)) from None
@@ -316,7 +345,7 @@ def main(argv: list[str] | None = None) -> dict:
     dtypes = sorted({(r["config"] or {}).get("compute_dtype") or "" for r in runs} - {""})
     official_label = " ".join(["official DreamerV3"] + sorted(
         {(r["official_commit"] or "")[:7] for r in runs} - {""}) + dtypes)
-    plot(a.task, {" ".join(["wmx", lab] + ([commits[lab][:7]] if commits[lab] else [])): c
+    plot(a.task, {" ".join(["wmx", lab] + ([_short(commits[lab])] if commits[lab] else [])): c
                   for lab, c in arms.items()},
          official, shown, a.out.with_name(a.out.name + ".png"), official_label)
     tmp = a.out.with_name(a.out.name + ".json.tmp")

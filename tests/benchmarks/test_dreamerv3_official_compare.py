@@ -108,6 +108,29 @@ def test_main_writes_the_json_plot_and_official_rows(tmp_path):
     assert not list((tmp_path / "res").glob("*.tmp"))
 
 
+def test_runs_under_one_label_are_pooled_into_one_arm(tmp_path):
+    """Seeds 0-1 and 2 run as two programs, given under one label: one arm of 3 seeds, its
+    commits joined; a seed in both runs is refused."""
+    off = _csv(tmp_path / "off.csv", [(0, 16032, 40.0), (1, 16032, 90.0)])
+    a = tmp_path / "a"
+    a.mkdir()
+    _csv(a / "metrics.csv", [(0, 16000, 50.0), (1, 16000, 70.0)])
+    (a / "config.json").write_text(json.dumps({"code_version": "aaaaaaa111"}))
+    b = _csv(tmp_path / "b.csv", [(2, 16000, 90.0)])
+    res = cmp.main(["--official", str(off), "--wmx", f"bf16={a}", "--wmx", f"bf16={b}@bbbbbbb2",
+                    "--until", "16000", "--by", "16000", "--threshold", "60",
+                    "--out", str(tmp_path / "o")])
+    assert list(res["wmx"]) == ["bf16"]
+    assert res["wmx"]["bf16"]["curve"]["16000"] == {"0": 50.0, "1": 70.0, "2": 90.0}
+    assert res["wmx"]["bf16"]["commit"] == "aaaaaaa111+bbbbbbb2"
+    assert res["wmx"]["bf16"]["reading"]["threshold"]["best"] == pytest.approx(70.0)
+    with pytest.raises(SystemExit, match=r"seed\(s\) \[1\] in both"):
+        cmp.main(["--official", str(off), "--wmx", f"bf16={a}", "--wmx",
+                  f"bf16={_csv(tmp_path / 'c.csv', [(1, 16000, 1.0)])}",
+                  "--out", str(tmp_path / "o2")])
+    assert not (tmp_path / "o2.json").exists()
+
+
 def test_bad_arguments_fail_in_one_line(tmp_path):
     empty = _csv(tmp_path / "e.csv", [(0, 16000, 1.0)], kind="eval")
     with pytest.raises(SystemExit, match="no train rows"):
