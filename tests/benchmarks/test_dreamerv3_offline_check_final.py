@@ -12,7 +12,8 @@ from offline_check_stand_ins import _METRICS, _prepared_run, _tasks, bench
 
 
 def _report(run: Path, step: int, episodes: int, returns: dict, **run_fields) -> None:
-    """A run's report/report.json as `evaluate --run` writes it (the fields read)."""
+    """A run's report/report.json as `evaluate --run` writes it (the fields read, and the
+    per_task rows and aggregates every report holds: `wmx.evaluate.report.load_report`)."""
     (run / "report").mkdir(parents=True, exist_ok=True)
     seeds = sorted({int(x) for by_seed in returns.values() for x in by_seed})
     keys = run_fields.pop("keys", "fresh")
@@ -20,7 +21,8 @@ def _report(run: Path, step: int, episodes: int, returns: dict, **run_fields) ->
         "schema": "wmx-evaluation-report/1",
         "run": {"checkpoint_step": step, "name": run.name, "agent": "dreamerv3",
                 "seeds": seeds, **run_fields},
-        "evaluation": {"episodes": episodes, "keys": keys}, "returns": returns}))
+        "evaluation": {"episodes": episodes, "keys": keys}, "returns": returns,
+        "per_task": [{"task": t} for t in returns], "aggregates": []}))
 
 
 def _finished(run: Path, step: int) -> None:
