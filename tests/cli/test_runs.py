@@ -139,6 +139,12 @@ def test_bad_input(runs_home, tmp_path, capsys):
     assert wmx_main(["runs", "info", "nope", "--home", str(runs_home)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run 'nope'" in err[0] and "wmx runs ls" in err[0]
+    (runs_home / "runs" / "empty").mkdir()        # listed by ls: info says what is wrong
+    assert wmx_main(["runs", "info", "empty", "--home", str(runs_home)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is listed by `wmx runs ls`, but its config.json is missing" \
+        in err[0] and "remove the folder" in err[0]
+    (runs_home / "runs" / "empty").rmdir()
     assert wmx_main(["runs", "ls", "--home", str(tmp_path)]) == 0
     assert capsys.readouterr().out == (f"no runs in {tmp_path / 'runs'} (--home {tmp_path}; "
                                        "another with --home DIR or WMX_HOME=DIR); start one "

@@ -116,11 +116,18 @@ def resolve_run(ref: str, home: Path) -> Path:
     (a symbolic link to a run is kept as given, so `home_of_run` still finds its home).
 
     Raises FileNotFoundError naming both places when neither holds a
-    config.json."""
+    config.json (for a folder under ``<home>/runs`` without one, which `list_runs` lists,
+    saying what is wrong with its config.json)."""
     named = runs_dir(home) / ref
     for cand in (named, Path(ref).expanduser()):
         if (cand / "config.json").is_file():
             return Path(os.path.abspath(cand))
+    if (named.parent == runs_dir(home) and named.is_dir()
+            and not named.name.startswith(".")):                # listed by `wmx runs ls`
+        raise FileNotFoundError(
+            f"no run {ref!r}: {named} is listed by `wmx runs ls`, but its config.json "
+            f"{config_problem(named / 'config.json')} (a start killed before writing it "
+            "leaves such a folder): remove the folder, or start the run again")
     where = (f"neither {named} nor {ref} is" if named != Path(ref).expanduser() else
              f"{ref} is not")
     raise FileNotFoundError(f"no run {ref!r}: {where} a run directory (one with config.json); "
