@@ -48,27 +48,13 @@ def _fmt(v) -> str:
     return str(int(f)) if f.is_integer() and abs(f) < 1e15 else f"{f:.4g}"
 
 
-def _step(v) -> int | None:
-    try:
-        return int(float(v))
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _number(v) -> float | None:
-    """``v`` as a float; None when a damaged file holds something else there."""
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def cmd_info(args) -> int:
     """`wmx runs info RUN`: what read_run finds, or one line (exit 2) for a run whose
     config.json does not read (`wmx.runs.listing.damaged_config_message`)."""
     from wmx.paths import wmx_home
-    from wmx.runs.listing import (damaged_config_message, eval_text, progress_text,
-                                  read_metrics, read_run, resolve_run, resume_text)
+    from wmx.runs.listing import (as_float, as_int, damaged_config_message, eval_text,
+                                  progress_text, read_metrics, read_run, resolve_run,
+                                  resume_text)
     from wmx.sizes import human_size
     r = read_run(resolve_run(args.run, wmx_home(args.home)))
     damaged = damaged_config_message(r.path)
@@ -120,7 +106,7 @@ def cmd_info(args) -> int:
     for name, host in r.checkpoints:
         at = (f"updates {host.get('updates')}" if r.kind == "offline"
               else f"tick {host.get('next_tick')}")
-        wall = _number(host.get("wall_s", 0.0))
+        wall = as_float(host.get("wall_s", 0.0))
         print(f"    {name}: {at}, wall {'?' if wall is None else f'{wall:.1f}'} s"
               f"{', finished' if host.get('finished') else ''}")
     for name, why in r.damaged:
@@ -133,7 +119,7 @@ def cmd_info(args) -> int:
             ks = [x for x in rows if x.get("kind") == kind]
             if not ks:
                 continue
-            steps = [_step(x.get(step_col)) for x in ks]
+            steps = [as_int(x.get(step_col)) for x in ks]
             last = max((v for v in steps if v is not None), default=None)
             for x, v in zip(ks, steps):
                 if v != last:
@@ -142,7 +128,7 @@ def cmd_info(args) -> int:
                                  if v not in ("", None) and k not in ("kind", "seed"))
                 print(f"    {kind} seed {x.get('seed')}: {vals}")
     if r.summary is not None and r.summary.get("final_score") is not None:
-        score = _number(r.summary["final_score"])
+        score = as_float(r.summary["final_score"])
         print(f"  final score: {'?' if score is None else f'{score:.4g}'}")
     return 0
 

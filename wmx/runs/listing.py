@@ -170,8 +170,9 @@ def read_metrics(path: Path) -> list[dict[str, str]]:
         return []
 
 
-def _int(v: Any) -> int | None:
-    """``v`` as an int; None when it is no finite number (a damaged file's "inf" too)."""
+def as_int(v: Any) -> int | None:
+    """``v`` (a csv cell or JSON value, "120" or "120.0") as an int; None when it is no
+    finite number (a damaged file's "inf" too)."""
     try:
         return int(float(v))
     except (TypeError, ValueError, OverflowError):
@@ -184,7 +185,8 @@ def _derived(cfg: dict[str, Any]) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def _float(v: Any) -> float | None:
+def as_float(v: Any) -> float | None:
+    """``v`` (a csv cell or JSON value) as a float; None when it is no number."""
     try:
         return float(v)
     except (TypeError, ValueError):
@@ -211,18 +213,18 @@ def last_eval(rows: list[dict[str, str]], kind: str) -> LastEval | None:
     """The newest evaluation in metrics rows: online the mean ``return`` over seeds, offline
     the mean ``score`` of the task "mean" rows; None before the first."""
     step_col = "env_steps" if kind == "online" else "updates"
-    evals = [r for r in rows if r.get("kind") == "eval" and _int(r.get(step_col)) is not None]
+    evals = [r for r in rows if r.get("kind") == "eval" and as_int(r.get(step_col)) is not None]
     if not evals:
         return None
-    step = max(_int(r[step_col]) for r in evals)
-    at = [r for r in evals if _int(r[step_col]) == step]
+    step = max(as_int(r[step_col]) for r in evals)
+    at = [r for r in evals if as_int(r[step_col]) == step]
     per_task = [r for r in at if r.get("task") != "mean"]     # online rows have no task
-    counts = {_int(r.get("episodes")) for r in per_task} - {None}
+    counts = {as_int(r.get("episodes")) for r in per_task} - {None}
     episodes = counts.pop() if len(counts) == 1 else None
     if kind == "offline":
         at = [r for r in at if r.get("task") == "mean"]
     metric = "return" if kind == "online" else "score"
-    vals = [_float(r.get(metric)) for r in at]
+    vals = [as_float(r.get(metric)) for r in at]
     vals = [v for v in vals if v is not None]
     if not vals:
         return None
@@ -233,9 +235,9 @@ def _online_env_steps(cfg: dict[str, Any], host: dict[str, Any]) -> int | None:
     """Env steps of an online run at a checkpoint's ``next_tick``, inside a round too
     (ticks of a round: T + 1, the last one emits no env step); None when the config
     lacks the numbers."""
-    derived, tick, n_envs = _derived(cfg), _int(host.get("next_tick")), \
-        _int(cfg.get("n_envs"))
-    T, repeat = _int(derived.get("episode_length")), _int(derived.get("action_repeat"))
+    derived, tick, n_envs = _derived(cfg), as_int(host.get("next_tick")), \
+        as_int(cfg.get("n_envs"))
+    T, repeat = as_int(derived.get("episode_length")), as_int(derived.get("action_repeat"))
     if None in (tick, n_envs, T, repeat):
         return None
     return env_steps_at_tick(tick, T, n_envs, repeat)
@@ -320,22 +322,22 @@ def read_run(run_dir: Path) -> RunInfo:
                        damaged=damaged, link=link)
     if "dataset" in cfg:
         kind, unit, step_col, target = "offline", "updates", "updates", str(cfg["dataset"])
-        total = _int(cfg.get("updates"))
+        total = as_int(cfg.get("updates"))
     else:
         kind, unit, step_col, target = "online", "env steps", "env_steps", str(cfg.get("task", "?"))
         # the run's own total: --env-steps rounded up to whole rounds (config "derived")
-        total = _int(_derived(cfg).get("total_env_steps"))
+        total = as_int(_derived(cfg).get("total_env_steps"))
         if total is None:
-            total = _int(cfg.get("env_steps"))
+            total = as_int(cfg.get("env_steps"))
     rows = read_metrics(run_dir / "metrics.csv")
-    steps = [s for s in (_int(r.get(step_col)) for r in rows) if s is not None]
+    steps = [s for s in (as_int(r.get(step_col)) for r in rows) if s is not None]
     done = max(steps, default=0)
     if kind == "online" and ckpts:        # a checkpoint inside a round (--chunk-ticks)
         done = max(done, _online_env_steps(cfg, ckpts[-1][1]) or 0)
-    if summary is not None and _int(summary.get(step_col)) is not None:
-        done = max(done, _int(summary[step_col]))
+    if summary is not None and as_int(summary.get(step_col)) is not None:
+        done = max(done, as_int(summary[step_col]))
         if status == FINISHED:       # online totals are rounded up to whole rounds
-            total = _int(summary[step_col])
+            total = as_int(summary[step_col])
     if status == INTERRUPTED and not rows and not ckpts:
         status = NOT_STARTED
     return RunInfo(run_dir.name, run_dir, kind, str(cfg.get("agent", "?")), target, status,
