@@ -110,7 +110,7 @@ def _check_out(out: Path, force: bool) -> None:
 
     Raises:
       UsageError: ``out`` is a file, exists without ``force``, exists and is neither
-        empty nor a report or comparison (`report.is_replaceable`), or its
+        empty nor a report or comparison (`report_dir.check_target`), or its
         nearest existing folder is not writable (a read-only filesystem or
         missing permissions).
     """
