@@ -3,7 +3,9 @@ call's budget and pack what finished.
 
 `choose` picks the piece and its run's env steps per seed: a run in progress keeps its own;
 a new run takes its task's aim, or with ``--device-left-s`` the largest of its sizes
-(`Campaign.sizes`) that the plan's model says fits the session's device time left.
+(`Campaign.sizes`) that the plan's model says fits the session's device time left;
+``--regenerate`` trains recorded tasks again at their recorded env steps, first (a data root
+that lost their episode sets needs them for the dataset build).
 
 The run is train_online's own (`train_piece`); a finished run's bundle goes into the call's
 output folder (`pack_finished`, `_mt19_bundle.pack`) with ``mt19_call.json``, the call's
@@ -24,7 +26,8 @@ from typing import Any
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
 from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, task_cost
-from _mt19_tasks import AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state
+from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
+                         regeneration_mismatch)
 
 MAX_BUDGET_S = 570
 """Longest --budget-s: a device command runs at most 600 s; 30 s stay for the wrapper."""
@@ -64,7 +67,7 @@ def _chip() -> tuple[str, str]:
 
 def choose(states: list[TaskState], campaign: Campaign, task: str | None,
            device_left_s: float | None, elapsed_s: float,
-           args) -> tuple[TaskState | None, int, str]:
+           args, regenerate: tuple[str, ...] = ()) -> tuple[TaskState | None, int, str]:
     """The task to train next and its run's env steps per seed.
 
     A new run trains to the task's aim when that fits the session's device time left (in
@@ -82,12 +85,16 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         device_left_s: the session's device seconds left (None: not checked: the aim).
         elapsed_s: seconds of this call so far.
         args: the plan model's flags (`run_cost`).
+        regenerate: ``--regenerate``'s recorded tasks, in order: each is trained again at
+            its recorded env steps (fixed) until the home holds a finished run of them
+            (`TaskState.regenerated_run`), before the tasks not done.
 
     Returns:
         (state, env steps, why): ``task`` unless it is done or no size of its new run
         fits; else the task whose campaign run is in progress (env steps: the run's own
-        total); else the first task not done with a size that fits. (None, 0, why) when
-        there is none.
+        total); else the first task of ``regenerate`` not regenerated yet when its run
+        fits (else none: the session ends); else the first task not done with a size that
+        fits. (None, 0, why) when there is none.
     """
     def need(s: TaskState, n: int) -> float:
         return task_cost(s.task, n, Clock(elapsed_s, 0.0), args)[0]
@@ -126,6 +133,17 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     active = [s for s in states if s.active() is not None]
     if active:
         return active[0], running(active[0]), "its run is in progress"
+    by_task = {x.task: x for x in states}
+    for t in regenerate:
+        s = by_task[t]
+        if s.regenerated_run() is not None:
+            continue
+        n = s.recorded["env_steps"]
+        if device_left_s is not None and need(s, n) > device_left_s:
+            return None, 0, (f"--regenerate {t}: its run of {n:,} env steps needs "
+                             f"{minutes(need(s, n))} device minutes, {device_left_s / 60:.1f} "
+                             "are left; end the session")
+        return s, n, "--regenerate: the recorded source trained again"
     todo = [s for s in states if not s.done]
     if not todo:
         return None, 0, "every task of the campaign is done"
@@ -204,7 +222,8 @@ def piece_timing(run_dir: Path, rc, env_steps_from: int, wall_s: float,
 
 
 def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at: float,
-                argv: list[str], progress: bool, t0: float) -> dict[str, Any]:
+                argv: list[str], progress: bool, t0: float,
+                regenerate: bool = False) -> dict[str, Any]:
     """Start the task's run (or resume its run in progress) and train it until it ends
     or ``stop_at`` (a ``time.monotonic()`` value) passes; returns the piece's record.
 
@@ -225,9 +244,11 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         argv: the campaign command's arguments (recorded, folders redacted).
         progress: show the trainer's progress bar.
         t0: the call's start (``time.monotonic()``).
+        regenerate: the piece trains a recorded source again (``--regenerate``; recorded
+            in the piece).
 
     Returns:
-        The piece: task, run, new or resume, env steps from and to, the run's total,
+        The piece: task, run, new or resume, regenerate, env steps from and to, the run's total,
         the task's aim and whether the total was fitted below it, finished, seconds, why
         it stopped, the command, `piece_timing`. Also appended to
         ``<home>/campaign/<run>.calls.json`` (the run's calls, packed with it).
@@ -248,7 +269,8 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         run_dir = active.path
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
         own = saved.total_env_steps
-        rc = campaign.run_config(s.task, own if campaign.allows(s.task, own) else None)
+        again = s.recorded is not None and own == s.recorded["env_steps"]  # --regenerate's
+        rc = campaign.run_config(s.task, own if again or campaign.allows(s.task, own) else None)
         if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
                 rc, chunk_ticks=None):
             a, b = saved.to_json(), rc.to_json()
@@ -282,7 +304,8 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         finally:
             timer.cancel()
         signum = getattr(stop, "signum", None)
-    piece = {"task": s.task, "run": run_dir.name, "action": action, "started": started,
+    piece = {"task": s.task, "run": run_dir.name, "action": action, "regenerate": regenerate,
+             "started": started,
              "env_steps_from": before, "env_steps_to": int(summary["env_steps"]),
              "total_env_steps": rc.total_env_steps, "aim_env_steps": s.aim,
              "fitted": rc.total_env_steps < s.aim, "finished": bool(summary["finished"]),
@@ -367,6 +390,45 @@ def _out_room(out: Path) -> tuple[int, int]:
     return OUT_FILES - 1 - len(files), OUT_BYTES - sum(p.stat().st_size for p in files)
 
 
+def regenerate_tasks(text: str | None, campaign: Campaign,
+                     record: dict[str, Any] | None) -> tuple[str, ...]:
+    """``--regenerate``'s tasks, checked.
+
+    Args:
+        text: the flag's value, tasks separated by commas (None: none).
+        campaign: the campaign.
+        record: the loaded mt19_sources.json (None: none).
+
+    Returns:
+        The tasks in the order given, each once.
+
+    Raises:
+        ValueError: one line for a task that is not the campaign's, has no source recorded
+            at its floor, or whose recorded run the campaign's flags would not train again
+            (`_mt19_tasks.regeneration_mismatch`).
+    """
+    if text is None:
+        return ()
+    tasks = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    recorded = (record or {}).get("tasks", {})
+    for t in tasks:
+        if t not in campaign.tasks:
+            raise ValueError(f"--regenerate {t}: not a task of the campaign (--tasks)")
+        e = recorded.get(t)
+        if e is None or not e["done"]:
+            raise ValueError(f"--regenerate {t}: no source of it is recorded at its floor; "
+                             "next trains it without --regenerate")
+        diff = regeneration_mismatch(campaign, t, e)
+        if diff:
+            raise ValueError(f"--regenerate {t}: the campaign's run differs from the recorded "
+                             f"one in {', '.join(diff)}; give the recorded run's flags "
+                             f"(its command: {e['command']})")
+    if not tasks:
+        raise ValueError("--regenerate: name the recorded tasks, e.g. --regenerate "
+                         "reacher-easy,walker-stand")
+    return tasks
+
+
 def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
     """Train the next pieces within the call's budget and pack what finished.
 
@@ -397,13 +459,17 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
     if args.task is not None and args.task not in campaign.tasks:
         raise ValueError(f"--task {args.task}: not a task of the campaign (--tasks); its tasks: "
                          + ", ".join(campaign.tasks))
+    record = load_record(Path(args.results))
+    regenerate = regenerate_tasks(args.regenerate, campaign, record)
+    if regenerate and args.task is not None:
+        raise ValueError("--task and --regenerate: give one (--regenerate trains recorded "
+                         "tasks again, --task one task not done)")
     code = code_version()
     if not CODE.match(code):
         raise ValueError(f"the code version here is {code!r} (no git checkout): start the "
                          "command with WMX_CODE_VERSION=<the commit of the tree sent> "
                          "(mt19_campaign.py status prints the command) so the episode sets "
                          "name their code")
-    record = load_record(Path(args.results))
     store = Store(args.home).ensure_layout()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -421,7 +487,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                                              code)
             states = read_state(store.home, campaign, record)
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
-                               time.monotonic() - t0, args)
+                               time.monotonic() - t0, args, regenerate)
             if s is None:
                 call["next"] = {"what": why}
                 break
@@ -436,7 +502,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                 call["next"] = {"task": s.task, "what": s.next_text(n), "env_steps": n,
                                 "fitted": n < s.aim, "how": f"call again ({reason})"}
                 break
-            piece = train_piece(store, campaign, s, n, stop_at, argv, args.progress, t0)
+            piece = train_piece(store, campaign, s, n, stop_at, argv, args.progress, t0,
+                                regenerate=s.task in regenerate)
             call["pieces"].append(piece)
             if piece["signal"]:              # SIGTERM or Ctrl-C: this call goes no further
                 status = 143

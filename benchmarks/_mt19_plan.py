@@ -196,8 +196,10 @@ def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
 
 def cmd_plan(args, campaign: Campaign) -> int:
     """Print the campaign's device time per task and the sessions it takes (tasks done
-    are left out of the timeline; a task whose aim does not fit one session is planned
-    at its fitted env steps, shown as "AIM -> N"); writes nothing.
+    are left out of the timeline, except those whose recorded episode sets the data root
+    lacks: they come first, at their recorded env steps, marked "(regenerate)"; a task
+    whose aim does not fit one session is planned at its fitted env steps, shown as
+    "AIM -> N"); writes nothing.
 
     Args:
         args: the parsed flags (the model's, ``home``, ``results``).
@@ -216,7 +218,10 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          "longer budget")
     record = load_record(Path(args.results))
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
-    todo = [(t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
+    regen = [t for t in campaign.tasks if states[t].done and states[t].missing_sets
+             and states[t].regenerated_run() is None]
+    todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
+        (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
     timeline, sessions = simulate(todo, args)
     at = dict(zip([t for t, _ in todo], timeline))
     rows, total, fitted = [], 0.0, 0
@@ -232,7 +237,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
         steps, train, calls, dev, session, fits = at[t]
         total += dev
         fitted += steps < aim
-        rows.append((t, f"{aim:,}" + (f" -> {steps:,}" if steps < aim else ""),
+        rows.append((t + (" (regenerate)" if t in regen else ""),
+                     f"{aim:,}" + (f" -> {steps:,}" if steps < aim else ""),
                      f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
                      str(session) if fits else f"{session}: DOES NOT FIT ONE SESSION"))
     print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
@@ -252,5 +258,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
     print_table(("TASK", "ENV STEPS/SEED", "TRAIN MIN", "CALLS", "DEVICE MIN", "BUNDLE MIB",
                  "SESSION"), rows)
     print(f"to do: {len(todo)} task(s), {fitted} fitted below their aim, {total / 60:.0f} "
-          f"device minutes in {sessions} session(s)")
+          f"device minutes in {sessions} session(s)"
+          + (f"; {len(regen)} of them done tasks whose recorded episode sets this data root "
+             "lacks, trained again first (next --regenerate " + ",".join(regen) + ")"
+             if regen else ""))
     return 0

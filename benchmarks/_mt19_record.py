@@ -38,6 +38,14 @@ SET_KEYS = {"seed": int, "content_hash": str, "episodes": int, "env_steps": int,
             "last10_mean_return": float}
 """The keys of one episode set of an entry."""
 
+REGENERATION_KEYS = {"run": str, "wmx_commit": str, "chip": str, "jax": str, "ingested": str,
+                     "identical": bool, "final_return_mean": float, "replaced": (dict, type(None))}
+"""The keys of one event of an entry's optional ``regenerations`` list (`regenerated`): a
+run that trained the recorded source again at its env steps (``next --regenerate``), whether
+its episode sets are the recorded ones (content hashes, seed by seed), and, when they are
+not, what the entry named before (``replaced``: run, wmx_commit, chip, episode_sets'
+hashes, final_return_mean)."""
+
 
 def empty(targets: dict[str, int], default_target: int, regenerate: list[str]) -> dict[str, Any]:
     """A record with no source yet.
@@ -168,7 +176,54 @@ def check(data: Any) -> list[str]:
             out.append(f"tasks[{task!r}]: floor_env_steps is above target_env_steps")
         if e["done"] != (e["env_steps"] >= e["floor_env_steps"]):
             out.append(f"tasks[{task!r}]: done disagrees with env_steps and the floor")
+        regens = e.get("regenerations", [])
+        if not isinstance(regens, list) or not all(
+                isinstance(r, dict) and set(r) == set(REGENERATION_KEYS) and all(
+                    any(_type_ok(r[k], x) for x in (t if isinstance(t, tuple) else (t,)))
+                    for k, t in REGENERATION_KEYS.items()) for r in regens):
+            out.append(f"tasks[{task!r}]: regenerations is not a list of "
+                       f"{sorted(REGENERATION_KEYS)}")
     return out
+
+
+def _hashes(entry: dict[str, Any]) -> dict[str, str]:
+    return {str(s["seed"]): s["content_hash"] for s in entry["episode_sets"]}
+
+
+def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A task's entry after a run that trained its recorded source again (same env steps,
+    another run), and what happened, in words.
+
+    The same episode sets (every seed's content hash equal) keep the recorded entry, with
+    the run added to its ``regenerations``; other sets replace it by the new run's entry
+    (the sets the data root now holds), the recorded run kept in the event's
+    ``replaced``. A run already among the entry's regenerations changes nothing.
+
+    Args:
+        old: the recorded entry.
+        new: the entry of the new run (`entry_of`), of the same env steps.
+
+    Returns:
+        (the entry to record, a sentence for the ingest's log).
+    """
+    prior = list(old.get("regenerations", []))
+    if any(r["run"] == new["run"] for r in prior):
+        return old, f"{new['run']} is already recorded as a regeneration"
+    same = _hashes(old) == _hashes(new)
+    event = {"run": new["run"], "wmx_commit": new["wmx_commit"], "chip": new["chip"],
+             "jax": new["jax"], "ingested": new["ingested"], "identical": same,
+             "final_return_mean": new["final_return_mean"], "replaced": None}
+    if same:
+        return {**old, "regenerations": prior + [event]}, (
+            f"{new['run']} trained the recorded source again: the same episode sets (content "
+            f"hashes equal seed by seed); the entry keeps {old['run']}")
+    event["replaced"] = {"run": old["run"], "wmx_commit": old["wmx_commit"], "chip": old["chip"],
+                         "episode_sets": dict(sorted(_hashes(old).items())),
+                         "final_return_mean": old["final_return_mean"]}
+    return {**new, "regenerations": prior + [event]}, (
+        f"{new['run']} trained the recorded source again with other episode sets (final "
+        f"return {new['final_return_mean']:.1f} against {old['final_return_mean']:.1f}); the "
+        f"entry now names it, {old['run']} is kept under regenerations")
 
 
 def eval_rows(metrics_csv: Path) -> dict[str, dict[int, float]]:

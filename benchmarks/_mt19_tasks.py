@@ -261,6 +261,29 @@ class TaskState:
                      and r.done >= r.total >= self.floor), None)
 
     @property
+    def missing_sets(self) -> list[str]:
+        """Content hashes of the recorded source's episode sets that the store lacks ([]
+        when nothing is recorded): a data root that is not the one the record was made
+        in (a new machine, another home) lacks them all, and the dataset build needs
+        them; ``next --regenerate`` trains them again."""
+        if self.recorded is None:
+            return []
+        have = {m.content_hash for ms in self.groups.values() for m in ms}
+        return [e["content_hash"] for e in self.recorded.get("episode_sets", [])
+                if e["content_hash"] not in have]
+
+    def regenerated_run(self):
+        """A finished campaign run in the home of the recorded source's env steps
+        (`RunInfo`; its regeneration, or the recorded run itself), or None (also when
+        nothing is recorded)."""
+        from wmx.runs.listing import FINISHED
+        if self.recorded is None:
+            return None
+        n = self.recorded["env_steps"]
+        return next((r for r in self.runs if r.status == FINISHED and r.total == n
+                     and r.done >= n), None)
+
+    @property
     def done(self) -> bool:
         """Recorded at (or past) the floor, or a run trained in this home to its total of
         at least the floor."""
@@ -275,14 +298,19 @@ class TaskState:
                 None: not chosen yet, the aim and the floor are named).
 
         Returns:
-            "-" when done, "resume RUN (done/total env steps)", or "new run to N" (with
+            "-" when done (with its recorded sets in the store, or a finished run of them
+            in the home), "regenerate (...): new run to N" when done with sets missing,
+            "resume RUN (done/total env steps)", or "new run to N" (with
             "(at least FLOOR as device time allows)" when the floor is below the aim and
             the size is not chosen, "(fitted; aim AIM)" when it was chosen below the aim,
             and what the record has).
         """
-        if self.done:
-            return "-"
         run = self.active()
+        if self.done and run is None and self.missing_sets and self.regenerated_run() is None:
+            return (f"regenerate (next --regenerate): new run to "
+                    f"{self.recorded['env_steps']:,}, its recorded env steps")
+        if self.done and run is None:
+            return "-"
         if run is not None:
             return f"resume {run.name} ({run.done:,}/{run.total or 0:,} env steps)"
         have = f" (has {self.recorded['env_steps']:,})" if self.recorded else ""
@@ -292,6 +320,57 @@ class TaskState:
             return f"new run to {self.aim:,}{room}{have}"
         fit = f" (fitted; aim {self.aim:,})" if env_steps < self.aim else ""
         return f"new run to {env_steps:,}{fit}{have}"
+
+
+def recorded_config(entry: dict[str, Any]):
+    """The train_online config of a recorded source run (its ``command``).
+
+    Args:
+        entry: a task's entry of mt19_sources.json.
+
+    Returns:
+        The `wmx.runs.online_config.OnlineRunConfig` train_online's parser makes of the
+        command.
+
+    Raises:
+        ValueError: one line when the command is not a train_online command it accepts.
+    """
+    import shlex
+
+    from wmx.runs.cli_common import given_flags
+    from wmx.train_online import cli as online_cli
+    argv = shlex.split(entry.get("command", ""))
+    if argv[:1] != ["train_online"]:
+        raise ValueError(f"the recorded command {entry.get('command', '')!r} is not a "
+                         "train_online command; restore mt19_sources.json from git")
+    p = online_cli.build_parser()
+    try:
+        args = p.parse_args(argv[1:])
+    except SystemExit:
+        raise ValueError(f"train_online refuses the recorded command {entry['command']!r}; "
+                         "restore mt19_sources.json from git") from None
+    args.given = given_flags(p, argv[1:])
+    return online_cli.config_from_args(args)
+
+
+def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) -> list[str]:
+    """What differs between the campaign's run of a task at the recorded env steps and the
+    recorded source run (config fields; how the run is cut into chunks and checkpoints
+    changes no result and is left out).
+
+    Args:
+        campaign: the campaign (its flags).
+        task: a recorded task.
+        entry: its entry of mt19_sources.json.
+
+    Returns:
+        The config fields that differ, sorted ([]: a regeneration trains the same run).
+    """
+    import dataclasses as dc
+    keep = {"chunk_ticks": None, "checkpoint_every_chunks": 1}
+    a = dc.replace(recorded_config(entry), **keep).to_json()
+    b = dc.replace(campaign.run_config(task, entry["env_steps"]), **keep).to_json()
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) -> list[TaskState]:

@@ -100,7 +100,8 @@ def cmd_status(args, campaign: Campaign) -> int:
     for s in states:
         rec = s.recorded
         src = "-" if rec is None else f"{rec['env_steps']:,} / {rec['final_return_mean']:.1f}"
-        state = "done" if s.done else ("short" if rec else "todo")
+        state = ("done; sets missing" if s.done and s.missing_sets else "done" if s.done
+                 else "short" if rec else "todo")
         run = s.active() or s.finished_run()
         run_cell = "-" if run is None else f"{run.status} {run.done:,}/{run.total or 0:,}"
         aim = f"{s.aim:,}" + (f" ({s.floor:,})" if s.floor < s.aim else "")
@@ -117,14 +118,24 @@ def cmd_status(args, campaign: Campaign) -> int:
                  "RUN IN HOME", "SETS", "PRODUCER RUN", "SEEDS", "ENV STEPS", "EPISODES",
                  "LAST-10 MEAN", "NEXT"), rows)
     todo = [s for s in states if not s.done]
+    lost = [s.task for s in states if s.done and s.missing_sets]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
-    if todo:
-        s = next((x for x in todo if x.active() is not None), todo[0])
-        print(f"next piece: {s.task}: {s.next_text()}")
+    if lost:
+        print(f"episode sets missing: {len(lost)} done task(s) have their recorded sets not in "
+              f"this data root ({', '.join(lost)}); the dataset build needs every task's "
+              "sets: `next --regenerate` trains them again on the device, first, and ingest "
+              "compares the new sets' content hashes with the recorded ones")
+    if todo or lost:
+        s = next((x for x in todo if x.active() is not None), todo[0] if todo else None)
+        if s is not None:
+            print(f"next piece: {s.task}: {s.next_text()}")
         cv = code_version()
         print("device command (carry .whl-tpu; H a folder in the device's /tmp; again within "
               "100 s while a run is in progress):")
         print(f"  {device_command(cv)}{_flags_text(args)}")
+        if lost:
+            print("  to train the missing sets again first, add: --regenerate "
+                  + ",".join(lost))
         if cv.endswith("-dirty"):
             print("note: the checkout has uncommitted changes; commit before the device calls, "
                   "so that the episode sets name a commit")
@@ -172,8 +183,10 @@ def cmd_ingest(args, campaign: Campaign) -> int:
 
     Every bundle is unpacked and verified before anything moves (`_mt19_bundle.unpack`,
     `check_install`); a task's entry is replaced unless the recorded run trained more env
-    steps; an entry of the same run keeps its ingest time. With no bundle the record
-    (created when absent) and its plot are written again.
+    steps; an entry of the same run keeps its ingest time; another run of the recorded env
+    steps is a regeneration (`_mt19_record.regenerated`: the same episode sets keep the
+    entry, other sets replace it, either way listed under its ``regenerations``). With no
+    bundle the record (created when absent) and its plot are written again.
 
     Args:
         args: the parsed flags (``dirs``, ``home``, ``results``).
@@ -214,7 +227,12 @@ def cmd_ingest(args, campaign: Campaign) -> int:
                       f"steps); {u.run} ({entry['env_steps']:,}) is in the store only")
             else:
                 if old is not None and old["run"] == entry["run"]:
-                    entry["ingested"] = old["ingested"]       # the same run again
+                    entry = {**entry, "ingested": old["ingested"],   # the same run again
+                             **({"regenerations": old["regenerations"]}
+                                if "regenerations" in old else {})}
+                elif old is not None and old["env_steps"] == entry["env_steps"]:
+                    entry, said = record_lib.regenerated(old, entry)
+                    print(f"{task}: {said}")
                 record["tasks"][task] = entry
             print(f"{task}: {u.run} -> {got['run']}; {len(got['sets'])} episode set(s) "
                   f"({got['new_sets']} new): "
@@ -305,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "a new run starts only at a size `plan`'s model says fits: its aim, "
                          "else the largest multiple of 10,000 down to its floor (a fixed "
                          "--target or --env-steps: that or nothing)")
+    nx.add_argument("--regenerate", default=None, metavar="T1,T2,...",
+                    help="train these recorded tasks again, first, each at its recorded env "
+                         "steps with the recorded run's settings, until the home holds a "
+                         "finished run of each: a data root that lost their episode sets "
+                         "(status: 'sets missing') needs them for the dataset build; ingest "
+                         "compares the new sets' content hashes with the recorded ones")
     nx.add_argument("--progress", action="store_true", help="the trainer's progress bar")
     ing.add_argument("dirs", nargs="*", metavar="DIR",
                      help="folders (or files) holding the bundles a device call brought back "

@@ -469,3 +469,86 @@ def test_a_run_fitted_to_the_device_time_resumes_and_counts_as_done(tiny_online_
     assert (e["env_steps"], e["target_env_steps"], e["floor_env_steps"], e["done"]) == \
         (120, 160, 80, True)
     assert record_lib.check(rec) == [] and "--env-steps 120" in e["command"]
+
+
+def test_a_data_root_that_lost_the_sets_regenerates_them(calls, tmp_path, capsys):
+    """Recorded in one data root, the sets missing in another: status says so and prints
+    --regenerate; next --regenerate trains the recorded run again on a fresh device home
+    (then nothing: every task done); ingest finds the same episode sets (the run is
+    deterministic here) and keeps the entry; a record naming other sets is replaced, the
+    recorded run kept under regenerations."""
+    tmp, *_ = calls
+    results, first = tmp_path / "results", tmp_path / "first"
+    assert camp.main(["ingest", str(tmp / "out2"), *TINY, "--home", str(first),
+                      "--results", str(results)]) == 0
+    recorded = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"]
+    capsys.readouterr()
+    lost = tmp_path / "lost"                            # a new machine: the record, no sets
+    assert camp.main(["status", *TINY, "--home", str(lost), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "done; sets missing" in out and "--regenerate probe-action" in out
+    assert "regenerate (next --regenerate): new run to 120" in out
+    dev = ["next", *TINY, "--home", str(tmp_path / "h"), "--results", str(results),
+           "--reserve-s", "0", "--min-start-s", "0", "--budget-s", "570"]
+    assert camp.main([*dev, "--out", str(tmp_path / "o1"), "--regenerate", "probe-action"]) == 0
+    call = json.loads((tmp_path / "o1" / camp.CALL_FILE).read_text())
+    (p,) = call["pieces"]
+    assert (p["action"], p["regenerate"], p["finished"], p["env_steps_to"]) == \
+        ("new", True, True, 120)
+    assert [b["task"] for b in call["bundles"]] == ["probe-action"]
+    assert call["next"]["what"] == "every task of the campaign is done"
+    assert camp.main([*dev, "--out", str(tmp_path / "o2"), "--regenerate", "probe-action"]) == 0
+    assert json.loads((tmp_path / "o2" / camp.CALL_FILE).read_text())["pieces"] == []
+    other = tmp_path / "results_other"                 # a record naming other sets
+    other.mkdir()
+    rec = json.loads((results / record_lib.FILE).read_text())
+    rec["tasks"]["probe-action"]["episode_sets"][0]["content_hash"] = "0" * 64
+    (other / record_lib.FILE).write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert camp.main(["ingest", str(tmp_path / "o1"), *TINY, "--home", str(lost),
+                      "--results", str(results)]) == 0
+    assert "the same episode sets" in capsys.readouterr().out
+    e = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"]
+    assert {k: v for k, v in e.items() if k != "regenerations"} == recorded
+    (ev,) = e["regenerations"]
+    assert ev["identical"] and ev["replaced"] is None and ev["run"] == f"runs/{p['run']}"
+    assert camp.main(["status", *TINY, "--home", str(lost), "--results", str(results)]) == 0
+    assert "sets missing" not in capsys.readouterr().out
+    assert camp.main(["ingest", str(tmp_path / "o1"), *TINY, "--home", str(lost),
+                      "--results", str(results)]) == 0          # again: no second event
+    assert len(json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"][
+        "regenerations"]) == 1
+    assert camp.main(["ingest", str(tmp_path / "o1"), *TINY, "--home", str(tmp_path / "l2"),
+                      "--results", str(other)]) == 0
+    e = json.loads((other / record_lib.FILE).read_text())["tasks"]["probe-action"]
+    (ev,) = e["regenerations"]
+    assert not ev["identical"] and e["run"] == f"runs/{p['run']}"
+    assert ev["replaced"]["run"] == recorded["run"]
+    assert ev["replaced"]["episode_sets"]["0"] == "0" * 64
+    assert {s["content_hash"] for s in e["episode_sets"]} == {
+        s["content_hash"] for s in recorded["episode_sets"]}
+    assert record_lib.check(json.loads((other / record_lib.FILE).read_text())) == []
+
+
+def test_regenerate_refuses_what_it_cannot_train_again(calls, tmp_path, capsys):
+    tmp, *_ = calls
+    results = tmp_path / "results"
+    base = ["--home", str(tmp_path / "h"), "--out", str(tmp_path / "o"), "--budget-s", "60"]
+    assert camp.main(["next", *TINY, *base, "--results", str(results),
+                      "--regenerate", "probe-action"]) == 2         # nothing recorded
+    assert "no source of it is recorded" in capsys.readouterr().err
+    assert camp.main(["ingest", str(tmp / "out2"), *TINY, "--home", str(tmp_path / "l"),
+                      "--results", str(results)]) == 0
+    capsys.readouterr()
+    for flags, said in [
+            ([*TINY[:-4], "--eval-episodes", "3", "--set", "seed_steps=40"],
+             "differs from the recorded one in eval_episodes"),
+            ([*TINY, "--task", "probe-action"], "--task and --regenerate"),
+            (TINY, "--regenerate walker-walk: not a task of the campaign")]:
+        what = "walker-walk" if "walker-walk" in said else "probe-action"
+        assert camp.main(["next", *flags, *base, "--results", str(results),
+                          "--regenerate", what]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err
+        assert not (tmp_path / "h" / "runs").exists() or not any(
+            (tmp_path / "h" / "runs").iterdir())
