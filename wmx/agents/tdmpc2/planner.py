@@ -3,7 +3,8 @@
 One decision for one environment; callers `jax.vmap` over envs (and seeds)
 and run it inside `lax.scan`. All randomness enters through `PlanNoise`
 (made by `draw_plan_noise`), laid out in the order the reference draws it, so
-the parity tests can inject the recorded draws of the official code.
+the parity tests can inject the recorded draws of the official code; the
+draws and their types live in `plan_noise.py` and are importable from here.
 
 Built from small pure pieces that the tests call one by one:
 
@@ -19,11 +20,12 @@ Built from small pure pieces that the tests call one by one:
                          returns every per-iteration statistic (tests, debugging).
 
 Name scopes (op metadata for ``benchmarks/profile_step.py``): "pi_prior",
-"candidate_values", "mppi" in a decision, "noise" in `draw_plan_noise`.
+"candidate_values", "mppi" in a decision, "noise" in `draw_plan_noise`
+(plan_noise.py).
 
 Deviations: T-PLAN-QPAIR (only the drawn pair of Q members is evaluated,
 reference_design §4.3), T-PLAN-ELITE32 (inverse CDF in float32 instead of
-float64, spec §0.5 item 11d).
+float64, spec §0.5 item 11d; the recorded uniform's rounding is in plan_noise.py).
 """
 from __future__ import annotations
 
@@ -31,53 +33,24 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from wmx.agents.tdmpc2 import world_model as wm
 from wmx.agents.tdmpc2.config import TDMPC2Config
-from wmx.nn.ensemble import random_pair, reduce_pair
+from wmx.agents.tdmpc2.plan_noise import (IterNoise, PlanNoise, check_plan_cfg, draw_plan_noise,
+                                          iteration_noise, iteration_noises,
+                                          noise_from_reference)
+from wmx.nn.ensemble import reduce_pair
 
 Array = jax.Array
 
-
-class PlanNoise(NamedTuple):
-    """Every random draw of one planning decision, in the reference's order.
-
-    Shapes (H horizon, P num_pi_trajs, N num_samples, I planning_iterations,
-    A action_dim); all float32 unless stated:
-
-    - `pi_traj_eps` f32[H,P,A]: policy eps for the prior trajectories, row t
-      for step t (fixture `plan_pitraj_eps_t{t}`).
-    - `candidate_noise` f32[I,H,N-P,A]: standard normals of the Gaussian
-      candidates (fixture `plan_iter{I}_candidate_noise`).
-    - `terminal_pi_eps` f32[I,N,A]: policy eps at z_H in the value estimate.
-    - `q_pair` i32[I,2]: two distinct indices into the online Q ensemble.
-    - `elite_uniform` f32[]: the uniform in [0, 1) of the final elite pick.
-    - `explore_noise` f32[A]: exploration noise (scaled by std[0]; unused in
-      eval mode).
-    - `q_dropout_keys` [I] PRNG keys (or u32[I,2] raw keys): dropout masks of
-      the terminal Q pass; PE keeps Q dropout on while planning (spec §0.5
-      item 10). Unused when `cfg.dropout == 0`.
-
-    Source: tdmpc2_spec 3.C / §3.A, fixtures README "Planner draws".
-    """
-
-    pi_traj_eps: Array
-    candidate_noise: Array
-    terminal_pi_eps: Array
-    q_pair: Array
-    elite_uniform: Array
-    explore_noise: Array
-    q_dropout_keys: Array
-
-
-class IterNoise(NamedTuple):
-    """The draws of one MPPI iteration (one slice of `PlanNoise` along I)."""
-
-    candidate_noise: Array  # f32[H,N-P,A]
-    terminal_pi_eps: Array  # f32[N,A]
-    q_pair: Array           # i32[2]
-    q_dropout_key: Array    # PRNG key
+__all__ = [
+    # the draws (plan_noise.py), importable from here as before
+    "PlanNoise", "IterNoise", "draw_plan_noise", "noise_from_reference", "iteration_noise",
+    # the planner
+    "IterStats", "PiRollout", "discount_powers", "discount_powers_f32", "init_mean_std",
+    "policy_rollout", "policy_trajectories", "sample_candidates", "trajectory_value",
+    "select_elites", "mppi_update", "pick_elite", "plan_iteration", "plan", "plan_with_stats",
+]
 
 
 class IterStats(NamedTuple):
@@ -98,15 +71,6 @@ class IterStats(NamedTuple):
     score: Array
     mean: Array
     std: Array
-
-
-def _check_cfg(cfg: TDMPC2Config) -> TDMPC2Config:
-    cfg = cfg.resolved()
-    if cfg.num_pi_trajs > cfg.num_samples or cfg.num_elites > cfg.num_samples:
-        raise ValueError(
-            f"planner needs num_pi_trajs ({cfg.num_pi_trajs}) and num_elites "
-            f"({cfg.num_elites}) <= num_samples ({cfg.num_samples})")
-    return cfg
 
 
 def discount_powers(gamma: float, horizon: int) -> list[float]:
@@ -136,35 +100,6 @@ def discount_powers_f32(gamma: Array, horizon: int) -> list[Array]:
     for _ in range(horizon):
         out.append(g if len(out) == 1 else out[-1] * g)
     return out
-
-
-def draw_plan_noise(key: Array, cfg: TDMPC2Config, eval_mode: bool = False) -> PlanNoise:
-    """Draw the `PlanNoise` of one decision from `key`.
-
-    Shapes as in `PlanNoise` (iterations = `cfg.planning_iterations`). The
-    Q pair is a uniformly random ordered pair of distinct members, like the
-    reference's `np.random.choice(num_q, 2, replace=False)`. With
-    `eval_mode=True` the exploration noise is zeros (the reference draws
-    none). Source: tdmpc2_spec §3.A (key splitting).
-    """
-    cfg = _check_cfg(cfg)
-    H, P, N, A = cfg.horizon, cfg.num_pi_trajs, cfg.num_samples, cfg.action_dim
-    I = cfg.planning_iterations
-    with jax.named_scope("noise"):
-        k_pi, k_cand, k_term, k_pair, k_u, k_x, k_drop = jax.random.split(key, 7)
-        pair = jax.vmap(lambda k: random_pair(k, cfg.num_q))(jax.random.split(k_pair, I))
-        explore = jax.random.normal(k_x, (A,), jnp.float32)
-        if eval_mode:
-            explore = jnp.zeros_like(explore)
-        return PlanNoise(
-            pi_traj_eps=jax.random.normal(k_pi, (H, P, A), jnp.float32),
-            candidate_noise=jax.random.normal(k_cand, (I, H, N - P, A), jnp.float32),
-            terminal_pi_eps=jax.random.normal(k_term, (I, N, A), jnp.float32),
-            q_pair=pair.astype(jnp.int32),
-            elite_uniform=jax.random.uniform(k_u, (), jnp.float32),
-            explore_noise=explore,
-            q_dropout_keys=jax.random.split(k_drop, I),
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -431,16 +366,6 @@ def plan_iteration(params: Any, z: Array, pi_actions: Array, mean: Array, std: A
                                         new_mean, new_std)
 
 
-def _iter_noise(noise: PlanNoise) -> IterNoise:
-    return IterNoise(noise.candidate_noise, noise.terminal_pi_eps,
-                     noise.q_pair.astype(jnp.int32), noise.q_dropout_keys)
-
-
-def iteration_noise(noise: PlanNoise, i: int) -> IterNoise:
-    """The draws of MPPI iteration `i` (0-based) of `noise`, for `plan_iteration`."""
-    return jax.tree_util.tree_map(lambda x: x[i], _iter_noise(noise))
-
-
 def _check_inputs(obs: Array, prev_mean: Array, noise: PlanNoise, cfg: TDMPC2Config) -> None:
     H, A = cfg.horizon, cfg.action_dim
     if jnp.ndim(obs) != 1:
@@ -460,7 +385,7 @@ def _check_inputs(obs: Array, prev_mean: Array, noise: PlanNoise, cfg: TDMPC2Con
 
 def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
           discount, record: bool):
-    cfg = _check_cfg(cfg)
+    cfg = check_plan_cfg(cfg)
     _check_inputs(obs, prev_mean, noise, cfg)
     with jax.named_scope("pi_prior"):
         z = wm.encode(params, jnp.asarray(obs, jnp.float32), cfg, e=task_emb)
@@ -486,7 +411,7 @@ def _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_ma
         return carry, (st if record else None)
 
     carry0 = (mean0, std0, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
-    (mean, std, score, e_act), stats = jax.lax.scan(body, carry0, _iter_noise(noise))
+    (mean, std, score, e_act), stats = jax.lax.scan(body, carry0, iteration_noises(noise))
     with jax.named_scope("mppi"):
         k = pick_elite(score, noise.elite_uniform)
         selected = e_act[:, k]
@@ -545,34 +470,3 @@ def plan_with_stats(params: Any, obs: Array, prev_mean: Array, t0: Array, noise:
     """
     return _plan(params, obs, prev_mean, t0, noise, cfg, eval_mode, task_emb, action_mask,
                  discount, record=True)
-
-
-def noise_from_reference(draws: dict[str, np.ndarray], cfg: TDMPC2Config,
-                         eval_mode: bool, dropout_key: Array | None = None) -> PlanNoise:
-    """`PlanNoise` from a fixture's recorded draws of one decision.
-
-    `draws` maps the fixture labels without their "NN_" prefix
-    (`plan_pitraj_eps_t{t}`, `plan_iter{I}_candidate_noise`,
-    `plan_iter{I}_terminal_pi_eps`, `plan_iter{I}_q_pair`, `plan_elite_uniform`,
-    `plan_explore_noise` (absent in eval mode)) to arrays. The float64 uniform
-    is rounded to float32 (T-PLAN-ELITE32). Raises KeyError for a missing draw.
-    """
-    cfg = _check_cfg(cfg)
-    H, I, A = cfg.horizon, cfg.planning_iterations, cfg.action_dim
-    if dropout_key is None:
-        dropout_key = jax.random.key(0)
-    explore = (np.zeros((A,), np.float32) if eval_mode
-               else np.asarray(draws["plan_explore_noise"], np.float32))
-    return PlanNoise(
-        pi_traj_eps=jnp.asarray(np.stack([draws[f"plan_pitraj_eps_t{t}"] for t in range(H)]),
-                                jnp.float32),
-        candidate_noise=jnp.asarray(
-            np.stack([draws[f"plan_iter{i}_candidate_noise"] for i in range(I)]), jnp.float32),
-        terminal_pi_eps=jnp.asarray(
-            np.stack([draws[f"plan_iter{i}_terminal_pi_eps"] for i in range(I)]), jnp.float32),
-        q_pair=jnp.asarray(np.stack([draws[f"plan_iter{i}_q_pair"] for i in range(I)]),
-                           jnp.int32),
-        elite_uniform=jnp.asarray(np.float32(draws["plan_elite_uniform"])),
-        explore_noise=jnp.asarray(explore),
-        q_dropout_keys=jax.random.split(dropout_key, I),
-    )
