@@ -12,6 +12,8 @@ script measures what an agent would notice of the difference:
   some random steps, set in Playground's MJX data (``mjx.forward``) and read by its own
   observation function (tasks with a target placed outside qpos are left out:
   `env_suite_dmc.TARGET_TASKS`);
+- the initial state: qpos and qvel over many resets, coordinate by coordinate, by the
+  two-sample Kolmogorov-Smirnov statistic against its 0.1% critical value;
 - the returns of the uniform-random policy (actions U[-1, 1]^A per agent step, as wmx's
   seed phase) and of the zero action, each env from its own resets: the mean difference
   with its Welch standard error, flagged when it is more than 3 standard errors and more
@@ -44,6 +46,8 @@ from env_suite_dmc import (DMC_NAMES, TARGET_TASKS, dmc_half, load,  # noqa: E40
                            physics_summary, save)
 
 REPEAT, T = 2, 500
+KS_C = 1.949
+"""The two-sample KS statistic's 0.1% critical value is KS_C * sqrt((n + m) / (n m))."""
 FLAG_SE, FLAG_POINTS = 3.0, 10.0
 """A return difference is flagged when above FLAG_SE Welch standard errors and above
 FLAG_POINTS return points."""
@@ -63,7 +67,7 @@ def run_dmc_half(req: dict, python: str | None) -> tuple[dict, dict]:
 
 
 def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None,
-                    qvel: np.ndarray | None) -> tuple[dict, dict]:
+                    qvel: np.ndarray | None, n_resets: int = 0) -> tuple[dict, dict]:
     """Everything measured on Playground's version of one task through wmx's wrapper.
 
     Args:
@@ -73,10 +77,13 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
         seed: the PRNG seed.
         qpos, qvel: [S, nq], [S, nv] float64 states whose observation to compute (None:
             none).
+        n_resets: resets (keys split from ``PRNGKey(seed + 1)``) whose initial qpos and
+            qvel are recorded.
 
     Returns:
         (meta: settings, physics; arrays: ``random_returns``, ``zero_returns`` [episodes]
-        float64, ``state_obs`` [S, obs dim] float64 when states were given).
+        float64, ``state_obs`` [S, obs dim] float64 when states were given,
+        ``reset_qpos`` [n_resets, nq], ``reset_qvel`` [n_resets, nv]).
     """
     import jax
     import jax.numpy as jnp
@@ -104,6 +111,11 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
                                 n_episodes=1)
     r = np.asarray(stats["returns"], np.float64)
     arrays = {"random_returns": r[:episodes], "zero_returns": r[episodes:]}
+    if n_resets:
+        s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(seed + 1),
+                                                          n_resets))
+        arrays["reset_qpos"] = np.asarray(s.inner.data.qpos, np.float64)
+        arrays["reset_qvel"] = np.asarray(s.inner.data.qvel, np.float64)
     if (qpos is not None and len(qpos) and qpos.shape[1] == pg.mj_model.nq
             and qvel.shape[1] == pg.mj_model.nv):
         f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
@@ -140,8 +152,28 @@ def differs(a: dict, b: dict) -> dict:
     return {k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
+def reset_ks(pg: dict, dm: dict) -> dict | None:
+    """The initial states' KS statistics per qpos and qvel coordinate (None when either
+    side has none or their sizes differ): {"qpos": [...], "qvel": [...], "critical",
+    "max", "flagged": ["qpos[i]", ...]}."""
+    if "reset_qpos" not in pg or "reset_qpos" not in dm or any(
+            pg[k].shape[1:] != dm[k].shape[1:] for k in ("reset_qpos", "reset_qvel")):
+        return None
+    from env_compare_common import ks_two
+    out: dict = {}
+    for k in ("qpos", "qvel"):
+        a, b = pg[f"reset_{k}"], dm[f"reset_{k}"]
+        out[k] = [ks_two(a[:, i], b[:, i]) for i in range(a.shape[1])]
+    n, m = len(pg["reset_qpos"]), len(dm["reset_qpos"])
+    out["critical"] = KS_C * math.sqrt((n + m) / (n * m))
+    out["max"] = max(out["qpos"] + out["qvel"])
+    out["flagged"] = [f"{k}[{i}]" for k in ("qpos", "qvel") for i, v in enumerate(out[k])
+                      if v > out["critical"]]
+    return out
+
+
 def compare_task(task: str, pg_meta: dict, pg: dict, dm_meta: dict, dm: dict) -> dict:
-    """A task's comparison: settings, physics, observation, returns."""
+    """A task's comparison: settings, physics, observation, initial states, returns."""
     obs = None
     if "state_obs" in pg:
         a, b = pg["state_obs"], dm["state_obs"]
@@ -158,6 +190,7 @@ def compare_task(task: str, pg_meta: dict, pg: dict, dm_meta: dict, dm: dict) ->
                         "differs": differs(pg_meta["physics"], dm_meta["physics"])},
             "dm_control_obs_layout": dm_meta["obs_layout"],
             "observation": obs, "observation_not_compared": why_no_obs,
+            "reset": reset_ks(pg, dm),
             "random_policy": returns_row(pg["random_returns"], dm["random_returns"]),
             "zero_action": returns_row(pg["zero_returns"], dm["zero_returns"])}
 
@@ -165,9 +198,10 @@ def compare_task(task: str, pg_meta: dict, pg: dict, dm_meta: dict, dm: dict) ->
 def markdown(res: dict) -> str:
     """The result as a Markdown table, a row per task."""
     rows = ["| task | physics dt (Playground / dm_control) | other physics settings that "
-            "differ | observation of the same state: max abs difference | random policy: "
-            "Playground / dm_control (difference ± SE) | zero action: Playground / "
-            "dm_control |", "| --- | --- | --- | --- | --- | --- |"]
+            "differ | observation of the same state: max abs difference | initial state: "
+            "largest KS (0.1% critical) | random policy: Playground / dm_control "
+            "(difference ± SE) | zero action: Playground / dm_control |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for t, c in res["tasks"].items():
         s = c["settings"]
         dt = f"{s['playground']['sim_dt']:g} / {s['dm_control']['sim_dt']:g}"
@@ -180,7 +214,10 @@ def markdown(res: dict) -> str:
             mark = " **differs**" if r["flagged"] else ""
             return (f"{r['playground']['mean']:.1f} / {r['dm_control']['mean']:.1f} "
                     f"({r['difference']:+.1f} ± {r['se']:.1f}){mark}")
-        rows.append(f"| {t} | {dt} | {other} | {obs} | {ret(c['random_policy'])} | "
+        k = c.get("reset")
+        ks = ("not compared" if k is None else f"{k['max']:.3f} ({k['critical']:.3f})"
+              + (" **differs**: " + ", ".join(k["flagged"]) if k["flagged"] else ""))
+        rows.append(f"| {t} | {dt} | {other} | {obs} | {ks} | {ret(c['random_policy'])} | "
                     f"{ret(c['zero_action'])} |")
     return "\n".join(rows)
 
@@ -219,6 +256,8 @@ def main(argv=None) -> dict:
     p.add_argument("--episodes", type=int, default=100, help="dm_control episodes per policy")
     p.add_argument("--pg-episodes", type=int, default=64, help="Playground episodes per policy")
     p.add_argument("--states", type=int, default=8, help="states for the observation check")
+    p.add_argument("--resets", type=int, default=1000, help="resets per side for the "
+                   "initial-state check")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(OUT), help="PREFIX of PREFIX.json and PREFIX.png")
     p.add_argument("--dmc-half", nargs=2, metavar=("REQ", "OUT"), help=argparse.SUPPRESS)
@@ -231,7 +270,7 @@ def main(argv=None) -> dict:
     if unknown:
         p.error(f"--tasks {' '.join(unknown)}: not mt19 tasks; give some of "
                 + ", ".join(DMC_NAMES))
-    for name in ("episodes", "pg_episodes", "states"):
+    for name in ("episodes", "pg_episodes", "states", "resets"):
         if getattr(args, name) < 2:
             p.error(f"--{name.replace('_', '-')} {getattr(args, name)}: give 2 or more")
     from env_compare import dmc_unusable
@@ -241,12 +280,13 @@ def main(argv=None) -> dict:
     from wmx.version import code_version, env_versions
     t0 = time.perf_counter()
     req = {"tasks": args.tasks, "episodes": args.episodes, "seed": args.seed, "T": T,
-           "repeat": REPEAT, "n_states": args.states}
+           "repeat": REPEAT, "n_states": args.states, "n_resets": args.resets}
     dm_meta, dm = run_dmc_half(req, args.dmc_python)
     t_dm = time.perf_counter() - t0
     res = {"protocol": {"action_repeat": REPEAT, "T_agent_steps": T, "seed": args.seed,
                         "dm_control_episodes": args.episodes,
                         "playground_episodes": args.pg_episodes, "states": args.states,
+                        "resets": args.resets,
                         "flag": f"|difference| > {FLAG_SE:g} SE and > {FLAG_POINTS:g}"},
            "versions": {"playground_side": env_versions(),
                         "dm_control_side": dm_meta["versions"]},
@@ -257,7 +297,7 @@ def main(argv=None) -> dict:
         dm_t = {k.split("::", 1)[1]: v for k, v in dm.items() if k.startswith(task + "::")}
         pg_meta, pg = playground_task(task, args.pg_episodes, args.seed,
                                       None if task in TARGET_TASKS else qp,
-                                      None if task in TARGET_TASKS else qv)
+                                      None if task in TARGET_TASKS else qv, args.resets)
         res["tasks"][task] = compare_task(task, pg_meta, pg, dm_meta["tasks"][task], dm_t)
         r = res["tasks"][task]["random_policy"]
         print(f"{task}: random {r['playground']['mean']:.1f} / {r['dm_control']['mean']:.1f}; "

@@ -66,7 +66,7 @@ def physics_summary(m) -> dict:
 
 
 def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
-             n_states: int) -> tuple[dict, dict]:
+             n_states: int, n_resets: int = 0) -> tuple[dict, dict]:
     """Everything measured on dm_control's version of one task.
 
     The policies run as wmx's seed phase runs them: an action U[-1, 1]^A per agent step
@@ -82,12 +82,13 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
         repeat: control steps per agent step.
         n_states: states for the observation check, each after a reset and a random
             number (0-49) of random agent steps.
+        n_resets: resets whose initial qpos and qvel are recorded.
 
     Returns:
         (meta: versions are the caller's; settings, physics, observation layout, returns
         summary; arrays: ``random_returns``, ``zero_returns`` [episodes] float64,
         ``state_qpos`` [n_states, nq], ``state_qvel`` [n_states, nv], ``state_obs``
-        [n_states, obs dim]).
+        [n_states, obs dim], ``reset_qpos`` [n_resets, nq], ``reset_qvel`` [n_resets, nv]).
     """
     from dm_control import suite
     domain, name = DMC_NAMES[task]
@@ -120,6 +121,11 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
         qpos.append(phys.data.qpos.copy())
         qvel.append(phys.data.qvel.copy())
         obs.append(flat(ts.observation))
+    r_qpos, r_qvel = [], []
+    for _ in range(n_resets):
+        env.reset()
+        r_qpos.append(phys.data.qpos.copy())
+        r_qvel.append(phys.data.qvel.copy())
     layout = [[k, int(np.size(v))] for k, v in env.task.get_observation(phys).items()]
     meta = {"suite": f"{domain}/{name}",
             "settings": {"control_dt": float(env.control_timestep()),
@@ -132,7 +138,9 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
             "obs_layout": layout, "physics": physics_summary(phys.model.ptr)}
     arrays = {"random_returns": random_r, "zero_returns": zero_r,
               "state_qpos": np.asarray(qpos), "state_qvel": np.asarray(qvel),
-              "state_obs": np.asarray(obs)}
+              "state_obs": np.asarray(obs),
+              "reset_qpos": np.asarray(r_qpos).reshape(n_resets, phys.model.nq),
+              "reset_qvel": np.asarray(r_qvel).reshape(n_resets, phys.model.nv)}
     return meta, arrays
 
 
@@ -140,7 +148,7 @@ def dmc_half(req: dict) -> tuple[dict, dict]:
     """`dmc_task` for every task of the request.
 
     Args:
-        req: {"tasks": [...], "episodes", "seed", "T", "repeat", "n_states"}.
+        req: {"tasks": [...], "episodes", "seed", "T", "repeat", "n_states", "n_resets"}.
 
     Returns:
         (meta: {"versions", "tasks": {task: meta}}, arrays: "<task>::<name>" -> array).
@@ -151,7 +159,7 @@ def dmc_half(req: dict) -> tuple[dict, dict]:
     arrays = {}
     for task in req["tasks"]:
         m, a = dmc_task(task, int(req["episodes"]), int(req["seed"]), int(req["T"]),
-                        int(req["repeat"]), int(req["n_states"]))
+                        int(req["repeat"]), int(req["n_states"]), int(req.get("n_resets", 0)))
         meta["tasks"][task] = m
         arrays.update({f"{task}::{k}": v for k, v in a.items()})
         r = a["random_returns"]

@@ -8,7 +8,9 @@ the rewards, flattens the observation to f32[O] and tracks the time limit.
 Sources: reference_design §5.1 (action bounds, action repeat), §2 (T from the
 env's episode_length // action_repeat), tdmpc2_spec 4.11-4.13 (DMC protocol),
 deviations E18 (MJX ports), E19 (the repeat continues after a termination),
-E21 (reset observations of the tasks with mocap targets recomputed).
+E21 (reset observations of the tasks with mocap targets recomputed), E22-E24 (the
+walker's torso height, the pendulum's orientation order and the cup's random start, as
+dm_control's: `wmx.envs.dmc_fixes`).
 """
 from __future__ import annotations
 
@@ -71,6 +73,8 @@ class PlaygroundEnv(Env):
         # Playground's reset of the tasks with a mocap target (reacher, finger-turn,
         # fish, swimmer) moves the target after its mjx.forward: E21
         self._forward_after_reset = bool(pg_env.mj_model.nmocap)
+        from wmx.envs.dmc_fixes import fix_for
+        self._fix = fix_for(spec.name, pg_env) if spec.kind == "playground" else None
         # One jaxpr of the MJX reset and step per env and argument types, shared by every
         # program that holds them (a training chunk, its evaluation): each is ~10,000
         # equations, and tracing and batching them again was a third of a call's tracing.
@@ -128,18 +132,30 @@ class PlaygroundEnv(Env):
         For a model with mocap bodies the kinematics are recomputed after
         Playground's reset and the observation rebuilt from them, so the first
         observation sees the target where the episode placed it, as
-        dm_control's does (E21).
+        dm_control's does (E21); a task whose port starts elsewhere than
+        dm_control's draws its start as dm_control does (cup-catch, E24); the
+        observation is dm_control's (walker, pendulum: E22, E23).
         """
         inner = self.pg_env.reset(key)
         if self._forward_after_reset:
             from mujoco import mjx      # not at import: MUJOCO_GL is chosen first (evaluate)
             data = mjx.forward(self.pg_env.mjx_model, inner.data)
             inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
-        inner = stable_dtypes(inner)
+        if self._fix is not None and self._fix.reset is not None:
+            data = self._fix.reset(key, inner.data)
+            inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
+        inner = stable_dtypes(self._fixed_obs(inner))
         return EnvState(obs=self._flat_obs(inner.obs),
                         reward=jnp.zeros((), jnp.float32),
                         done=jnp.zeros((), jnp.bool_),
                         t=jnp.zeros((), jnp.int32), inner=inner)
+
+    def _fixed_obs(self, inner):
+        """``inner`` with its observation as dm_control's (`wmx.envs.dmc_fixes`; E22, E23);
+        unchanged for a task without an observation fix."""
+        if self._fix is None or self._fix.obs is None:
+            return inner
+        return inner.replace(obs=self._fix.obs(inner.data, jnp.asarray(inner.obs)))
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         """One agent step = `action_repeat` Playground steps (rewards summed).
@@ -163,6 +179,7 @@ class PlaygroundEnv(Env):
                 jnp.zeros((), jnp.bool_))
         inner, reward, done = jax.lax.fori_loop(
             0, self.action_repeat, body, init)
+        inner = self._fixed_obs(inner)
         t = state.t + 1
         return EnvState(obs=self._flat_obs(inner.obs), reward=reward,
                         done=done | (t >= self.T), t=t, inner=inner)
