@@ -1,0 +1,85 @@
+"""benchmarks/mt19_campaign.py's regeneration at tiny settings (the tiny online run's config on
+probe-action, as tests/benchmarks/test_mt19_campaign.py): a recorded source trained again
+(``next --regenerate``), in one call or stopped by its budget and resumed, and its bundle
+ingested beside the recorded one; the record's ``regenerations`` checked."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mt19_record as record_lib  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+from test_mt19_campaign import TINY  # noqa: E402
+
+TASK = "probe-action"
+
+
+def _next(tmp: Path, results: Path, home: str, out: str, *flags: str,
+          campaign: list[str] = TINY) -> dict:
+    """One ``next`` call (exit 0 asserted); its mt19_call.json."""
+    assert camp.main(["next", *campaign, "--home", str(tmp / home), "--out", str(tmp / out),
+                      "--results", str(results), "--reserve-s", "0", "--min-start-s", "0",
+                      *flags]) == 0
+    return json.loads((tmp / out / camp.CALL_FILE).read_text())
+
+
+def _entry(results: Path) -> dict:
+    return json.loads((results / record_lib.FILE).read_text())["tasks"][TASK]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_online_run, tmp_path_factory):
+    """The tiny campaign's source run (bundle in out0), recorded in results (ingested into
+    the data root first); a regeneration of it stopped by its budget after one chunk (r1)
+    and resumed to the end by a call without --regenerate (r2, its bundle); another
+    regeneration in one call (r3, its bundle)."""
+    tmp = tmp_path_factory.mktemp("mt19-regen")
+    results = tmp / "results"
+    _next(tmp, tmp / "no-record", "h0", "out0", "--budget-s", "570")
+    assert camp.main(["ingest", str(tmp / "out0"), *TINY, "--home", str(tmp / "first"),
+                      "--results", str(results)]) == 0
+    regen = ("--regenerate", TASK)
+    calls = {"r1": _next(tmp, results, "d1", "r1", "--budget-s", "0.001", *regen),
+             "r2": _next(tmp, results, "d1", "r2", "--budget-s", "570"),
+             "r3": _next(tmp, results, "d2", "r3", "--budget-s", "570", *regen)}
+    return tmp, results, calls
+
+
+def test_a_damaged_regenerations_list_is_one_line_and_nothing_written(runs, tmp_path, capsys):
+    """Events whose ``replaced`` is not what `regenerated` writes, or disagrees with
+    ``identical``, are refused by the schema: every command says so in one line naming the
+    fix, and ingest writes no record."""
+    tmp, results, _ = runs
+    good = json.loads((results / record_lib.FILE).read_text())
+    old = good["tasks"][TASK]
+    replaced = {"run": old["run"], "wmx_commit": old["wmx_commit"], "chip": old["chip"],
+                "episode_sets": {"0": "0" * 64, "3": "1" * 64},
+                "final_return_mean": old["final_return_mean"]}
+    event = {"run": "runs/x", "wmx_commit": "a", "chip": "cpu", "jax": "0", "ingested": "t",
+             "identical": False, "final_return_mean": 1.0, "replaced": replaced}
+    ok = {**good, "tasks": {TASK: {**old, "regenerations": [event]}}}
+    assert record_lib.check(ok) == []
+    for damaged in ("x", None, [{**event, "replaced": {}}],
+                    [{**event, "replaced": {**replaced, "run": 5}}],
+                    [{**event, "replaced": {**replaced, "episode_sets": {"0": 5}}}],
+                    [{**event, "identical": True}],
+                    [{**event, "replaced": None}]):
+        rec = {**good, "tasks": {TASK: {**old, "regenerations": damaged}}}
+        assert any("regenerations" in p for p in record_lib.check(rec)), damaged
+        bad = tmp_path / "bad"
+        shutil.rmtree(bad, ignore_errors=True)
+        bad.mkdir()
+        (bad / record_lib.FILE).write_text(json.dumps(rec))
+        for argv in (["status"], ["plan"], ["ingest", str(tmp / "r3")]):
+            assert camp.main([*argv, *TINY, "--home", str(tmp_path / "h"),
+                              "--results", str(bad)]) == 2, (damaged, argv)
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and "regenerations" in err and \
+                "restore it from git" in err, err
+        assert sorted(p.name for p in bad.iterdir()) == [record_lib.FILE]
+        assert json.loads((bad / record_lib.FILE).read_text()) == rec
