@@ -220,7 +220,8 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
     The same episode sets (every seed's content hash equal) keep the recorded entry, with
     the run added to its ``regenerations``; other sets replace it by the new run's entry
     (the sets the data root now holds), the recorded run kept in the event's
-    ``replaced``. A run already among the entry's regenerations changes nothing.
+    ``replaced``. A run the entry's regenerations already name, as a regeneration or as
+    the run one replaced (the recorded source's bundle ingested again), changes nothing.
 
     Args:
         old: the recorded entry.
@@ -232,6 +233,9 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
     prior = list(old.get("regenerations", []))
     if any(r["run"] == new["run"] for r in prior):
         return old, f"{new['run']} is already recorded as a regeneration"
+    if any(r["replaced"] is not None and r["replaced"]["run"] == new["run"] for r in prior):
+        return old, (f"{new['run']} is already recorded as the run a regeneration replaced; "
+                     f"the entry keeps {old['run']}")
     same = _hashes(old) == _hashes(new)
     event = {"run": new["run"], "wmx_commit": new["wmx_commit"], "chip": new["chip"],
              "jax": new["jax"], "ingested": new["ingested"], "identical": same,

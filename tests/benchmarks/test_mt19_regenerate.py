@@ -50,6 +50,27 @@ def runs(tiny_online_run, tmp_path_factory):
     return tmp, results, calls
 
 
+def test_reingesting_the_run_a_regeneration_replaced_changes_nothing(runs, tmp_path, capsys):
+    """A record naming other sets is replaced by the regeneration; the bundle of the run it
+    replaced, ingested again, neither puts it back nor lists it as a regeneration."""
+    tmp, results, calls = runs
+    other = tmp_path / "other"
+    other.mkdir()
+    rec = json.loads((results / record_lib.FILE).read_text())
+    rec["tasks"][TASK]["episode_sets"][0]["content_hash"] = "0" * 64
+    (other / record_lib.FILE).write_text(json.dumps(rec))
+    home = ["--home", str(tmp_path / "local"), "--results", str(other)]
+    assert camp.main(["ingest", str(tmp / "r2"), *TINY, *home]) == 0
+    replaced = _entry(other)
+    assert replaced["run"] == f"runs/{calls['r2']['bundles'][0]['run']}"
+    assert [ev["replaced"]["run"] for ev in replaced["regenerations"]] == [
+        rec["tasks"][TASK]["run"]]
+    capsys.readouterr()
+    assert camp.main(["ingest", str(tmp / "out0"), *TINY, *home]) == 0
+    assert f"{rec['tasks'][TASK]['run']} is already recorded" in capsys.readouterr().out
+    assert _entry(other) == replaced
+
+
 def test_a_damaged_regenerations_list_is_one_line_and_nothing_written(runs, tmp_path, capsys):
     """Events whose ``replaced`` is not what `regenerated` writes, or disagrees with
     ``identical``, are refused by the schema: every command says so in one line naming the
