@@ -104,3 +104,20 @@ def test_a_damaged_regenerations_list_is_one_line_and_nothing_written(runs, tmp_
                 "restore it from git" in err, err
         assert sorted(p.name for p in bad.iterdir()) == [record_lib.FILE]
         assert json.loads((bad / record_lib.FILE).read_text()) == rec
+
+
+def test_two_bundles_of_a_task_in_one_ingest_are_both_ingested(runs, tmp_path, capsys):
+    """Two device calls' folders each holding probe-action.tar.gz (two regenerations): both
+    runs go into the store and under the entry's regenerations, in the order given."""
+    tmp, results, calls = runs
+    res = tmp_path / "results"
+    shutil.copytree(results, res)
+    local = tmp_path / "local"
+    assert camp.main(["ingest", str(tmp / "r2"), str(tmp / "r3"), *TINY, "--home", str(local),
+                      "--results", str(res)]) == 0
+    names = [calls[c]["bundles"][0]["run"] for c in ("r2", "r3")]
+    e = _entry(res)
+    assert [ev["run"] for ev in e["regenerations"]] == [f"runs/{n}" for n in names]
+    assert all(ev["identical"] for ev in e["regenerations"])
+    assert sorted(p.name for p in (local / "runs").iterdir()) == sorted(names)
+    assert record_lib.check(json.loads((res / record_lib.FILE).read_text())) == []
