@@ -245,7 +245,8 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         progress: show the trainer's progress bar.
         t0: the call's start (``time.monotonic()``).
         regenerate: the piece trains a recorded source again (``--regenerate``; recorded
-            in the piece).
+            in the piece). A resumed run of a recorded task at its recorded env steps is
+            one whether or not the call names it (a done task's run starts only so).
 
     Returns:
         The piece: task, run, new or resume, regenerate, env steps from and to, the run's total,
@@ -270,6 +271,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
         own = saved.total_env_steps
         again = s.recorded is not None and own == s.recorded["env_steps"]  # --regenerate's
+        regenerate = regenerate or again
         rc = campaign.run_config(s.task, own if again or campaign.allows(s.task, own) else None)
         if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
                 rc, chunk_ticks=None):

@@ -121,3 +121,17 @@ def test_two_bundles_of_a_task_in_one_ingest_are_both_ingested(runs, tmp_path, c
     assert all(ev["identical"] for ev in e["regenerations"])
     assert sorted(p.name for p in (local / "runs").iterdir()) == sorted(names)
     assert record_lib.check(json.loads((res / record_lib.FILE).read_text())) == []
+
+
+def test_a_regeneration_resumed_without_the_flag_is_still_one(runs):
+    """Stopped by its budget after one chunk, the regeneration is resumed by a call without
+    --regenerate: both pieces say regenerate, at the recorded env steps, not fitted."""
+    tmp, results, calls = runs
+    (p1,), (p2,) = calls["r1"]["pieces"], calls["r2"]["pieces"]
+    assert (p1["action"], p1["regenerate"], p1["finished"], p1["env_steps_to"]) == \
+        ("new", True, False, 20)
+    assert (p2["action"], p2["regenerate"], p2["finished"], p2["env_steps_from"],
+            p2["env_steps_to"], p2["total_env_steps"], p2["fitted"]) == \
+        ("resume", True, True, 20, 120, 120, False)
+    assert p1["run"] == p2["run"] == calls["r2"]["bundles"][0]["run"]
+    assert calls["r2"]["next"]["what"] == "every task of the campaign is done"
