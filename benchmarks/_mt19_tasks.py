@@ -353,10 +353,27 @@ def recorded_config(entry: dict[str, Any]):
     return online_cli.config_from_args(args)
 
 
+def regeneration_env_steps(entry: dict[str, Any]) -> int:
+    """The env steps per seed a regeneration of a recorded source run is started with: the
+    recorded command's ``--env-steps`` (the entry's ``env_steps`` are what the run trained,
+    that value rounded up to whole rounds of episodes, which may be more).
+
+    Args:
+        entry: a task's entry of mt19_sources.json.
+
+    Returns:
+        The env steps per seed (`recorded_config`'s ``env_steps``).
+
+    Raises:
+        ValueError: one line when the command is not a train_online command it accepts.
+    """
+    return recorded_config(entry).env_steps
+
+
 def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) -> list[str]:
-    """What differs between the campaign's run of a task at the recorded env steps and the
-    recorded source run (config fields; how the run is cut into chunks and checkpoints
-    changes no result and is left out).
+    """What differs between the campaign's run of a task at the recorded run's env steps
+    (`regeneration_env_steps`) and the recorded source run (config fields; how the run is
+    cut into chunks and checkpoints changes no result and is left out).
 
     Args:
         campaign: the campaign (its flags).
@@ -368,8 +385,9 @@ def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) 
     """
     import dataclasses as dc
     keep = {"chunk_ticks": None, "checkpoint_every_chunks": 1}
-    a = dc.replace(recorded_config(entry), **keep).to_json()
-    b = dc.replace(campaign.run_config(task, entry["env_steps"]), **keep).to_json()
+    rc = recorded_config(entry)
+    a = dc.replace(rc, **keep).to_json()
+    b = dc.replace(campaign.run_config(task, rc.env_steps), **keep).to_json()
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 

@@ -135,3 +135,30 @@ def test_a_regeneration_resumed_without_the_flag_is_still_one(runs):
         ("resume", True, True, 20, 120, 120, False)
     assert p1["run"] == p2["run"] == calls["r2"]["bundles"][0]["run"]
     assert calls["r2"]["next"]["what"] == "every task of the campaign is done"
+
+
+def test_a_run_rounded_up_to_whole_rounds_is_regenerated_with_its_own_flag(runs, tmp_path):
+    """A source run of --env-steps 110 trained 120 (whole rounds of 20): the record has
+    120 and the command 110. --regenerate, with the recorded run's flags, trains --env-steps
+    110 again (stopped and resumed), and ingest finds the same episode sets."""
+    tmp, results, _ = runs
+    rec = json.loads((results / record_lib.FILE).read_text())
+    e = rec["tasks"][TASK]
+    e["command"] = e["command"].replace("--env-steps 120", "--env-steps 110")
+    assert "--env-steps 110" in e["command"] and e["env_steps"] == 120
+    res = tmp_path / "results"
+    res.mkdir()
+    (res / record_lib.FILE).write_text(json.dumps(rec))
+    flags = [("110" if x == "120" else x) for x in TINY]
+    regen = ("--regenerate", TASK)
+    c1 = _next(tmp_path, res, "d", "o1", "--budget-s", "0.001", *regen, campaign=flags)
+    c2 = _next(tmp_path, res, "d", "o2", "--budget-s", "570", *regen, campaign=flags)
+    (p1,), (p2,) = c1["pieces"], c2["pieces"]
+    assert (p1["action"], p1["total_env_steps"], p2["action"], p2["env_steps_to"],
+            p2["finished"]) == ("new", 120, "resume", 120, True)
+    cfg = json.loads((tmp_path / "d" / "runs" / p2["run"] / "config.json").read_text())
+    assert cfg["env_steps"] == 110
+    assert camp.main(["ingest", str(tmp_path / "o2"), *flags, "--home", str(tmp_path / "local"),
+                      "--results", str(res)]) == 0
+    (ev,) = _entry(res)["regenerations"]
+    assert ev["identical"] and ev["run"] == f"runs/{p2['run']}"
