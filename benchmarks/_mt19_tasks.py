@@ -333,22 +333,34 @@ def recorded_config(entry: dict[str, Any]):
         command.
 
     Raises:
-        ValueError: one line when the command is not a train_online command it accepts.
+        ValueError: one line when the command is not a train_online command it accepts
+            (train_online's own usage error is in it, not on stderr).
     """
+    import contextlib
+    import io
     import shlex
 
     from wmx.runs.cli_common import given_flags
     from wmx.train_online import cli as online_cli
-    argv = shlex.split(entry.get("command", ""))
+    command = entry.get("command", "")
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:               # e.g. an unbalanced quote
+        raise ValueError(f"the recorded command {command!r} is not shell words ({e}); "
+                         "restore mt19_sources.json from git") from None
     if argv[:1] != ["train_online"]:
-        raise ValueError(f"the recorded command {entry.get('command', '')!r} is not a "
+        raise ValueError(f"the recorded command {command!r} is not a "
                          "train_online command; restore mt19_sources.json from git")
     p = online_cli.build_parser()
+    said = io.StringIO()
     try:
-        args = p.parse_args(argv[1:])
+        with contextlib.redirect_stderr(said):
+            args = p.parse_args(argv[1:])
     except SystemExit:
-        raise ValueError(f"train_online refuses the recorded command {entry['command']!r}; "
-                         "restore mt19_sources.json from git") from None
+        why = said.getvalue().strip().splitlines()
+        raise ValueError(f"train_online refuses the recorded command {command!r}"
+                         + (f" ({why[-1]})" if why else "")
+                         + "; restore mt19_sources.json from git") from None
     args.given = given_flags(p, argv[1:])
     return online_cli.config_from_args(args)
 

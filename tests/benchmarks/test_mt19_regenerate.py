@@ -162,3 +162,21 @@ def test_a_run_rounded_up_to_whole_rounds_is_regenerated_with_its_own_flag(runs,
                       "--results", str(res)]) == 0
     (ev,) = _entry(res)["regenerations"]
     assert ev["identical"] and ev["run"] == f"runs/{p2['run']}"
+
+
+@pytest.mark.parametrize("command", ["train_online --agent tdmpc2 --bogus 1",
+                                     "train_online --task 'probe-action"])
+def test_a_damaged_recorded_command_is_one_line(runs, tmp_path, capsys, command):
+    """A recorded command train_online refuses, or that is not shell words: --regenerate
+    says so in one line naming the fix, and starts nothing."""
+    tmp, results, _ = runs
+    rec = json.loads((results / record_lib.FILE).read_text())
+    rec["tasks"][TASK]["command"] = command
+    (tmp_path / record_lib.FILE).write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert camp.main(["next", *TINY, "--home", str(tmp_path / "h"), "--out", str(tmp_path / "o"),
+                      "--results", str(tmp_path), "--budget-s", "60",
+                      "--regenerate", TASK]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "restore mt19_sources.json from git" in err, err
+    assert not (tmp_path / "h").exists() and not (tmp_path / "o").exists()
