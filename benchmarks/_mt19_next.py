@@ -247,8 +247,9 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         progress: show the trainer's progress bar.
         t0: the call's start (``time.monotonic()``).
         regenerate: the piece trains a recorded source again (``--regenerate``; recorded
-            in the piece). A resumed run of a recorded task at its recorded env steps is
-            one whether or not the call names it (a done task's run starts only so).
+            in the piece). A resumed run of a recorded task at its recorded env steps (of
+            at least its floor) is one whether or not the call names it (a done task's run
+            starts only so).
 
     Returns:
         The piece: task, run, new or resume, regenerate, env steps from and to, the run's total,
@@ -273,7 +274,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
         own = saved.env_steps            # its --env-steps; whole rounds: total_env_steps
         again = (s.recorded is not None                                # --regenerate's
-                 and saved.total_env_steps == s.recorded["env_steps"])
+                 and s.floor <= saved.total_env_steps == s.recorded["env_steps"])
         regenerate = regenerate or again
         rc = campaign.run_config(s.task, own if again or campaign.allows(s.task, own) else None)
         if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
@@ -409,8 +410,9 @@ def regenerate_tasks(text: str | None, campaign: Campaign,
 
     Raises:
         ValueError: one line for a task that is not the campaign's, has no source recorded
-            at its floor, or whose recorded run the campaign's flags would not train again
-            (`_mt19_tasks.regeneration_mismatch`).
+            at its floor (the campaign's, `Campaign.floor`: under flags of a higher floor
+            the task is not done and next trains it anew), or whose recorded run the
+            campaign's flags would not train again (`_mt19_tasks.regeneration_mismatch`).
     """
     if text is None:
         return ()
@@ -420,9 +422,11 @@ def regenerate_tasks(text: str | None, campaign: Campaign,
         if t not in campaign.tasks:
             raise ValueError(f"--regenerate {t}: not a task of the campaign (--tasks)")
         e = recorded.get(t)
-        if e is None or not e["done"]:
-            raise ValueError(f"--regenerate {t}: no source of it is recorded at its floor; "
-                             "next trains it without --regenerate")
+        if e is None or e["env_steps"] < campaign.floor(t):
+            got = "none" if e is None else f"{e['env_steps']:,}"
+            raise ValueError(f"--regenerate {t}: no source of it is recorded at its floor "
+                             f"({campaign.floor(t):,} env steps; recorded: {got}); next "
+                             "trains it without --regenerate")
         diff = regeneration_mismatch(campaign, t, e)
         if diff:
             raise ValueError(f"--regenerate {t}: the campaign's run differs from the recorded "

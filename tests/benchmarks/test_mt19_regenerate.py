@@ -180,3 +180,26 @@ def test_a_damaged_recorded_command_is_one_line(runs, tmp_path, capsys, command)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "restore mt19_sources.json from git" in err, err
     assert not (tmp_path / "h").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_source_below_the_campaigns_floor_is_not_regenerated(runs, tmp_path, capsys):
+    """Recorded at 120 env steps, under a campaign of a fixed 160 (its floor) the task is
+    not done: --regenerate refuses it (next trains it anew) and starts nothing, and a
+    regeneration begun under the recorded flags is not resumed as the campaign's run."""
+    tmp, results, _ = runs
+    flags = [("160" if x == "120" else x) for x in TINY]
+    base = ["--home", str(tmp_path / "h"), "--results", str(results), "--reserve-s", "0",
+            "--min-start-s", "0"]
+    capsys.readouterr()
+    assert camp.main(["next", *flags, *base, "--out", str(tmp_path / "o1"), "--budget-s", "570",
+                      "--device-left-s", "1", "--regenerate", TASK]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no source of it is recorded at its floor" in err \
+        and "160" in err, err
+    assert not (tmp_path / "h").exists()
+    _next(tmp_path, results, "h", "o2", "--budget-s", "0.001", "--regenerate", TASK)
+    capsys.readouterr()
+    assert camp.main(["next", *flags, *base, "--out", str(tmp_path / "o3"),
+                      "--budget-s", "570"]) == 2
+    err = capsys.readouterr().err
+    assert "other settings (" in err and "env_steps" in err
