@@ -145,7 +145,10 @@ def read_bundles(paths: list[Path]) -> list[Bundle]:
             whose such files are taken (a ``.partial`` file, a killed call's, is not).
 
     Returns:
-        The bundles, sorted by name, their parts in order.
+        The bundles, sorted by name, their parts in order; a bundle is its name in one
+        folder, so that folders of two calls that each brought back a run of the same task
+        (a regeneration and the recorded run, say) give two bundles, in the order given
+        (a file given twice counts once).
 
     Raises:
         BundleError: a path is missing, a folder holds no bundle, a bundle's parts are
@@ -168,24 +171,26 @@ def read_bundles(paths: list[Path]) -> list[Bundle]:
         else:
             raise BundleError(f"{p}: no such file or folder; give the folder the device "
                               "call's files were copied to")
-    whole: dict[str, Path] = {}
-    parts: dict[str, dict[int, Path]] = {}
-    for f in files:
+    whole: dict[tuple[Path, str], Path] = {}        # (folder, name): one bundle per folder
+    parts: dict[tuple[Path, str], dict[int, Path]] = {}
+    for f in dict.fromkeys(files):
         m = _PART.match(f.name)
+        where = f.resolve().parent
         if m:
-            parts.setdefault(m["base"], {})[int(m["i"])] = f
+            parts.setdefault((where, m["base"]), {})[int(m["i"])] = f
         else:
-            whole[f.name] = f
-    out = []
-    for base, got in parts.items():
-        if base in whole:
-            raise BundleError(f"{whole[base]}: given both whole and in parts; give one")
+            whole[(where, f.name)] = f
+    found = []                                       # (first file's place in `files`, bundle)
+    for key, got in parts.items():
+        base = key[1]
+        if key in whole:
+            raise BundleError(f"{whole[key]}: given both whole and in parts; give one")
         if sorted(got) != list(range(len(got))):
             raise BundleError(f"{base}: parts {sorted(got)} are not 00..{len(got) - 1:02d} "
                               "without a gap; copy every part the device call wrote")
-        out.append(Bundle(base, tuple(got[i] for i in sorted(got))))
-    out += [Bundle(n, (f,)) for n, f in whole.items()]
-    return sorted(out, key=lambda b: b.name)
+        found.append((files.index(got[min(got)]), Bundle(base, tuple(got[i] for i in sorted(got)))))
+    found += [(files.index(f), Bundle(key[1], (f,))) for key, f in whole.items()]
+    return [b for _, b in sorted(found, key=lambda x: (x[1].name, x[0]))]
 
 
 @dataclasses.dataclass

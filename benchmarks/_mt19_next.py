@@ -27,7 +27,7 @@ import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
 from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, task_cost
 from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
-                         regeneration_mismatch)
+                         regeneration_env_steps, regeneration_mismatch)
 
 MAX_BUDGET_S = 570
 """Longest --budget-s: a device command runs at most 600 s; 30 s stay for the wrapper."""
@@ -86,8 +86,9 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         elapsed_s: seconds of this call so far.
         args: the plan model's flags (`run_cost`).
         regenerate: ``--regenerate``'s recorded tasks, in order: each is trained again at
-            its recorded env steps (fixed) until the home holds a finished run of them
-            (`TaskState.regenerated_run`), before the tasks not done.
+            its recorded run's env steps (fixed: `_mt19_tasks.regeneration_env_steps`)
+            until the home holds a finished run of them (`TaskState.regenerated_run`),
+            before the tasks not done.
 
     Returns:
         (state, env steps, why): ``task`` unless it is done or no size of its new run
@@ -138,7 +139,7 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         s = by_task[t]
         if s.regenerated_run() is not None:
             continue
-        n = s.recorded["env_steps"]
+        n = regeneration_env_steps(s.recorded)
         if device_left_s is not None and need(s, n) > device_left_s:
             return None, 0, (f"--regenerate {t}: its run of {n:,} env steps needs "
                              f"{minutes(need(s, n))} device minutes, {device_left_s / 60:.1f} "
@@ -239,13 +240,16 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         campaign: the campaign (the run's flags).
         s: the task.
         env_steps: a new run's env steps per seed (`choose`); a run in progress keeps its
-            own, which must be one the campaign allows the task (`Campaign.allows`).
+            own (its ``--env-steps``), which must be one the campaign allows the task
+            (`Campaign.allows`), or, for a regeneration, train the recorded env steps.
         stop_at: when to stop, a ``time.monotonic()`` value (past: after one chunk).
         argv: the campaign command's arguments (recorded, folders redacted).
         progress: show the trainer's progress bar.
         t0: the call's start (``time.monotonic()``).
         regenerate: the piece trains a recorded source again (``--regenerate``; recorded
-            in the piece).
+            in the piece). A resumed run of a recorded task at its recorded env steps (of
+            at least its floor) is one whether or not the call names it (a done task's run
+            starts only so).
 
     Returns:
         The piece: task, run, new or resume, regenerate, env steps from and to, the run's total,
@@ -268,8 +272,10 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
     if active is not None:
         run_dir = active.path
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
-        own = saved.total_env_steps
-        again = s.recorded is not None and own == s.recorded["env_steps"]  # --regenerate's
+        own = saved.env_steps            # its --env-steps; whole rounds: total_env_steps
+        again = (s.recorded is not None                                # --regenerate's
+                 and s.floor <= saved.total_env_steps == s.recorded["env_steps"])
+        regenerate = regenerate or again
         rc = campaign.run_config(s.task, own if again or campaign.allows(s.task, own) else None)
         if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
                 rc, chunk_ticks=None):
@@ -404,8 +410,9 @@ def regenerate_tasks(text: str | None, campaign: Campaign,
 
     Raises:
         ValueError: one line for a task that is not the campaign's, has no source recorded
-            at its floor, or whose recorded run the campaign's flags would not train again
-            (`_mt19_tasks.regeneration_mismatch`).
+            at its floor (the campaign's, `Campaign.floor`: under flags of a higher floor
+            the task is not done and next trains it anew), or whose recorded run the
+            campaign's flags would not train again (`_mt19_tasks.regeneration_mismatch`).
     """
     if text is None:
         return ()
@@ -415,9 +422,11 @@ def regenerate_tasks(text: str | None, campaign: Campaign,
         if t not in campaign.tasks:
             raise ValueError(f"--regenerate {t}: not a task of the campaign (--tasks)")
         e = recorded.get(t)
-        if e is None or not e["done"]:
-            raise ValueError(f"--regenerate {t}: no source of it is recorded at its floor; "
-                             "next trains it without --regenerate")
+        if e is None or e["env_steps"] < campaign.floor(t):
+            got = "none" if e is None else f"{e['env_steps']:,}"
+            raise ValueError(f"--regenerate {t}: no source of it is recorded at its floor "
+                             f"({campaign.floor(t):,} env steps; recorded: {got}); next "
+                             "trains it without --regenerate")
         diff = regeneration_mismatch(campaign, t, e)
         if diff:
             raise ValueError(f"--regenerate {t}: the campaign's run differs from the recorded "

@@ -43,8 +43,12 @@ REGENERATION_KEYS = {"run": str, "wmx_commit": str, "chip": str, "jax": str, "in
 """The keys of one event of an entry's optional ``regenerations`` list (`regenerated`): a
 run that trained the recorded source again at its env steps (``next --regenerate``), whether
 its episode sets are the recorded ones (content hashes, seed by seed), and, when they are
-not, what the entry named before (``replaced``: run, wmx_commit, chip, episode_sets'
-hashes, final_return_mean)."""
+not, what the entry named before (``replaced``, `REPLACED_KEYS`; None when identical)."""
+
+REPLACED_KEYS = {"run": str, "wmx_commit": str, "chip": str, "episode_sets": dict,
+                 "final_return_mean": float}
+"""The keys of a regeneration event's ``replaced``: the run the entry named before, its
+commit, chip, episode sets ({seed: content hash}) and final return."""
 
 
 def empty(targets: dict[str, int], default_target: int, regenerate: list[str]) -> dict[str, Any]:
@@ -128,7 +132,8 @@ def check(data: Any) -> list[str]:
         The problems, one line each ([] when it holds): the top-level keys, every entry's
         keys and types (`ENTRY_KEYS`, `SET_KEYS`), one episode set per seed, the eval
         curve with one return per seed at every point, a final return per seed, a floor of
-        at most the target, ``done`` agreeing with the env steps and the floor.
+        at most the target, ``done`` agreeing with the env steps and the floor, the
+        optional ``regenerations`` events as `regenerated` writes them (`_event_ok`).
     """
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return [f"schema is not {SCHEMA!r}"]
@@ -177,13 +182,31 @@ def check(data: Any) -> list[str]:
         if e["done"] != (e["env_steps"] >= e["floor_env_steps"]):
             out.append(f"tasks[{task!r}]: done disagrees with env_steps and the floor")
         regens = e.get("regenerations", [])
-        if not isinstance(regens, list) or not all(
-                isinstance(r, dict) and set(r) == set(REGENERATION_KEYS) and all(
-                    any(_type_ok(r[k], x) for x in (t if isinstance(t, tuple) else (t,)))
-                    for k, t in REGENERATION_KEYS.items()) for r in regens):
+        if not isinstance(regens, list) or not all(map(_event_ok, regens)):
             out.append(f"tasks[{task!r}]: regenerations is not a list of "
-                       f"{sorted(REGENERATION_KEYS)}")
+                       f"{sorted(REGENERATION_KEYS)} (replaced: None when identical, else "
+                       f"{sorted(REPLACED_KEYS)})")
     return out
+
+
+def _keys_ok(d: Any, keys: dict[str, Any]) -> bool:
+    """Whether ``d`` is an object of exactly ``keys``, each of its JSON type (or types)."""
+    return isinstance(d, dict) and set(d) == set(keys) and all(
+        any(_type_ok(d[k], x) for x in (t if isinstance(t, tuple) else (t,)))
+        for k, t in keys.items())
+
+
+def _event_ok(r: Any) -> bool:
+    """Whether ``r`` is a regeneration event as `regenerated` writes it: `REGENERATION_KEYS`;
+    ``replaced`` None when ``identical``, else `REPLACED_KEYS` with a 64-hex content hash
+    per seed."""
+    if not _keys_ok(r, REGENERATION_KEYS):
+        return False
+    rep = r["replaced"]
+    if r["identical"]:
+        return rep is None
+    return _keys_ok(rep, REPLACED_KEYS) and all(
+        isinstance(h, str) and len(h) == 64 for h in rep["episode_sets"].values())
 
 
 def _hashes(entry: dict[str, Any]) -> dict[str, str]:
@@ -197,7 +220,8 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
     The same episode sets (every seed's content hash equal) keep the recorded entry, with
     the run added to its ``regenerations``; other sets replace it by the new run's entry
     (the sets the data root now holds), the recorded run kept in the event's
-    ``replaced``. A run already among the entry's regenerations changes nothing.
+    ``replaced``. A run the entry's regenerations already name, as a regeneration or as
+    the run one replaced (the recorded source's bundle ingested again), changes nothing.
 
     Args:
         old: the recorded entry.
@@ -209,6 +233,9 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
     prior = list(old.get("regenerations", []))
     if any(r["run"] == new["run"] for r in prior):
         return old, f"{new['run']} is already recorded as a regeneration"
+    if any(r["replaced"] is not None and r["replaced"]["run"] == new["run"] for r in prior):
+        return old, (f"{new['run']} is already recorded as the run a regeneration replaced; "
+                     f"the entry keeps {old['run']}")
     same = _hashes(old) == _hashes(new)
     event = {"run": new["run"], "wmx_commit": new["wmx_commit"], "chip": new["chip"],
              "jax": new["jax"], "ingested": new["ingested"], "identical": same,

@@ -333,30 +333,59 @@ def recorded_config(entry: dict[str, Any]):
         command.
 
     Raises:
-        ValueError: one line when the command is not a train_online command it accepts.
+        ValueError: one line when the command is not a train_online command it accepts
+            (train_online's own usage error is in it, not on stderr).
     """
+    import contextlib
+    import io
     import shlex
 
     from wmx.runs.cli_common import given_flags
     from wmx.train_online import cli as online_cli
-    argv = shlex.split(entry.get("command", ""))
+    command = entry.get("command", "")
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:               # e.g. an unbalanced quote
+        raise ValueError(f"the recorded command {command!r} is not shell words ({e}); "
+                         "restore mt19_sources.json from git") from None
     if argv[:1] != ["train_online"]:
-        raise ValueError(f"the recorded command {entry.get('command', '')!r} is not a "
+        raise ValueError(f"the recorded command {command!r} is not a "
                          "train_online command; restore mt19_sources.json from git")
     p = online_cli.build_parser()
+    said = io.StringIO()
     try:
-        args = p.parse_args(argv[1:])
+        with contextlib.redirect_stderr(said):
+            args = p.parse_args(argv[1:])
     except SystemExit:
-        raise ValueError(f"train_online refuses the recorded command {entry['command']!r}; "
-                         "restore mt19_sources.json from git") from None
+        why = said.getvalue().strip().splitlines()
+        raise ValueError(f"train_online refuses the recorded command {command!r}"
+                         + (f" ({why[-1]})" if why else "")
+                         + "; restore mt19_sources.json from git") from None
     args.given = given_flags(p, argv[1:])
     return online_cli.config_from_args(args)
 
 
+def regeneration_env_steps(entry: dict[str, Any]) -> int:
+    """The env steps per seed a regeneration of a recorded source run is started with: the
+    recorded command's ``--env-steps`` (the entry's ``env_steps`` are what the run trained,
+    that value rounded up to whole rounds of episodes, which may be more).
+
+    Args:
+        entry: a task's entry of mt19_sources.json.
+
+    Returns:
+        The env steps per seed (`recorded_config`'s ``env_steps``).
+
+    Raises:
+        ValueError: one line when the command is not a train_online command it accepts.
+    """
+    return recorded_config(entry).env_steps
+
+
 def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) -> list[str]:
-    """What differs between the campaign's run of a task at the recorded env steps and the
-    recorded source run (config fields; how the run is cut into chunks and checkpoints
-    changes no result and is left out).
+    """What differs between the campaign's run of a task at the recorded run's env steps
+    (`regeneration_env_steps`) and the recorded source run (config fields; how the run is
+    cut into chunks and checkpoints changes no result and is left out).
 
     Args:
         campaign: the campaign (its flags).
@@ -368,8 +397,9 @@ def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) 
     """
     import dataclasses as dc
     keep = {"chunk_ticks": None, "checkpoint_every_chunks": 1}
-    a = dc.replace(recorded_config(entry), **keep).to_json()
-    b = dc.replace(campaign.run_config(task, entry["env_steps"]), **keep).to_json()
+    rc = recorded_config(entry)
+    a = dc.replace(rc, **keep).to_json()
+    b = dc.replace(campaign.run_config(task, rc.env_steps), **keep).to_json()
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
