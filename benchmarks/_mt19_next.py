@@ -364,6 +364,7 @@ def pack_finished(store, campaign: Campaign, states: list[TaskState], out: Path,
             item = {"task": s.task, "run": r.name,
                     "files": [{"name": f.name, "bytes": f.stat().st_size,
                                "sha256": file_digest(f)} for f in files]}
+            marker.parent.mkdir(parents=True, exist_ok=True)    # a home filled by ingest
             write_json_atomic(marker, item)
             done.append(item)
             print(f"mt19_campaign next: packed {r.name} into "

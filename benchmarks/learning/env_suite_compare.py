@@ -122,10 +122,11 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
 
         @jax.jit
         def observe(qp, qv):
-            def one(q, v):
+            def one(q, v):          # the observation wmx's agent sees (its fixes included)
                 s = env.reset(jax.random.PRNGKey(seed))
                 d = mjx.forward(pg.mjx_model, s.inner.data.replace(qpos=f32(q), qvel=f32(v)))
-                return env._flat_obs(pg._get_obs(d, s.inner.info))
+                inner = env._fixed_obs(s.inner.replace(data=d, obs=pg._get_obs(d, s.inner.info)))
+                return env._flat_obs(inner.obs)
             return jax.vmap(one)(qp, qv)
         arrays["state_obs"] = np.asarray(observe(qpos, qvel), np.float64)
     return meta, arrays
