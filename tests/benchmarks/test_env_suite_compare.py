@@ -88,3 +88,23 @@ def test_unknown_tasks_are_one_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--tasks walker-fly: not mt19 tasks" in err
+
+
+def test_reset_ks_flags_the_coordinate_whose_start_law_differs():
+    """pendulum's start angle: Playground's U[0, pi) against dm_control's U[-pi, pi) (E23)
+    is flagged, an equal law is not; sizes that differ are not compared."""
+    rng = np.random.default_rng(0)
+    n = 1000
+    dm = {"reset_qpos": rng.uniform(-np.pi, np.pi, (n, 1)), "reset_qvel": np.zeros((n, 1))}
+    same = {"reset_qpos": rng.uniform(-np.pi, np.pi, (n, 1)), "reset_qvel": np.zeros((n, 1))}
+    half = {"reset_qpos": rng.uniform(0, np.pi, (n, 1)), "reset_qvel": np.zeros((n, 1))}
+    crit = esc.KS_C * math.sqrt(2 / n)
+    ok = esc.reset_ks(same, dm)
+    assert ok["critical"] == pytest.approx(crit) and ok["flagged"] == []
+    assert ok["qvel"] == [0.0] and ok["max"] < crit
+    bad = esc.reset_ks(half, dm)
+    assert bad["flagged"] == ["qpos[0]"]
+    assert bad["qpos"][0] == pytest.approx(0.5, abs=0.05)     # half the mass moved
+    assert esc.reset_ks({"reset_qpos": np.zeros((n, 2)), "reset_qvel": np.zeros((n, 1))},
+                        dm) is None
+    assert esc.reset_ks({}, dm) is None
