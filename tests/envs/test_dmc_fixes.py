@@ -7,7 +7,6 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from wmx.envs import dmc_fixes
 from wmx.envs.playground import _load_playground, make_env
