@@ -247,6 +247,29 @@ def plot(res: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def merged(path: Path, res: dict) -> dict:
+    """``res`` with the other tasks of an earlier result at ``path`` kept, when that result
+    was measured under the same protocol and versions (each task records its own
+    ``code_version``); else ``res`` alone. Tasks in mt19 order.
+
+    Args:
+        path: the result JSON written before (may be absent).
+        res: this run's result.
+
+    Returns:
+        The result to write.
+    """
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return res
+    if old.get("protocol") != res["protocol"] or old.get("versions") != res["versions"]:
+        return res
+    tasks = {**old.get("tasks", {}), **res["tasks"]}
+    return {**res, "code_version": None,
+            "tasks": {t: tasks[t] for t in DMC_NAMES if t in tasks}}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -260,7 +283,9 @@ def main(argv=None) -> dict:
     p.add_argument("--resets", type=int, default=1000, help="resets per side for the "
                    "initial-state check")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(OUT), help="PREFIX of PREFIX.json and PREFIX.png")
+    p.add_argument("--out", default=str(OUT), help="PREFIX of PREFIX.json and PREFIX.png; "
+                   "an earlier PREFIX.json of the same protocol and versions keeps its other "
+                   "tasks")
     p.add_argument("--dmc-half", nargs=2, metavar=("REQ", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dmc_half:
@@ -299,12 +324,14 @@ def main(argv=None) -> dict:
         pg_meta, pg = playground_task(task, args.pg_episodes, args.seed,
                                       None if task in TARGET_TASKS else qp,
                                       None if task in TARGET_TASKS else qv, args.resets)
-        res["tasks"][task] = compare_task(task, pg_meta, pg, dm_meta["tasks"][task], dm_t)
+        res["tasks"][task] = {**compare_task(task, pg_meta, pg, dm_meta["tasks"][task], dm_t),
+                              "code_version": res["code_version"]}
         r = res["tasks"][task]["random_policy"]
         print(f"{task}: random {r['playground']['mean']:.1f} / {r['dm_control']['mean']:.1f}; "
               f"{time.perf_counter() - t:.0f} s", flush=True)
     res["wall_s"] = {"dm_control": round(t_dm, 1), "total": round(time.perf_counter() - t0, 1)}
     out = Path(args.out)
+    res = merged(out.with_suffix(".json"), res)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.json.tmp")
     tmp.write_text(json.dumps(res, indent=1))

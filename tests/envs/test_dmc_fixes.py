@@ -1,5 +1,6 @@
 """wmx.envs.dmc_fixes: the walker's torso height (E22), the pendulum's orientation order and
-start angle (E23), the cup's random start (E24), each as dm_control's; the tasks without a
+start angle (E23), the cup's random start (E24), the fish's start height (E25), each as
+dm_control's; the tasks without a
 fix get none. The observation fixes are checked as functions of the MJX data; the resets on
 the real envs (small programs: pendulum, cup)."""
 import types
@@ -17,11 +18,11 @@ def _pg(task):
     return _load_playground(get_task(task).playground_name)
 
 
-def test_only_walker_pendulum_and_cup_have_fixes():
+def test_only_walker_pendulum_cup_and_fish_have_fixes():
     from wmx.envs.registry import MT19
     fixed = {t.name for t in MT19 if dmc_fixes.fix_for(t.name, _pg(t.name)) is not None}
     assert fixed == {"walker-stand", "walker-walk", "walker-run", "pendulum-swingup",
-                     "cup-catch"}
+                     "cup-catch", "fish-swim"}
 
 
 def test_the_walker_sees_its_torso_height_in_entry_14():
@@ -102,3 +103,12 @@ def test_cup_penetrating_counts_contacts_as_mujoco_c():
         mujoco.mj_forward(m, c)
         want.append(c.ncon > 0)
     assert 3 <= sum(want) <= 30 and got.tolist() == want
+
+
+def test_the_fish_starts_at_its_default_height_with_a_random_orientation():
+    env = make_env("fish-swim")
+    s = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 64))
+    q = np.asarray(s.inner.data.qpos)
+    np.testing.assert_allclose(q[:, :3], np.tile([0.0, 0.0, 0.1], (64, 1)), atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(q[:, 3:7], axis=1), 1.0, atol=1e-5)
+    assert q[:, 3:7].std(0).min() > 0.2                 # orientations drawn, not fixed

@@ -1,5 +1,5 @@
 """Where Playground's DMC ports show an agent something other than dm_control does, and
-wmx's corrections (deviations E22-E24; E21's reset kinematics are `PlaygroundEnv`'s).
+wmx's corrections (deviations E22-E25; E21's reset kinematics are `PlaygroundEnv`'s).
 
 Measured by `benchmarks/learning/env_suite_compare.py` (the 19 mt19 tasks, the same
 physical state observed by both, random and zero-action returns; docs/validation.md):
@@ -16,6 +16,10 @@ physical state observed by both, random and zero-action returns; docs/validation
   ball at rest below the cup); dm_control places the ball uniformly at ball_x in
   [-0.2, 0.2], ball_z in [0.2, 0.5] m, drawing again while it touches anything. wmx draws
   `CUP_CANDIDATES` placements and keeps the first without contact (E24).
+- fish-swim: Playground's reset builds qpos from zeros, so the fish starts at height 0;
+  dm_control keeps the root's default position (height 0.1 m, the model's qpos0) and
+  draws only the orientation and the fin angles. wmx puts the root back at qpos0's
+  position (E25).
 
 Every fix is a pure function of the MJX data and the key, jittable; a task without one
 gets None.
@@ -115,7 +119,22 @@ def _cup(pg_env) -> DmcFix:
     return DmcFix(reset=reset)
 
 
-_FIXES = {"walker": _walker, "pendulum": _pendulum, "cup": _cup}
+def _fish(pg_env) -> DmcFix:
+    from mujoco import mjx
+    import numpy as np
+    m = pg_env.mj_model
+    root = int(m.jnt_qposadr[m.joint("root").id])
+    home = jnp.asarray(np.asarray(m.qpos0[root:root + 3], np.float32))
+
+    def reset(key, data):
+        del key
+        return mjx.forward(pg_env.mjx_model,
+                           data.replace(qpos=data.qpos.at[root:root + 3].set(
+                               home.astype(data.qpos.dtype))))
+    return DmcFix(reset=reset)
+
+
+_FIXES = {"walker": _walker, "pendulum": _pendulum, "cup": _cup, "fish": _fish}
 """Domain (the task name before its first dash) -> the builder of its `DmcFix`."""
 
 

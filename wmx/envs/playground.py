@@ -8,9 +8,9 @@ the rewards, flattens the observation to f32[O] and tracks the time limit.
 Sources: reference_design §5.1 (action bounds, action repeat), §2 (T from the
 env's episode_length // action_repeat), tdmpc2_spec 4.11-4.13 (DMC protocol),
 deviations E18 (MJX ports), E19 (the repeat continues after a termination),
-E21 (reset observations of the tasks with mocap targets recomputed), E22-E24 (the
-walker's torso height, the pendulum's orientation order and the cup's random start, as
-dm_control's: `wmx.envs.dmc_fixes`).
+E21 (reset observations of the tasks with mocap targets recomputed), E22-E25 (the
+walker's torso height, the pendulum's orientation order and start, the cup's random start
+and the fish's start height, as dm_control's: `wmx.envs.dmc_fixes`).
 """
 from __future__ import annotations
 
@@ -133,7 +133,8 @@ class PlaygroundEnv(Env):
         Playground's reset and the observation rebuilt from them, so the first
         observation sees the target where the episode placed it, as
         dm_control's does (E21); a task whose port starts elsewhere than
-        dm_control's draws its start as dm_control does (cup-catch, E24); the
+        dm_control's draws its start as dm_control does (pendulum, cup-catch, fish:
+        E23-E25); the
         observation is dm_control's (walker, pendulum: E22, E23).
         """
         inner = self.pg_env.reset(key)
