@@ -154,16 +154,17 @@ def differs(a: dict, b: dict) -> dict:
 
 
 def reset_ks(pg: dict, dm: dict) -> dict | None:
-    """The initial states' KS statistics per qpos and qvel coordinate (None when either
-    side has none or their sizes differ): {"qpos": [...], "qvel": [...], "critical",
-    "max", "flagged": ["qpos[i]", ...]}."""
+    """The initial states' KS statistics per qpos and qvel coordinate, both sides rounded to
+    float32 (a constant that dm_control holds as float64 equals Playground's float32 one),
+    None when either side has none or their sizes differ: {"qpos": [...], "qvel": [...],
+    "critical", "max", "flagged": ["qpos[i]", ...]}."""
     if "reset_qpos" not in pg or "reset_qpos" not in dm or any(
             pg[k].shape[1:] != dm[k].shape[1:] for k in ("reset_qpos", "reset_qvel")):
         return None
     from env_compare_common import ks_two
     out: dict = {}
-    for k in ("qpos", "qvel"):
-        a, b = pg[f"reset_{k}"], dm[f"reset_{k}"]
+    for k in ("qpos", "qvel"):          # in float32, Playground's precision: dm_control's
+        a, b = (np.asarray(x[f"reset_{k}"], np.float32) for x in (pg, dm))   # 0.1 is its 0.1
         out[k] = [ks_two(a[:, i], b[:, i]) for i in range(a.shape[1])]
     n, m = len(pg["reset_qpos"]), len(dm["reset_qpos"])
     out["critical"] = KS_C * math.sqrt((n + m) / (n * m))

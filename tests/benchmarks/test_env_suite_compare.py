@@ -108,3 +108,13 @@ def test_reset_ks_flags_the_coordinate_whose_start_law_differs():
     assert esc.reset_ks({"reset_qpos": np.zeros((n, 2)), "reset_qvel": np.zeros((n, 1))},
                         dm) is None
     assert esc.reset_ks({}, dm) is None
+
+
+def test_reset_ks_compares_in_float32():
+    """A constant start coordinate (fish's height, 0.1 m) is 0.1 in float64 on dm_control
+    and in float32 on Playground: equal, not a KS of 1."""
+    n = 200
+    pg = {"reset_qpos": np.full((n, 1), np.float32(0.1)), "reset_qvel": np.zeros((n, 1))}
+    dm = {"reset_qpos": np.full((n, 1), 0.1), "reset_qvel": np.zeros((n, 1))}
+    got = esc.reset_ks(pg, dm)
+    assert got["qpos"] == [0.0] and got["flagged"] == []
