@@ -57,9 +57,12 @@ def test_random_policy_return_on_a_probe_env():
 def test_random_policy_return_reproduces_the_committed_cartpole_balance():
     """The real env, as the table was measured (~20 s on one core, mostly compiling;
     cartpole-balance reproduces with and without the single-threaded Eigen flag, the
-    walker tasks do not: docs/validation.md "The floor")."""
+    walker tasks do not: docs/validation.md "The floor"). To 0.01: the default test run
+    compiles at XLA's optimisation level 0, whose rounding moves the mean of 16 episodes
+    by about 1e-3 (326.7126 against 326.7138); another policy, seed or env moves it by
+    units."""
     got = rp.random_policy_return("cartpole-balance")
     want = rp.random_returns()["cartpole-balance"]
     assert got["episodes"] == want["episodes"]
-    assert got["mean"] == pytest.approx(want["mean"], abs=1e-3)
-    assert got["std"] == pytest.approx(want["std"], abs=1e-3)
+    assert got["mean"] == pytest.approx(want["mean"], abs=0.01)
+    assert got["std"] == pytest.approx(want["std"], abs=0.01)
