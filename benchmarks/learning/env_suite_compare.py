@@ -9,9 +9,9 @@ script measures what an agent would notice of the difference:
 - physics: integrator, solver, iterations, disabled flags, sizes, masses, gears, damping
   (`env_suite_dmc.physics_summary` of each side's MuJoCo model);
 - the observation of the same physical state: dm_control's qpos and qvel after a reset and
-  some random steps, set in Playground's MJX data (``mjx.forward``) and read by its own
-  observation function (tasks with a target placed outside qpos are left out:
-  `env_suite_dmc.TARGET_TASKS`);
+  some random steps (and its target's world position, for the tasks with a target placed
+  outside qpos: `env_suite_dmc.TARGET_TASKS`, Playground's mocap body moved there), set in
+  Playground's MJX data (``mjx.forward``) and read through wmx's wrapper;
 - the initial state: qpos and qvel over many resets, coordinate by coordinate, by the
   two-sample Kolmogorov-Smirnov statistic against its 0.1% critical value;
 - the returns of the uniform-random policy (actions U[-1, 1]^A per agent step, as wmx's
@@ -67,7 +67,8 @@ def run_dmc_half(req: dict, python: str | None) -> tuple[dict, dict]:
 
 
 def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None,
-                    qvel: np.ndarray | None, n_resets: int = 0) -> tuple[dict, dict]:
+                    qvel: np.ndarray | None, n_resets: int = 0,
+                    target: np.ndarray | None = None) -> tuple[dict, dict]:
     """Everything measured on Playground's version of one task through wmx's wrapper.
 
     Args:
@@ -79,6 +80,8 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
             none).
         n_resets: resets (keys split from ``PRNGKey(seed + 1)``) whose initial qpos and
             qvel are recorded.
+        target: [S, 3] world positions of the task's target with each state (its mocap
+            body is moved there; None: a task without one).
 
     Returns:
         (meta: settings, physics; arrays: ``random_returns``, ``zero_returns`` [episodes]
@@ -121,14 +124,18 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
         f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
 
         @jax.jit
-        def observe(qp, qv):
-            def one(q, v):          # the observation wmx's agent sees (its fixes included)
+        def observe(qp, qv, x):
+            def one(q, v, x):       # the observation wmx's agent sees (its fixes included)
                 s = env.reset(jax.random.PRNGKey(seed))
-                d = mjx.forward(pg.mjx_model, s.inner.data.replace(qpos=f32(q), qvel=f32(v)))
+                d = s.inner.data.replace(qpos=f32(q), qvel=f32(v))
+                if target is not None:
+                    d = d.replace(mocap_pos=d.mocap_pos.at[0].set(f32(x)))
+                d = mjx.forward(pg.mjx_model, d)
                 inner = env._fixed_obs(s.inner.replace(data=d, obs=pg._get_obs(d, s.inner.info)))
                 return env._flat_obs(inner.obs)
-            return jax.vmap(one)(qp, qv)
-        arrays["state_obs"] = np.asarray(observe(qpos, qvel), np.float64)
+            return jax.vmap(one)(qp, qv, x)
+        x = np.zeros((len(qpos), 3)) if target is None else target
+        arrays["state_obs"] = np.asarray(observe(qpos, qvel, x), np.float64)
     return meta, arrays
 
 
@@ -182,9 +189,7 @@ def compare_task(task: str, pg_meta: dict, pg: dict, dm_meta: dict, dm: dict) ->
         obs = ({"states": int(len(a)), "max_abs_diff": float(np.abs(a - b).max()),
                 "max_abs_value": float(np.abs(b).max())} if a.shape == b.shape else
                {"states": int(len(a)), "shapes": [list(a.shape), list(b.shape)]})
-    why_no_obs = (None if obs is not None else
-                  "a target placed outside qpos" if task in TARGET_TASKS else
-                  "qpos or qvel sizes differ")
+    why_no_obs = None if obs is not None else "qpos or qvel sizes differ"
     return {"dm_control_task": dm_meta["suite"],
             "settings": {"playground": pg_meta["settings"], "dm_control": dm_meta["settings"],
                          "differs": differs(pg_meta["settings"], dm_meta["settings"])},
@@ -322,9 +327,9 @@ def main(argv=None) -> dict:
         t = time.perf_counter()
         qp, qv = dm[f"{task}::state_qpos"], dm[f"{task}::state_qvel"]
         dm_t = {k.split("::", 1)[1]: v for k, v in dm.items() if k.startswith(task + "::")}
-        pg_meta, pg = playground_task(task, args.pg_episodes, args.seed,
-                                      None if task in TARGET_TASKS else qp,
-                                      None if task in TARGET_TASKS else qv, args.resets)
+        pg_meta, pg = playground_task(task, args.pg_episodes, args.seed, qp, qv, args.resets,
+                                      dm[f"{task}::state_target"] if task in TARGET_TASKS
+                                      else None)
         res["tasks"][task] = {**compare_task(task, pg_meta, pg, dm_meta["tasks"][task], dm_t),
                               "code_version": res["code_version"]}
         r = res["tasks"][task]["random_policy"]

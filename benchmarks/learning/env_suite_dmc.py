@@ -31,11 +31,12 @@ DMC_NAMES = {
 }
 """mt19 task (mt30 spelling) -> dm_control suite (domain, task)."""
 
-TARGET_TASKS = ("reacher-easy", "reacher-hard", "finger-turn-easy", "finger-turn-hard",
-                "fish-swim")
-"""Tasks whose observation depends on a target placed at reset outside qpos (a geom, site
-or mocap body): the same qpos and qvel do not give the same observation, so the
-observation check leaves them out (reacher-easy's is `env_compare.py`'s)."""
+TARGET_TASKS = {"reacher-easy": "geom", "reacher-hard": "geom", "finger-turn-easy": "site",
+                "finger-turn-hard": "site", "fish-swim": "geom"}
+"""Tasks whose observation depends on a target placed at reset outside qpos, and what the
+target is in dm_control's model (a geom or a site named "target" in the world body; a
+mocap body "target" in Playground's): the observation check records its world position
+with each state, and the Playground half moves its mocap body there."""
 
 
 def physics_summary(m) -> dict:
@@ -88,7 +89,9 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
         (meta: versions are the caller's; settings, physics, observation layout, returns
         summary; arrays: ``random_returns``, ``zero_returns`` [episodes] float64,
         ``state_qpos`` [n_states, nq], ``state_qvel`` [n_states, nv], ``state_obs``
-        [n_states, obs dim], ``reset_qpos`` [n_resets, nq], ``reset_qvel`` [n_resets, nv]).
+        [n_states, obs dim], ``state_target`` [n_states, 3] (the target's world position;
+        [0, 3] for a task without one), ``reset_qpos`` [n_resets, nq], ``reset_qvel``
+        [n_resets, nv]).
     """
     from dm_control import suite
     domain, name = DMC_NAMES[task]
@@ -113,7 +116,8 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
 
     random_r = np.array([episode(lambda: rng.uniform(-1, 1, lo.shape)) for _ in range(episodes)])
     zero_r = np.array([episode(lambda: np.zeros(lo.shape)) for _ in range(episodes)])
-    qpos, qvel, obs = [], [], []
+    qpos, qvel, obs, target = [], [], [], []
+    kind = TARGET_TASKS.get(task)
     for _ in range(n_states):
         ts = env.reset()
         for _ in range(int(rng.integers(0, 50))):
@@ -121,6 +125,9 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
         qpos.append(phys.data.qpos.copy())
         qvel.append(phys.data.qvel.copy())
         obs.append(flat(ts.observation))
+        if kind is not None:
+            where = phys.named.data.geom_xpos if kind == "geom" else phys.named.data.site_xpos
+            target.append(np.array(where["target"], np.float64))
     r_qpos, r_qvel = [], []
     for _ in range(n_resets):
         env.reset()
@@ -139,6 +146,7 @@ def dmc_task(task: str, episodes: int, seed: int, T: int, repeat: int,
     arrays = {"random_returns": random_r, "zero_returns": zero_r,
               "state_qpos": np.asarray(qpos), "state_qvel": np.asarray(qvel),
               "state_obs": np.asarray(obs),
+              "state_target": np.asarray(target).reshape(len(target), 3),
               "reset_qpos": np.asarray(r_qpos).reshape(n_resets, phys.model.nq),
               "reset_qvel": np.asarray(r_qvel).reshape(n_resets, phys.model.nv)}
     return meta, arrays

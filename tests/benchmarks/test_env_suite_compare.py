@@ -66,7 +66,7 @@ def test_compare_task_and_its_markdown_row():
     del pg["state_obs"]
     c = esc.compare_task("reacher-easy", pg_meta, pg, dm_meta, dm)
     assert c["observation"] is None
-    assert c["observation_not_compared"] == "a target placed outside qpos"
+    assert c["observation_not_compared"] == "qpos or qvel sizes differ"
 
 
 def test_physics_summary_of_a_mujoco_model():

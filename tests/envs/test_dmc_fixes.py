@@ -112,3 +112,10 @@ def test_the_fish_starts_at_its_default_height_with_a_random_orientation():
     np.testing.assert_allclose(q[:, :3], np.tile([0.0, 0.0, 0.1], (64, 1)), atol=1e-7)
     np.testing.assert_allclose(np.linalg.norm(q[:, 3:7], axis=1), 1.0, atol=1e-5)
     assert q[:, 3:7].std(0).min() > 0.2                 # orientations drawn, not fixed
+
+
+def test_the_fish_sees_its_joint_angles_then_upright():
+    fix = dmc_fixes.fix_for("fish-swim", _pg("fish-swim"))
+    o = jnp.arange(24, dtype=jnp.float32)          # Playground: upright, 7 angles, ...
+    got = np.asarray(fix.obs(None, o))
+    np.testing.assert_array_equal(got, np.r_[np.arange(1, 8), 0, np.arange(8, 24)])

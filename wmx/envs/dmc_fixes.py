@@ -18,8 +18,9 @@ physical state observed by both, random and zero-action returns; docs/validation
   `CUP_CANDIDATES` placements and keeps the first without contact (E24).
 - fish-swim: Playground's reset builds qpos from zeros, so the fish starts at height 0;
   dm_control keeps the root's default position (height 0.1 m, the model's qpos0) and
-  draws only the orientation and the fin angles. wmx puts the root back at qpos0's
-  position (E25).
+  draws only the orientation and the fin angles. And Playground's observation puts
+  `upright` first, dm_control's after the 7 joint angles. wmx puts the root back at
+  qpos0's position and `upright` after the joint angles (E25).
 
 Every fix is a pure function of the MJX data and the key, jittable; a task without one
 gets None.
@@ -134,7 +135,10 @@ def _fish(pg_env) -> DmcFix:
         return mjx.forward(pg_env.mjx_model,
                            data.replace(qpos=data.qpos.at[root:root + 3].set(
                                home.astype(data.qpos.dtype))))
-    return DmcFix(reset=reset)
+
+    def obs(data, o):               # (upright, joint angles 7, ...) -> (joint angles, upright, ...)
+        return jnp.concatenate([o[1:8], o[0:1], o[8:]])
+    return DmcFix(obs=obs, reset=reset)
 
 
 _FIXES = {"walker": _walker, "pendulum": _pendulum, "cup": _cup, "fish": _fish}
