@@ -218,8 +218,7 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          "longer budget")
     record = load_record(Path(args.results))
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
-    regen = [t for t in campaign.tasks if states[t].done and states[t].missing_sets
-             and states[t].regenerated_run() is None]
+    regen = [t for t in campaign.tasks if states[t].needs_regeneration]
     todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
         (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
     timeline, sessions = simulate(todo, args)

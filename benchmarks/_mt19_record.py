@@ -151,14 +151,12 @@ def check(data: Any) -> list[str]:
             out.append(f"tasks[{task!r}] lacks {missing}")
             continue
         for k, t in ENTRY_KEYS.items():
-            if not (any(_type_ok(e[k], x) for x in t) if isinstance(t, tuple)
-                    else _type_ok(e[k], t)):
+            if not _typed(e[k], t):
                 out.append(f"tasks[{task!r}][{k!r}] has the wrong type")
         seeds = [str(s) for s in e["seeds"]]
         set_seeds = []
         for s in e["episode_sets"]:
-            if not isinstance(s, dict) or set(s) != set(SET_KEYS) or not all(
-                    _type_ok(s[k], t) for k, t in SET_KEYS.items()):
+            if not _keys_ok(s, SET_KEYS):
                 out.append(f"tasks[{task!r}]: an episode set is not {sorted(SET_KEYS)}")
                 continue
             set_seeds.append(str(s["seed"]))
@@ -189,11 +187,15 @@ def check(data: Any) -> list[str]:
     return out
 
 
+def _typed(v: Any, t) -> bool:
+    """Whether ``v`` is of the JSON type ``t`` (`_type_ok`), or of one of a tuple's."""
+    return any(_type_ok(v, x) for x in (t if isinstance(t, tuple) else (t,)))
+
+
 def _keys_ok(d: Any, keys: dict[str, Any]) -> bool:
-    """Whether ``d`` is an object of exactly ``keys``, each of its JSON type (or types)."""
+    """Whether ``d`` is an object of exactly ``keys``, each of its JSON type (`_typed`)."""
     return isinstance(d, dict) and set(d) == set(keys) and all(
-        any(_type_ok(d[k], x) for x in (t if isinstance(t, tuple) else (t,)))
-        for k, t in keys.items())
+        _typed(d[k], t) for k, t in keys.items())
 
 
 def _event_ok(r: Any) -> bool:

@@ -284,6 +284,14 @@ class TaskState:
                      and r.done >= n), None)
 
     @property
+    def needs_regeneration(self) -> bool:
+        """Done, with no run in progress, the recorded sets missing from the store and no
+        finished run of the recorded env steps in the home: what ``status`` suggests for
+        ``--regenerate``, ``plan`` counts first and `next_text` names."""
+        return (self.done and self.active() is None and bool(self.missing_sets)
+                and self.regenerated_run() is None)
+
+    @property
     def done(self) -> bool:
         """Recorded at (or past) the floor, or a run trained in this home to its total of
         at least the floor."""
@@ -306,7 +314,7 @@ class TaskState:
             and what the record has).
         """
         run = self.active()
-        if self.done and run is None and self.missing_sets and self.regenerated_run() is None:
+        if self.needs_regeneration:
             return (f"regenerate (next --regenerate): new run to "
                     f"{self.recorded['env_steps']:,}, its recorded env steps")
         if self.done and run is None:

@@ -118,7 +118,7 @@ def cmd_status(args, campaign: Campaign) -> int:
                  "RUN IN HOME", "SETS", "PRODUCER RUN", "SEEDS", "ENV STEPS", "EPISODES",
                  "LAST-10 MEAN", "NEXT"), rows)
     todo = [s for s in states if not s.done]
-    lost = [s.task for s in states if s.done and s.missing_sets]
+    lost = [s.task for s in states if s.needs_regeneration]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
     if lost:
         print(f"episode sets missing: {len(lost)} done task(s) have their recorded sets not in "
