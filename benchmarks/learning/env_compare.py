@@ -38,8 +38,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +47,7 @@ from env_compare_common import (REPEAT, TARGET_RADIUS, WRIST_RANGE,  # noqa: F40
                                 jacobian_policy, ks_critical, ks_two, ks_uniform,
                                 max_abs_over_steps, paired_diff, polar, returns_summary,
                                 sample_summary, tolerance)
-from env_compare_dmc import _load, _save, dmc_half
+from env_compare_dmc import _load, _save, dmc_half, run_half
 from env_compare_playground import playground_half
 from env_compare_report import compare, cpu_decomposition, table
 
@@ -75,16 +73,9 @@ def dmc_unusable(python: str | None) -> str | None:
 
 
 def run_dmc_half(req: dict, python: str | None) -> tuple[dict, dict]:
-    """dm_control's half in this process, or under `python` through .npz files."""
-    if python is None:
-        return dmc_half(req)
-    with tempfile.TemporaryDirectory() as tmp:
-        rq, rs = Path(tmp) / "request.npz", Path(tmp) / "result.npz"
-        _save(rq, {k: v for k, v in req.items() if not isinstance(v, np.ndarray)},
-              {k: v for k, v in req.items() if isinstance(v, np.ndarray)})
-        subprocess.run([python, __file__, "--dmc-half", str(rq), str(rs)], check=True,
-                       env={**os.environ, "MUJOCO_GL": "disable"})
-        return _load(rs)
+    """dm_control's half in this process, or under `python` through .npz files
+    (`env_compare_dmc.run_half`)."""
+    return run_half(req, python, __file__, dmc_half)
 
 
 def build_request(args) -> dict:

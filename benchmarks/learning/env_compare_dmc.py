@@ -1,5 +1,6 @@
 """The dm_control half of `env_compare.py`: everything measured on dm_control's reacher-easy,
-and the .npz files the two processes exchange (`_save`, `_load`). NumPy, MuJoCo and
+and the .npz files the two processes exchange (`_save`, `_load`, `run_half`; also
+`env_suite_compare.py`'s). NumPy, MuJoCo and
 dm_control only: `env_compare.py --dmc-half` runs it in a venv without wmx.
 """
 from __future__ import annotations
@@ -125,5 +126,38 @@ def _save(path, meta, arr):
 def _load(path) -> tuple[dict, dict]:
     with np.load(path) as z:
         return json.loads(str(z["__meta__"])), {k: z[k] for k in z.files if k != "__meta__"}
+
+
+def run_half(req: dict, python: str | None, script: str, half) -> tuple[dict, dict]:
+    """A dm_control half: ``half(req)`` in this process (``python`` None), else ``script
+    --dmc-half REQ OUT`` under ``python`` (a venv with dm_control), the request and the
+    result exchanged as .npz files (`_save`, `_load`: the request's arrays as arrays, the
+    rest as JSON) in a temporary folder removed after.
+
+    Args:
+        req: the request (JSON values and NumPy arrays).
+        python: the interpreter, or None.
+        script: the check's file, which answers ``--dmc-half REQ OUT``.
+        half: the half's function, for the in-process case.
+
+    Returns:
+        (meta, arrays) of the half.
+
+    Raises:
+        subprocess.CalledProcessError: the other interpreter failed.
+    """
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    if python is None:
+        return half(req)
+    with tempfile.TemporaryDirectory() as tmp:
+        rq, rs = Path(tmp) / "request.npz", Path(tmp) / "result.npz"
+        _save(rq, {k: v for k, v in req.items() if not isinstance(v, np.ndarray)},
+              {k: v for k, v in req.items() if isinstance(v, np.ndarray)})
+        subprocess.run([python, script, "--dmc-half", str(rq), str(rs)], check=True,
+                       env={**os.environ, "MUJOCO_GL": "disable"})
+        return _load(rs)
 
 

@@ -33,17 +33,16 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from env_suite_dmc import (DMC_NAMES, TARGET_TASKS, dmc_half, load,  # noqa: E402
-                           physics_summary, save)
+from env_compare_dmc import _load, _save, run_half  # noqa: E402
+from env_suite_dmc import (DMC_NAMES, TARGET_TASKS, dmc_half,  # noqa: E402
+                           physics_summary)
 
 REPEAT, T = 2, 500
 KS_C = 1.949
@@ -55,15 +54,9 @@ OUT = Path(__file__).resolve().parents[1] / "results" / "env_compare_mt19"
 
 
 def run_dmc_half(req: dict, python: str | None) -> tuple[dict, dict]:
-    """dm_control's half in this process (``python`` None), or under ``python``."""
-    if python is None:
-        return dmc_half(req)
-    with tempfile.TemporaryDirectory() as tmp:
-        rq, rs = Path(tmp) / "request.npz", Path(tmp) / "result.npz"
-        save(rq, req, {})
-        subprocess.run([python, __file__, "--dmc-half", str(rq), str(rs)], check=True,
-                       env={**os.environ, "MUJOCO_GL": "disable"})
-        return load(rs)
+    """dm_control's half in this process (``python`` None), or under ``python`` through
+    .npz files (`env_compare_dmc.run_half`)."""
+    return run_half(req, python, __file__, dmc_half)
 
 
 def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None,
@@ -295,8 +288,8 @@ def main(argv=None) -> dict:
     p.add_argument("--dmc-half", nargs=2, metavar=("REQ", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dmc_half:
-        req, _ = load(args.dmc_half[0])
-        save(args.dmc_half[1], *dmc_half(req))
+        req, _ = _load(args.dmc_half[0])
+        _save(args.dmc_half[1], *dmc_half(req))
         return {}
     unknown = [t for t in args.tasks if t not in DMC_NAMES]
     if unknown:

@@ -11,7 +11,6 @@ Playground half can compute its observation of the same state).
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
@@ -174,15 +173,3 @@ def dmc_half(req: dict) -> tuple[dict, dict]:
         print(f"dm_control {task}: random {r.mean():.2f} ± {r.std():.2f} over {r.size}",
               flush=True)
     return meta, arrays
-
-
-def save(path, meta: dict, arrays: dict) -> None:
-    """Write a half's result (or a request) as one .npz with its JSON meta inside."""
-    np.savez(path, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
-
-
-def load(path) -> tuple[dict, dict]:
-    """Read what `save` wrote: (meta, arrays)."""
-    with np.load(path) as z:
-        meta = json.loads(bytes(z["__meta__"]).decode())
-        return meta, {k: z[k] for k in z.files if k != "__meta__"}
