@@ -51,8 +51,9 @@ CUP_BALL_Z = (0.2, 0.5)
 @dataclasses.dataclass(frozen=True)
 class DmcFix:
     """A task's corrections: ``obs(data, obs) -> obs`` (f32[O] -> f32[O]) rebuilds the
-    observation of an MJX data as dm_control's; ``reset(key, data) -> data`` draws the
-    initial state dm_control's reset draws (kinematics forwarded). None: nothing to do."""
+    observation of an MJX data as dm_control's; ``reset(key, data) -> data`` sets the
+    initial qpos dm_control's reset draws, its kinematics left to the caller
+    (`PlaygroundEnv` runs ``mjx.forward`` once after it). None: nothing to do."""
     obs: Callable[[Any, jax.Array], jax.Array] | None = None
     reset: Callable[[jax.Array, Any], Any] | None = None
 
@@ -67,7 +68,6 @@ def _walker(pg_env) -> DmcFix:
 
 
 def _pendulum(pg_env) -> DmcFix:
-    from mujoco import mjx
     m = pg_env.mj_model
     hinge = int(m.jnt_qposadr[m.joint("hinge").id])
 
@@ -77,9 +77,7 @@ def _pendulum(pg_env) -> DmcFix:
     def reset(key, data):
         angle = jax.random.uniform(jax.random.fold_in(key, 0x9E4D), (), minval=-jnp.pi,
                                    maxval=jnp.pi)
-        return mjx.forward(pg_env.mjx_model,
-                           data.replace(qpos=data.qpos.at[hinge].set(angle.astype(
-                               data.qpos.dtype))))
+        return data.replace(qpos=data.qpos.at[hinge].set(angle.astype(data.qpos.dtype)))
     return DmcFix(obs=obs, reset=reset)
 
 
@@ -113,7 +111,7 @@ def _cup(pg_env) -> DmcFix:
         zs = jax.random.uniform(kz, (CUP_CANDIDATES,), minval=CUP_BALL_Z[0],
                                 maxval=CUP_BALL_Z[1])
 
-        def place(x, z):
+        def place(x, z):            # forwarded here: the contact test needs the kinematics
             qpos = data.qpos.at[ix].set(x).at[iz].set(z)
             d = mjx.forward(pg_env.mjx_model, data.replace(qpos=qpos))
             return d, cup_penetrating(d, m)
@@ -124,7 +122,6 @@ def _cup(pg_env) -> DmcFix:
 
 
 def _fish(pg_env) -> DmcFix:
-    from mujoco import mjx
     import numpy as np
     m = pg_env.mj_model
     root = int(m.jnt_qposadr[m.joint("root").id])
@@ -132,9 +129,7 @@ def _fish(pg_env) -> DmcFix:
 
     def reset(key, data):
         del key
-        return mjx.forward(pg_env.mjx_model,
-                           data.replace(qpos=data.qpos.at[root:root + 3].set(
-                               home.astype(data.qpos.dtype))))
+        return data.replace(qpos=data.qpos.at[root:root + 3].set(home.astype(data.qpos.dtype)))
 
     def obs(data, o):               # (upright, joint angles 7, ...) -> (joint angles, upright, ...)
         return jnp.concatenate([o[1:8], o[0:1], o[8:]])

@@ -72,9 +72,11 @@ class PlaygroundEnv(Env):
         self._half = h
         # Playground's reset of the tasks with a mocap target (reacher, finger-turn,
         # fish, swimmer) moves the target after its mjx.forward: E21
-        self._forward_after_reset = bool(pg_env.mj_model.nmocap)
         from wmx.envs.dmc_fixes import fix_for
         self._fix = fix_for(spec.name, pg_env) if spec.kind == "playground" else None
+        # ... and a start drawn as dm_control's (E23-E25) needs its kinematics: one forward
+        self._forward_after_reset = bool(pg_env.mj_model.nmocap) or (
+            self._fix is not None and self._fix.reset is not None)
         # One jaxpr of the MJX reset and step per env and argument types, shared by every
         # program that holds them (a training chunk, its evaluation): each is ~10,000
         # equations, and tracing and batching them again was a third of a call's tracing.
@@ -133,17 +135,17 @@ class PlaygroundEnv(Env):
         Playground's reset and the observation rebuilt from them, so the first
         observation sees the target where the episode placed it, as
         dm_control's does (E21); a task whose port starts elsewhere than
-        dm_control's draws its start as dm_control does (pendulum, cup-catch, fish:
-        E23-E25); the
-        observation is dm_control's (walker, pendulum: E22, E23).
+        dm_control's draws its start as dm_control does first (pendulum, cup-catch,
+        fish: E23-E25), then the one forward; the observation is dm_control's
+        (walker, pendulum, fish: E22, E23, E25).
         """
         inner = self.pg_env.reset(key)
+        data = inner.data
+        if self._fix is not None and self._fix.reset is not None:
+            data = self._fix.reset(key, data)
         if self._forward_after_reset:
             from mujoco import mjx      # not at import: MUJOCO_GL is chosen first (evaluate)
-            data = mjx.forward(self.pg_env.mjx_model, inner.data)
-            inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
-        if self._fix is not None and self._fix.reset is not None:
-            data = self._fix.reset(key, inner.data)
+            data = mjx.forward(self.pg_env.mjx_model, data)
             inner = inner.replace(data=data, obs=self.pg_env._get_obs(data, inner.info))
         inner = stable_dtypes(self._fixed_obs(inner))
         return EnvState(obs=self._flat_obs(inner.obs),
@@ -152,8 +154,8 @@ class PlaygroundEnv(Env):
                         t=jnp.zeros((), jnp.int32), inner=inner)
 
     def _fixed_obs(self, inner):
-        """``inner`` with its observation as dm_control's (`wmx.envs.dmc_fixes`; E22, E23);
-        unchanged for a task without an observation fix."""
+        """``inner`` with its observation as dm_control's (`wmx.envs.dmc_fixes`; E22, E23,
+        E25); unchanged for a task without an observation fix."""
         if self._fix is None or self._fix.obs is None:
             return inner
         return inner.replace(obs=self._fix.obs(inner.data, jnp.asarray(inner.obs)))
