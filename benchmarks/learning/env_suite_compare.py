@@ -175,7 +175,22 @@ def reset_ks(pg: dict, dm: dict) -> dict | None:
 
 
 def compare_task(task: str, pg_meta: dict, pg: dict, dm_meta: dict, dm: dict) -> dict:
-    """A task's comparison: settings, physics, observation, initial states, returns."""
+    """A task's comparison: settings, physics, observation, initial states, returns.
+
+    Args:
+        task: the mt19 task.
+        pg_meta, pg: Playground's half (`playground_task`: meta, arrays).
+        dm_meta, dm: dm_control's half for the task (`env_suite_dmc.dmc_task`: meta, arrays
+            without the task prefix).
+
+    Returns:
+        {"dm_control_task", "settings" and "physics" (both sides, "differs": {key:
+        [Playground, dm_control]}), "dm_control_obs_layout", "observation" (states,
+        max_abs_diff of the flat f32 observations; or their shapes when they differ; None
+        when not computed, "observation_not_compared" says why), "reset" (`reset_ks`),
+        "random_policy" and "zero_action" (`returns_row`: means and stds in return
+        points, difference, Welch SE, flagged)}.
+    """
     obs = None
     if "state_obs" in pg:
         a, b = pg["state_obs"], dm["state_obs"]
