@@ -159,6 +159,11 @@ def compare(req, pg_meta, pg, dm_meta, dm, decomposition) -> dict:
     }
 
 
+def _num(v: float | None, spec: str) -> str:
+    """``v`` formatted by ``spec``; "-" for None (a split with no rollout on one side)."""
+    return "-" if v is None else format(v, spec)
+
+
 def table(res: dict) -> list[tuple[str, str, str]]:
     """(quantity, Playground via wmx, dm_control) rows for stdout."""
     s, a = res["static"], res["agent_interface"]
@@ -223,12 +228,15 @@ def table(res: dict) -> list[tuple[str, str, str]]:
         rows.append((f"{pol} return, same starts+actions", fmt(r["playground_own_resets"]),
                      f"{fmt(r['dm_control_from_playground_starts'])} (paired diff "
                      f"{pd['mean']:.1f} ± {pd['sem']:.1f})"))
-    for k in ("1", "5", str(dy["agent_steps"])):
-        rows.append((f"dynamics max |dqpos| / |dqvel| after {k} agent steps",
-                     f"{dy['qpos_max_abs_diff'][k]:.2e} / {dy['qvel_max_abs_diff'][k]:.2e}", ""))
+    for k in dict.fromkeys(("1", "5", str(dy["agent_steps"]))):   # those the rollouts reach
+        if k in dy["qpos_max_abs_diff"]:
+            rows.append((f"dynamics max |dqpos| / |dqvel| after {k} agent steps",
+                         f"{dy['qpos_max_abs_diff'][k]:.2e} / {dy['qvel_max_abs_diff'][k]:.2e}",
+                         ""))
     wl = dy["wrist_limit_split"]
     rows.append((f"  max |dqvel|: wrist near limit ({wl['n_near_limit']}) / others",
-                 f"{wl['qvel_max_abs_diff_near_limit']:.2f} / {wl['qvel_max_abs_diff_others']:.2f}",
+                 f"{_num(wl['qvel_max_abs_diff_near_limit'], '.2f')} / "
+                 f"{_num(wl['qvel_max_abs_diff_others'], '.2f')}",
                  f"max |qvel| {wl['qvel_max_abs_in_rollouts']['dm_control']:.1f}"))
     dec = dy["decomposition_cpu_mujoco"]
     for name, v in dec.items():

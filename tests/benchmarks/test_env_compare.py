@@ -147,3 +147,27 @@ def test_an_interpreter_without_dm_control_is_refused_before_any_work(tmp_path):
     r = subprocess.run([sys.executable, script, "--episodes", "0"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--episodes 0: give a count of 1 or more" in r.stderr
+
+
+def test_table_of_short_rollouts_names_the_steps_they_reach():
+    """The stdout table of a run with rollouts shorter than 5 agent steps and no rollout
+    near the wrist's limit: only the steps reached get a row, the empty split reads "-"."""
+    import copy
+    import json
+
+    import env_compare_report as rep
+    res = json.loads((_DIR.parents[0] / "results" / "env_compare_reacher-easy.json").read_text())
+    full = rep.table(res)
+    assert sum(r[0].startswith("dynamics max") for r in full) == 3   # after 1, 5 and 50 steps
+    short = copy.deepcopy(res)
+    dy = short["dynamics"]
+    dy["agent_steps"] = 2
+    for k in ("qpos_max_abs_diff", "qvel_max_abs_diff"):
+        dy[k] = {"1": dy[k]["1"], "2": dy[k]["2"]}
+    dy["wrist_limit_split"].update(n_near_limit=0, qvel_max_abs_diff_near_limit=None)
+    rows = rep.table(short)
+    steps = [r[0] for r in rows if r[0].startswith("dynamics max")]
+    assert steps == ["dynamics max |dqpos| / |dqvel| after 1 agent steps",
+                     "dynamics max |dqpos| / |dqvel| after 2 agent steps"]
+    wrist = next(r for r in rows if "wrist near limit" in r[0])
+    assert wrist[1].startswith("- / ")
