@@ -12,7 +12,6 @@ def playground_half(req: dict) -> tuple[dict, dict]:
     import jax.numpy as jnp
     from mujoco import mjx
 
-    from wmx.envs.base import stable_dtypes
     from wmx.envs.playground import make_env
     from wmx.version import env_versions
     env = make_env("reacher-easy", action_repeat=REPEAT)
@@ -25,8 +24,8 @@ def playground_half(req: dict) -> tuple[dict, dict]:
                       "episode_control_steps": int(pg._config.episode_length),
                       "T_agent_steps": int(env.T), "action_repeat": int(env.action_repeat),
                       "agent_dt": float(env.agent_dt),
-                      "action_low": (env._centre - env._half).tolist(),
-                      "action_high": (env._centre + env._half).tolist(),
+                      "action_low": env.action_low.tolist(),
+                      "action_high": env.action_high.tolist(),
                       "obs_layout": [["qpos", 2], ["finger_to_target", 2], ["qvel", 2]],
                       "obs_dim": int(env.obs_dim)},
             "reward_source": _tolerance_line(type(pg)._get_reward)}
@@ -36,10 +35,7 @@ def playground_half(req: dict) -> tuple[dict, dict]:
         d = s.inner.data
         d = d.replace(qpos=f32(qpos), qvel=f32(qvel),
                       mocap_pos=d.mocap_pos.at[mid, :2].set(f32(target)))
-        d = mjx.forward(pg.mjx_model, d)
-        obs = pg._get_obs(d, s.inner.info)
-        return s.replace(obs=env._flat_obs(obs),
-                         inner=stable_dtypes(s.inner.replace(data=d, obs=obs)))
+        return env.with_data(s, mjx.forward(pg.mjx_model, d))
 
     def reward_of(s):
         return pg._get_reward(s.inner.data, None, {}, {})

@@ -94,8 +94,8 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
                          "episode_control_steps": int(pg._config.episode_length),
                          "T_agent_steps": int(env.T), "obs_dim": int(env.obs_dim),
                          "action_dim": int(env.action_dim),
-                         "action_low": np.round(env._centre - env._half, 6).tolist(),
-                         "action_high": np.round(env._centre + env._half, 6).tolist()},
+                         "action_low": np.round(env.action_low, 6).tolist(),
+                         "action_high": np.round(env.action_high, 6).tolist()},
             "physics": physics_summary(pg.mj_model)}
 
     def policy(obs, is_first, key):
@@ -123,9 +123,7 @@ def playground_task(task: str, episodes: int, seed: int, qpos: np.ndarray | None
                 d = s.inner.data.replace(qpos=f32(q), qvel=f32(v))
                 if target is not None:
                     d = d.replace(mocap_pos=d.mocap_pos.at[0].set(f32(x)))
-                d = mjx.forward(pg.mjx_model, d)
-                inner = env._fixed_obs(s.inner.replace(data=d, obs=pg._get_obs(d, s.inner.info)))
-                return env._flat_obs(inner.obs)
+                return env.with_data(s, mjx.forward(pg.mjx_model, d)).obs
             return jax.vmap(one)(qp, qv, x)
         x = np.zeros((len(qpos), 3)) if target is None else target
         arrays["state_obs"] = np.asarray(observe(qpos, qvel, x), np.float64)

@@ -119,3 +119,22 @@ def test_the_fish_sees_its_joint_angles_then_upright():
     o = jnp.arange(24, dtype=jnp.float32)          # Playground: upright, 7 angles, ...
     got = np.asarray(fix.obs(None, o))
     np.testing.assert_array_equal(got, np.r_[np.arange(1, 8), 0, np.arange(8, 24)])
+
+
+def test_with_data_observes_a_set_state_as_the_agent_does():
+    """`PlaygroundEnv.with_data`: a pendulum placed at angle q is observed (cos q, sin q, w)
+    with E23's order, as its reset is; the action bounds are the actuator's ctrlrange."""
+    from mujoco import mjx
+    env = make_env("pendulum-swingup")
+    s = env.reset(jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(np.asarray(env.with_data(s, s.inner.data).obs),
+                                  np.asarray(s.obs))           # the reset's own state
+    d = s.inner.data.replace(qpos=jnp.array([2.0], jnp.float32),
+                             qvel=jnp.array([-0.5], jnp.float32))
+    got = env.with_data(s, mjx.forward(env.pg_env.mjx_model, d))
+    np.testing.assert_allclose(np.asarray(got.obs), [np.cos(2.0), np.sin(2.0), -0.5],
+                               atol=1e-6)
+    assert int(got.t) == 0 and float(got.reward) == 0.0
+    lo, hi = env.pg_env.mj_model.actuator_ctrlrange.T
+    np.testing.assert_array_equal(env.action_low, lo.astype(np.float32))
+    np.testing.assert_array_equal(env.action_high, hi.astype(np.float32))

@@ -98,6 +98,16 @@ class PlaygroundEnv(Env):
         return jnp.ravel(jnp.asarray(obs, jnp.float32))
 
     @property
+    def action_low(self) -> np.ndarray:
+        """f32[A] env-unit action of agent action −1 per actuator (its ctrlrange's low end)."""
+        return self._centre - self._half
+
+    @property
+    def action_high(self) -> np.ndarray:
+        """f32[A] env-unit action of agent action +1 per actuator (its ctrlrange's high end)."""
+        return self._centre + self._half
+
+    @property
     def mj_model(self):
         """The Playground env's host ``mujoco.MjModel`` (rendering)."""
         return self.pg_env.mj_model
@@ -152,6 +162,25 @@ class PlaygroundEnv(Env):
                         reward=jnp.zeros((), jnp.float32),
                         done=jnp.zeros((), jnp.bool_),
                         t=jnp.zeros((), jnp.int32), inner=inner)
+
+    def with_data(self, state: EnvState, data) -> EnvState:
+        """``state`` holding the MJX ``data`` instead, observed as the agent sees it.
+
+        The env checks set a physical state (qpos, qvel, a target's mocap position) and
+        read the observation wmx's agent gets of it (`benchmarks/learning/env_compare*.py`).
+
+        Args:
+            state: an `EnvState` of this env (its Playground ``info`` is kept).
+            data: MJX data with its kinematics computed (``mjx.forward`` run on it).
+
+        Returns:
+            The state with ``inner.data`` = ``data``, ``inner.obs`` Playground's observation
+            of it with wmx's observation fixes (E22, E23, E25), ``obs`` f32[O] the agent's;
+            reward, done and t unchanged.
+        """
+        inner = state.inner.replace(data=data, obs=self.pg_env._get_obs(data, state.inner.info))
+        inner = stable_dtypes(self._fixed_obs(inner))
+        return state.replace(obs=self._flat_obs(inner.obs), inner=inner)
 
     def _fixed_obs(self, inner):
         """``inner`` with its observation as dm_control's (`wmx.envs.dmc_fixes`; E22, E23,
