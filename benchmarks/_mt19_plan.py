@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import _mt19_bundle as bundle_lib
-from _mt19_tasks import FIT_STEP, Campaign, load_record, read_state
+from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
 
 SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
@@ -197,7 +197,8 @@ def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
 def cmd_plan(args, campaign: Campaign) -> int:
     """Print the campaign's device time per task and the sessions it takes (tasks done
     are left out of the timeline, except those whose recorded episode sets the data root
-    lacks: they come first, at their recorded env steps, marked "(regenerate)"; a task
+    lacks and the repository has not archived: they come first, at their recorded env
+    steps, marked "(regenerate)"; a task
     whose aim does not fit one session is planned at its fitted env steps, shown as
     "AIM -> N"); writes nothing.
 
@@ -217,7 +218,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
     record = load_record(Path(args.results))
-    states = {s.task: s for s in read_state(Store(args.home).home, campaign, record)}
+    states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
+                                            archived_tasks(Path(args.results), record))}
     regen = [t for t in campaign.tasks if states[t].needs_regeneration]
     todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
         (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]

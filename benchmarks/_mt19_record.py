@@ -3,7 +3,9 @@
 The episode sets live in a data root, not in git; the repository records, per
 task, which episode sets are the campaign's source (content hashes), the run
 that produced them (name relative to the data root), its final returns and eval
-curves per seed, the commands that produced it, the chip and the wmx commit.
+curves per seed, the commands that produced it, the chip and the wmx commit, and
+where its bundle is kept (``archive``: blobs in the repository's history,
+`_mt19_archive`).
 `entry_of` builds a task's entry from an ingested run, `check` validates the
 file against `SCHEMA`, `plot` draws the 19 panels beside TD-MPC2's published
 points (wmx/evaluate/reference).
@@ -16,6 +18,8 @@ import math
 import os
 from pathlib import Path
 from typing import Any
+
+from _mt19_archive import OID, PLAIN_NAME, SHA256
 
 SCHEMA = "wmx.mt19_sources/1"
 FILE = "mt19_sources.json"
@@ -48,7 +52,18 @@ not, what the entry named before (``replaced``, `REPLACED_KEYS`; None when ident
 REPLACED_KEYS = {"run": str, "wmx_commit": str, "chip": str, "episode_sets": dict,
                  "final_return_mean": float}
 """The keys of a regeneration event's ``replaced``: the run the entry named before, its
-commit, chip, episode sets ({seed: content hash}) and final return."""
+commit, chip, episode sets ({seed: content hash}) and final return; and, when that entry
+had them, its `ARCHIVED_KEYS`."""
+
+ARCHIVE_KEYS = {"file": str, "blob": str, "sha256": str, "bytes": int}
+"""The keys of one file of an entry's optional ``archive`` (`_mt19_archive.archive`): the
+bundle file's name, its git blob id, its sha256 (hex) and size in bytes."""
+
+ARCHIVED_KEYS = ("archive", "archive_commit")
+"""The optional keys of an entry (and of a ``replaced``) whose bundle is kept in the
+repository's history: ``archive``, its files in order (`ARCHIVE_KEYS`), and
+``archive_commit``, the commit whose tree holds them (a rebase may change that id; the
+blob ids stay)."""
 
 
 def empty(targets: dict[str, int], default_target: int, regenerate: list[str]) -> dict[str, Any]:
@@ -179,6 +194,10 @@ def check(data: Any) -> list[str]:
             out.append(f"tasks[{task!r}]: floor_env_steps is above target_env_steps")
         if e["done"] != (e["env_steps"] >= e["floor_env_steps"]):
             out.append(f"tasks[{task!r}]: done disagrees with env_steps and the floor")
+        if any(k in e for k in ARCHIVED_KEYS) and not _archived_ok(e):
+            out.append(f"tasks[{task!r}]: archive is not a list of {sorted(ARCHIVE_KEYS)} "
+                       "(a plain file name, a git object id, a 64-hex sha256) with an "
+                       "archive_commit")
         regens = e.get("regenerations", [])
         if not isinstance(regens, list) or not all(map(_event_ok, regens)):
             out.append(f"tasks[{task!r}]: regenerations is not a list of "
@@ -198,17 +217,32 @@ def _keys_ok(d: Any, keys: dict[str, Any]) -> bool:
         _typed(d[k], t) for k, t in keys.items())
 
 
+def _archived_ok(d: dict[str, Any]) -> bool:
+    """Whether ``d`` holds both `ARCHIVED_KEYS` as `_mt19_archive.archive` gives them: files
+    of `ARCHIVE_KEYS` (a plain name each, once) and the commit."""
+    files, commit = d.get("archive"), d.get("archive_commit")
+    return (isinstance(files, list) and bool(files) and all(
+        _keys_ok(f, ARCHIVE_KEYS) and PLAIN_NAME.match(f["file"]) and OID.match(f["blob"])
+        and SHA256.match(f["sha256"]) for f in files)
+        and len({f["file"] for f in files}) == len(files)
+        and isinstance(commit, str) and bool(OID.match(commit)))
+
+
 def _event_ok(r: Any) -> bool:
     """Whether ``r`` is a regeneration event as `regenerated` writes it: `REGENERATION_KEYS`;
     ``replaced`` None when ``identical``, else `REPLACED_KEYS` with a 64-hex content hash
-    per seed."""
+    per seed (and `ARCHIVED_KEYS` when the replaced entry had an archive)."""
     if not _keys_ok(r, REGENERATION_KEYS):
         return False
     rep = r["replaced"]
     if r["identical"]:
         return rep is None
-    return _keys_ok(rep, REPLACED_KEYS) and all(
-        isinstance(h, str) and len(h) == 64 for h in rep["episode_sets"].values())
+    if not isinstance(rep, dict):
+        return False
+    has = [k for k in ARCHIVED_KEYS if k in rep]
+    plain = {k: v for k, v in rep.items() if k not in ARCHIVED_KEYS}
+    return (_keys_ok(plain, REPLACED_KEYS) and (not has or _archived_ok(rep)) and all(
+        isinstance(h, str) and len(h) == 64 for h in rep["episode_sets"].values()))
 
 
 def _hashes(entry: dict[str, Any]) -> dict[str, str]:
@@ -222,8 +256,10 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
     The same episode sets (every seed's content hash equal) keep the recorded entry, with
     the run added to its ``regenerations``; other sets replace it by the new run's entry
     (the sets the data root now holds), the recorded run kept in the event's
-    ``replaced``. A run the entry's regenerations already name, as a regeneration or as
-    the run one replaced (the recorded source's bundle ingested again), changes nothing.
+    ``replaced`` (with its ``archive`` and ``archive_commit`` when it had them; the new
+    entry gets its own archive from the ingest). A run the entry's regenerations already
+    name, as a regeneration or as the run one replaced (the recorded source's bundle
+    ingested again), changes nothing.
 
     Args:
         old: the recorded entry.
@@ -248,7 +284,8 @@ def regenerated(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any
             f"hashes equal seed by seed); the entry keeps {old['run']}")
     event["replaced"] = {"run": old["run"], "wmx_commit": old["wmx_commit"], "chip": old["chip"],
                          "episode_sets": dict(sorted(_hashes(old).items())),
-                         "final_return_mean": old["final_return_mean"]}
+                         "final_return_mean": old["final_return_mean"],
+                         **{k: old[k] for k in ARCHIVED_KEYS if k in old}}
     return {**new, "regenerations": prior + [event]}, (
         f"{new['run']} trained the recorded source again with other episode sets (final "
         f"return {new['final_return_mean']:.1f} against {old['final_return_mean']:.1f}); the "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import _mt19_record as record_lib
 
@@ -240,13 +240,15 @@ class TaskState:
     ``floor`` its env steps per seed (`Campaign.aim`, `Campaign.floor`), ``groups`` the
     store's episode sets by producer run ({run: [manifest, ...]}), ``runs`` the campaign's
     runs of the task in the home (`wmx.runs.listing.RunInfo`), ``recorded`` its entry in
-    mt19_sources.json (None: none)."""
+    mt19_sources.json (None: none), ``archived`` whether that entry's bundle is in the
+    repository's history here (`_mt19_archive.available`; False without git)."""
     task: str
     aim: int
     floor: int
     groups: dict[str, list[Any]]
     runs: list[Any]
     recorded: dict[str, Any] | None
+    archived: bool = False
 
     def active(self):
         """The campaign run of the task that has not finished (`RunInfo`), or None."""
@@ -265,7 +267,8 @@ class TaskState:
         """Content hashes of the recorded source's episode sets that the store lacks ([]
         when nothing is recorded): a data root that is not the one the record was made
         in (a new machine, another home) lacks them all, and the dataset build needs
-        them; ``next --regenerate`` trains them again."""
+        them; ``restore`` puts them back from an archived bundle, else ``next
+        --regenerate`` trains them again."""
         if self.recorded is None:
             return []
         have = {m.content_hash for ms in self.groups.values() for m in ms}
@@ -284,12 +287,19 @@ class TaskState:
                      and r.done >= n), None)
 
     @property
+    def needs_restore(self) -> bool:
+        """The recorded sets missing from the store and their bundle archived here:
+        ``mt19_campaign.py restore`` puts them back (no device time)."""
+        return self.archived and bool(self.missing_sets)
+
+    @property
     def needs_regeneration(self) -> bool:
-        """Done, with no run in progress, the recorded sets missing from the store and no
-        finished run of the recorded env steps in the home: what ``status`` suggests for
-        ``--regenerate``, ``plan`` counts first and `next_text` names."""
+        """Done, with no run in progress, the recorded sets missing from the store, not
+        archived here (`needs_restore`) and no finished run of the recorded env steps in
+        the home: what ``status`` suggests for ``--regenerate``, ``plan`` counts first and
+        `next_text` names."""
         return (self.done and self.active() is None and bool(self.missing_sets)
-                and self.regenerated_run() is None)
+                and not self.archived and self.regenerated_run() is None)
 
     @property
     def done(self) -> bool:
@@ -307,13 +317,16 @@ class TaskState:
 
         Returns:
             "-" when done (with its recorded sets in the store, or a finished run of them
-            in the home), "regenerate (...): new run to N" when done with sets missing,
+            in the home), "restore (...)" when done with sets missing but archived,
+            "regenerate (...): new run to N" when done with sets missing and not archived,
             "resume RUN (done/total env steps)", or "new run to N" (with
             "(at least FLOOR as device time allows)" when the floor is below the aim and
             the size is not chosen, "(fitted; aim AIM)" when it was chosen below the aim,
             and what the record has).
         """
         run = self.active()
+        if self.done and self.needs_restore and run is None:
+            return "restore (here: mt19_campaign.py restore)"
         if self.needs_regeneration:
             return (f"regenerate (next --regenerate): new run to "
                     f"{self.recorded['env_steps']:,}, its recorded env steps")
@@ -411,13 +424,16 @@ def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) 
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) -> list[TaskState]:
+def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None,
+               archived: Collection[str] = ()) -> list[TaskState]:
     """What the data root and the record hold of each task.
 
     Args:
         home: the data root (nothing is written there).
         campaign: the campaign (its tasks, aims and floors).
         record: the loaded mt19_sources.json, or None.
+        archived: the recorded tasks whose bundle is in the repository's history here
+            (`archived_tasks`; none on the device, which has no git).
 
     Returns:
         A `TaskState` per task of the campaign, in its order; a campaign run is a run
@@ -440,8 +456,28 @@ def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None) ->
         mine = [r for r in runs if r.name.startswith(f"{RUN_PREFIX}{AGENT}-{t}-")
                 and r.config.get("task") == t]
         out.append(TaskState(t, campaign.aim(t), campaign.floor(t), groups, mine,
-                             (record or {}).get("tasks", {}).get(t)))
+                             (record or {}).get("tasks", {}).get(t), t in archived))
     return out
+
+
+def archived_tasks(results: Path, record: dict[str, Any] | None) -> set[str]:
+    """The recorded tasks whose archived bundle (an entry's ``archive``) is in the git
+    repository that holds the record, every blob of it (`_mt19_archive.available`).
+
+    Args:
+        results: the folder of mt19_sources.json (``--results``).
+        record: the loaded record, or None.
+
+    Returns:
+        The tasks (none when the folder is in no git work tree, or git is missing).
+    """
+    import _mt19_archive as archive_lib
+    entries = {t: e["archive"] for t, e in (record or {}).get("tasks", {}).items()
+               if e.get("archive")}
+    repo = archive_lib.repo_of(Path(results)) if entries else None
+    if repo is None:
+        return set()
+    return {t for t, files in entries.items() if archive_lib.available(repo, files)}
 
 
 def load_record(results: Path) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ task's env steps at exactly N, never fitted.
     python benchmarks/mt19_campaign.py next --home H --out DIR --budget-s 540   # on the device
         (status prints the whole device command)
     python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
+    python benchmarks/mt19_campaign.py restore [--home H]   # here, on a new data root
 
 ``next`` (on the device machine, one call at a time) resumes the campaign run in
 progress in H, or starts the next task not done (in mt30 order: done means
@@ -41,6 +42,15 @@ which the episode sets' producers record.
 digests), moves their episode sets into the store and their runs into
 ``<home>/runs/`` (all or nothing), and records them in
 benchmarks/results/mt19_sources.json and mt19_sources.png.
+
+A data root is not kept from one machine to the next, so ``ingest`` also keeps each
+recorded task's bundle in the repository's git history (`_mt19_archive`; not with
+``--no-archive``, nor when the results folder is in no git work tree): two commits on the
+current branch, the first adding ``mt19-archive/<file>``, the second taking it out of the
+working tree again, and the task's entry names the blobs (``archive``) and the first
+commit (``archive_commit``). ``restore`` (here) puts the recorded sets a data root lacks
+back from those blobs, verified as ``ingest`` verifies, without changing the record; a
+task whose bundle is not archived is trained again (``next --regenerate``).
 """
 from __future__ import annotations
 
@@ -58,12 +68,14 @@ from typing import Any  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "learning")]
 
+import _mt19_archive as archive_lib  # noqa: E402
 import _mt19_bundle as bundle_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
 from _mt19_plan import CACHED_COMPILE_S, COMPILE_S, STARTUP_S, cmd_plan  # noqa: E402
 from _mt19_tasks import (DEFAULT_TARGET, TARGETS, Campaign,  # noqa: E402,F401
-                         add_campaign_args, campaign_of, load_record, read_state)
+                         add_campaign_args, archived_tasks, campaign_of, load_record,
+                         read_state)
 
 
 # ---- status ------------------------------------------------------------------------------
@@ -95,12 +107,13 @@ def cmd_status(args, campaign: Campaign) -> int:
     from wmx.version import code_version
     home = Store(args.home).home
     record = load_record(Path(args.results))
-    states = read_state(home, campaign, record)
+    states = read_state(home, campaign, record, archived_tasks(Path(args.results), record))
     rows = []
     for s in states:
         rec = s.recorded
         src = "-" if rec is None else f"{rec['env_steps']:,} / {rec['final_return_mean']:.1f}"
-        state = ("done; sets missing" if s.done and s.missing_sets else "done" if s.done
+        state = ("done; archived" if s.done and s.needs_restore else
+                 "done; sets missing" if s.done and s.missing_sets else "done" if s.done
                  else "short" if rec else "todo")
         run = s.active() or s.finished_run()
         run_cell = "-" if run is None else f"{run.status} {run.done:,}/{run.total or 0:,}"
@@ -119,7 +132,12 @@ def cmd_status(args, campaign: Campaign) -> int:
                  "LAST-10 MEAN", "NEXT"), rows)
     todo = [s for s in states if not s.done]
     lost = [s.task for s in states if s.needs_regeneration]
+    kept = [s.task for s in states if s.needs_restore]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
+    if kept:
+        print(f"first, here: python benchmarks/mt19_campaign.py restore{_place_text(args)}"
+              f"{_flags_text(args)}   # {len(kept)} task(s) have their recorded sets archived "
+              f"in git history, not in this data root ({', '.join(kept)})")
     if lost:
         print(f"episode sets missing: {len(lost)} done task(s) have their recorded sets not in "
               f"this data root ({', '.join(lost)}); the dataset build needs every task's "
@@ -160,6 +178,12 @@ def device_command(code: str) -> str:
             "--device-left-s SECONDS")
 
 
+def _place_text(args) -> str:
+    """``--home`` and ``--results`` as typed (``given``), for the commands printed here."""
+    return "".join(f" --{d} {shlex.quote(str(getattr(args, d)))}" for d in ("home", "results")
+                   if d in getattr(args, "given", set()))
+
+
 def _flags_text(args) -> str:
     """The campaign flags typed (``given``) as text, for the commands printed."""
     out = ""
@@ -185,11 +209,13 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     `check_install`); a task's entry is replaced unless the recorded run trained more env
     steps; an entry of the same run keeps its ingest time; another run of the recorded env
     steps is a regeneration (`_mt19_record.regenerated`: the same episode sets keep the
-    entry, other sets replace it, either way listed under its ``regenerations``). With no
+    entry, other sets replace it, either way listed under its ``regenerations``). Then,
+    when the results folder is in a git work tree (and not ``--no-archive``), each
+    recorded task's bundle is archived in git history (`archive_ingested`). With no
     bundle the record (created when absent) and its plot are written again.
 
     Args:
-        args: the parsed flags (``dirs``, ``home``, ``results``).
+        args: the parsed flags (``dirs``, ``home``, ``results``, ``no_archive``).
         campaign: the campaign (tasks of the plot, aims and floors of the entries).
 
     Returns:
@@ -198,12 +224,18 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     Raises:
         _mt19_bundle.BundleError: a bundle that is damaged or does not fit the store (one
             line; nothing written).
+        _mt19_archive.ArchiveError: a detached HEAD (before anything moves), or the
+            archive failed (the bundles are then in the store, the record not written:
+            ingest again).
     """
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import utc_now_iso
     bundles = bundle_lib.read_bundles([Path(p) for p in args.dirs]) if args.dirs else []
-    store = Store(args.home).ensure_layout() if bundles else Store(args.home)
     results = Path(args.results)
+    repo = None if args.no_archive or not bundles else archive_lib.repo_of(results)
+    if repo is not None:
+        archive_lib.branch(repo)              # a detached HEAD: refused before anything moves
+    store = Store(args.home).ensure_layout() if bundles else Store(args.home)
     record = load_record(results) or record_lib.empty(
         TARGETS, DEFAULT_TARGET, regenerate_commands())
     record.update(targets=dict(TARGETS), default_target_env_steps=DEFAULT_TARGET,
@@ -228,8 +260,8 @@ def cmd_ingest(args, campaign: Campaign) -> int:
             else:
                 if old is not None and old["run"] == entry["run"]:
                     entry = {**entry, "ingested": old["ingested"],   # the same run again
-                             **({"regenerations": old["regenerations"]}
-                                if "regenerations" in old else {})}
+                             **{k: old[k] for k in ("regenerations", *record_lib.ARCHIVED_KEYS)
+                                if k in old}}
                 elif old is not None and old["env_steps"] == entry["env_steps"]:
                     entry, said = record_lib.regenerated(old, entry)
                     print(f"{task}: {said}")
@@ -237,6 +269,8 @@ def cmd_ingest(args, campaign: Campaign) -> int:
             print(f"{task}: {u.run} -> {got['run']}; {len(got['sets'])} episode set(s) "
                   f"({got['new_sets']} new): "
                   + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
+    if repo is not None:
+        archive_ingested(repo, record, unpacked)
     record["tasks"] = dict(sorted(record["tasks"].items()))
     results.mkdir(parents=True, exist_ok=True)
     record_lib.write(results / record_lib.FILE, record)
@@ -250,30 +284,165 @@ def _nothing():
     yield None
 
 
+def _set_hashes(sets: dict[int, tuple[str, str]] | list[dict[str, Any]]) -> dict[str, str]:
+    """{seed (str): content hash} of a bundle's sets (`Unpacked.sets`) or an entry's."""
+    if isinstance(sets, dict):
+        return {str(k): h for k, (_, h) in sets.items()}
+    return {str(e["seed"]): e["content_hash"] for e in sets}
+
+
+def archive_ingested(repo: Path, record: dict[str, Any],
+                     unpacked: list[bundle_lib.Unpacked]) -> None:
+    """Keep the ingested bundles that the record's entries now name in ``repo``'s history
+    (`_mt19_archive.archive`, one pair of commits for all), and name them in the entries.
+
+    Per task, the first bundle whose episode sets are those its entry names (its own run,
+    or a regeneration of the same sets) is archived, unless the entry's archive is in the
+    repository already (then it keeps that one); a bundle whose run is in the store only
+    (the entry kept a longer run) is not.
+
+    Args:
+        repo: the git work tree that holds the record.
+        record: the record, its entries updated by this ingest (changed in place: an
+            archived task's entry gets ``archive`` and ``archive_commit``).
+        unpacked: the ingested bundles, in the order given.
+
+    Raises:
+        _mt19_archive.ArchiveError: the archive failed (one line; the branch is as it was).
+    """
+    chosen: dict[str, bundle_lib.Unpacked] = {}
+    for u in unpacked:
+        task = u.config["task"]
+        e = record["tasks"].get(task)
+        if task in chosen or e is None or _set_hashes(e["episode_sets"]) != _set_hashes(u.sets):
+            continue
+        if not (e.get("archive") and archive_lib.available(repo, e["archive"])):
+            chosen[task] = u
+    if not chosen:
+        return
+    try:
+        got = archive_lib.archive(repo, [f for u in chosen.values() for f in u.bundle.files],
+                                  ", ".join(chosen))
+    except archive_lib.ArchiveError as e:
+        raise archive_lib.ArchiveError(f"{e} (the bundles are in the store, the record is not "
+                                       "written: ingest again, or with --no-archive)") from None
+    by_name = {g["file"]: g for g in got}
+    for task, u in chosen.items():
+        files = [by_name[f.name] for f in u.bundle.files]
+        record["tasks"][task] = {**record["tasks"][task],
+                                 "archive": [{k: g[k] for k in record_lib.ARCHIVE_KEYS}
+                                             for g in files],
+                                 "archive_commit": files[0]["commit"]}
+    print(f"archived {', '.join(chosen)}: {len(got)} file(s), "
+          f"{sum(g['bytes'] for g in got) / 2 ** 20:.2f} MiB in git history (commit "
+          f"{got[0]['commit'][:12]} and one taking them out of the working tree, on the "
+          "current branch); commit the record as usual")
+
+
+# ---- restore (here) ----------------------------------------------------------------------
+def cmd_restore(args, campaign: Campaign) -> int:
+    """Put the recorded episode sets that the data root lacks back from their bundles kept
+    in git history; the record is not changed.
+
+    Every task to restore (recorded, its sets missing, its ``archive`` available) has its
+    bundle files written from the repository (`_mt19_archive.restore`: sizes and sha256),
+    unpacked and verified as ``ingest`` does, and its sets checked to be the recorded ones,
+    before anything moves into the store (`_mt19_bundle.install`).
+
+    Args:
+        args: the parsed flags (``home``, ``results`` and the campaign's: ``--tasks``
+            limits the tasks).
+        campaign: the campaign.
+
+    Returns:
+        0 (also with nothing to restore; a line per task says what it has).
+
+    Raises:
+        _mt19_archive.ArchiveError, _mt19_bundle.BundleError: a bad archive (one line;
+            nothing moved).
+    """
+    from wmx.datasets.store import Store
+    results = Path(args.results)
+    record = load_record(results)
+    repo = archive_lib.repo_of(results)
+    states = read_state(Store(args.home).home, campaign, record, archived_tasks(results, record))
+    todo, lost = [], []
+    for s in states:
+        if s.recorded is None:
+            print(f"{s.task}: not recorded; nothing to restore")
+        elif not s.missing_sets:
+            print(f"{s.task}: its recorded sets are in the data root")
+        elif s.needs_restore:
+            todo.append(s)
+        else:
+            lost.append(s.task)
+            why = ("no archive is recorded" if not s.recorded.get("archive") else
+                   f"no git work tree holds {results}" if repo is None else
+                   "its archived blobs are not in this repository")
+            print(f"{s.task}: sets missing and {why}: train them again on the device "
+                  f"(next --regenerate {s.task})")
+    if lost:
+        print(f"to train again: next --regenerate {','.join(lost)} (status prints the command)")
+    if not todo:
+        print("nothing to restore")
+        return 0
+    store = Store(args.home).ensure_layout()
+    with bundle_lib.staging(store.home) as tmp:
+        unpacked = []                              # every task verified before anything moves
+        for i, s in enumerate(todo):
+            archive_lib.restore(repo, s.recorded["archive"], tmp / f"files-{i}")
+            bundles = bundle_lib.read_bundles([tmp / f"files-{i}"])
+            if len(bundles) != 1:
+                raise archive_lib.ArchiveError(
+                    f"{s.task}: its archive holds {len(bundles)} bundles, not one; restore "
+                    f"mt19_sources.json from git, or regenerate: next --regenerate {s.task}")
+            (tmp / str(i)).mkdir()
+            u = bundle_lib.unpack(bundles[0], tmp / str(i))
+            if _set_hashes(u.sets) != _set_hashes(s.recorded["episode_sets"]):
+                raise archive_lib.ArchiveError(
+                    f"{s.task}: its archived bundle holds other episode sets than the record "
+                    "names; restore mt19_sources.json from git, or regenerate: next "
+                    f"--regenerate {s.task}")
+            bundle_lib.check_install(store, u)
+            unpacked.append((s, u))
+        for s, u in unpacked:
+            got = bundle_lib.install(store, u)
+            print(f"{s.task}: restored {u.run} -> {got['run']}; {len(got['sets'])} episode "
+                  f"set(s) ({got['new_sets']} new): "
+                  + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
+    print(f"restored {len(unpacked)} task(s) into {store.home}; the record is unchanged")
+    return 0
+
+
 def regenerate_commands() -> list[str]:
     """How the record is made again.
 
     Returns:
-        The commands, in order: the plan, a device call, the ingest, a task's run alone,
-        the dataset build.
+        The commands, in order: the plan, a device call, the ingest, the restore of the
+        archived sets into a new data root, a task's run alone, the dataset build.
     """
     return ["python benchmarks/mt19_campaign.py plan",
             "on the device, per call (carry .whl-tpu): " + device_command("<commit>"),
             "here, per call: python benchmarks/mt19_campaign.py ingest DIR",
+            "here, on a data root without the recorded sets: python "
+            "benchmarks/mt19_campaign.py restore   # the bundles kept in git history",
             "each task's run alone: its 'command' (train_online ...) with --home H",
             "beam run pipelines/build_mt19.py   # pools the recorded episode sets"]
 
 
 # ---- command line ------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: status, plan, next, ingest (each parser in ``p.subcommands``)."""
+    """The command line: status, plan, next, ingest, restore (each parser in
+    ``p.subcommands``)."""
     from wmx.runs.cli_common import ArgumentParser, HelpFormatter
     p = ArgumentParser(prog="mt19_campaign.py", description=__doc__.split("\n\n")[0],
                        formatter_class=HelpFormatter,
                        epilog="Workflow: plan; per device session: next (repeated within 100 s "
                               "while a run is in progress), then ingest DIR here and commit "
-                              "benchmarks/results/mt19_sources.json and its plot.")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{status,plan,next,ingest}")
+                              "benchmarks/results/mt19_sources.json and its plot; on a new "
+                              "data root, restore first.")
+    sub = p.add_subparsers(dest="cmd", required=True,
+                           metavar="{status,plan,next,ingest,restore}")
     st = sub.add_parser("status", help="per task: episode sets, runs, record, done, next",
                         formatter_class=HelpFormatter,
                         description="Per mt19 task: the episode sets in the store (hashes, "
@@ -302,10 +471,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      "holding them), move their episode sets and runs into the "
                                      "store (all or nothing), and record them in "
                                      "mt19_sources.json and mt19_sources.png.")
-    p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing}
-    for q in (st, pl, nx, ing):
+    rs = sub.add_parser("restore", help="here: archived bundles -> store (the record unchanged)",
+                        formatter_class=HelpFormatter,
+                        description="Put the recorded episode sets that the data root lacks "
+                                    "back from the bundles ingest kept in git history (the "
+                                    "tasks of --tasks, default every recorded one), verified "
+                                    "as ingest verifies them, all or nothing; the record is "
+                                    "not changed. A task with no archive here is named with "
+                                    "next --regenerate.")
+    p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing, "restore": rs}
+    for q in (st, pl, nx, ing, rs):
         add_campaign_args(q)
-    for q in (st, pl, ing):
+    for q in (st, pl, ing, rs):
         q.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     nx.add_argument("--home", required=True, help="data root of the runs on the device "
                     "machine (a folder in its /tmp: kept while the machine is warm)")
@@ -333,6 +510,10 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("dirs", nargs="*", metavar="DIR",
                      help="folders (or files) holding the bundles a device call brought back "
                           "(none: write the record's plot again, and the record when absent)")
+    ing.add_argument("--no-archive", action="store_true",
+                     help="do not keep the bundles in git history (default: kept, through two "
+                          "commits on the current branch, when the results folder is in a git "
+                          "work tree; the record then names them, for restore)")
     for q in (pl, nx):
         q.add_argument("--reserve-s", type=float, default=45.0,
                        help="seconds kept after a budget stop for the chunk in flight, an "
@@ -402,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "give the command's start, $(date +%s) at its beginning")
                 t0 = time.monotonic() - ago
             return cmd_next(args, campaign, argv, t0)
+        if args.cmd == "restore":
+            return cmd_restore(args, campaign)
         return cmd_ingest(args, campaign)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         print(f"mt19_campaign.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)

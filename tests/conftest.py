@@ -151,6 +151,7 @@ SHARED_FIXTURE_MODULES = (
     "tests/train_offline/test_dreamerv3_offline.py",
     "tests/benchmarks/test_mt19_campaign.py",
     "tests/benchmarks/test_mt19_regenerate.py",
+    "tests/benchmarks/test_mt19_archive.py",
     "tests/evaluate/test_cli.py",
     "tests/runs/test_loggers.py",
     "tests/train_online/test_init_from.py",

@@ -1,0 +1,380 @@
+"""benchmarks/_mt19_archive.py and the campaign's archive and restore, in temporary git
+repositories: bundle files kept in history by two commits (HEAD's tree, the index and the
+working tree unchanged), refused on a detached HEAD or a branch that moved, written back
+all or nothing (a wrong sha256 or a missing blob refused in one line); ``ingest`` archiving
+the tiny run's bundle (tests/tiny_runs.py, packed as the campaign packs) and ``restore``
+putting the same episode sets into a fresh data root without changing the record;
+``status`` showing such a task ``done; archived`` with the restore command and no
+``--regenerate``."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mt19_archive as archive_lib  # noqa: E402
+import _mt19_bundle as bundle_lib  # noqa: E402
+import _mt19_record as record_lib  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+from test_mt19_campaign import TINY  # noqa: E402
+
+from tiny_runs import TINY_ONLINE_ARGV  # noqa: E402
+
+TASK = "probe-action"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def make_repo(path: Path) -> Path:
+    """A git repository with one commit (a.txt), its identity set locally."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for k, v in (("user.name", "Archive Test"), ("user.email", "archive@example.com"),
+                 ("commit.gpgsign", "false")):
+        git(path, "config", k, v)
+    (path / "a.txt").write_text("a\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+def commits(repo: Path) -> int:
+    return int(git(repo, "rev-list", "--count", "--all"))
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Three bundle files of random bytes: one whole, one in two parts."""
+    d = tmp_path / "bundles"
+    d.mkdir()
+    out = []
+    for name, n in (("walker-run.tar.gz", 70_001), ("hopper-hop.tar.gz.part00", 4096),
+                    ("hopper-hop.tar.gz.part01", 123)):
+        (d / name).write_bytes(os.urandom(n))
+        out.append(d / name)
+    return out
+
+
+def _entries(got):
+    return [{k: g[k] for k in record_lib.ARCHIVE_KEYS} for g in got]
+
+
+def test_archive_makes_two_commits_and_touches_neither_index_nor_working_tree(repo, files):
+    (repo / "a.txt").write_text("staged\n")
+    git(repo, "add", "a.txt")
+    (repo / "a.txt").write_text("staged, then changed\n")
+    (repo / "untracked.txt").write_text("u\n")
+    head, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+    status = git(repo, "status", "--porcelain")
+    staged, unstaged = git(repo, "diff", "--cached"), git(repo, "diff")
+    index = (repo / ".git" / "index").read_bytes()
+    got = archive_lib.archive(repo, files, "walker-run, hopper-hop")
+    assert (repo / ".git" / "index").read_bytes() == index         # before any status call
+    assert (repo / "a.txt").read_text() == "staged, then changed\n"
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "a.txt", "untracked.txt"]
+    assert (git(repo, "status", "--porcelain"), git(repo, "diff", "--cached"),
+            git(repo, "diff")) == (status, staged, unstaged)
+    assert commits(repo) == 3 and git(repo, "symbolic-ref", "HEAD") == "refs/heads/main"
+    assert git(repo, "rev-parse", "HEAD~2") == head
+    assert git(repo, "rev-parse", "HEAD^{tree}") == tree             # HEAD's tree unchanged
+    c1 = git(repo, "rev-parse", "HEAD^")
+    assert {g["commit"] for g in got} == {c1}
+    assert git(repo, "ls-tree", "-r", "--name-only", c1).splitlines() == sorted(
+        ["a.txt"] + [f"mt19-archive/{f.name}" for f in files])
+    assert "walker-run, hopper-hop bundles (kept in history" in git(repo, "log", "-1",
+                                                                   "--format=%s", c1)
+    assert "out of the working tree" in git(repo, "log", "-1", "--format=%s", "HEAD")
+    for f, g in zip(files, got):
+        data = f.read_bytes()
+        assert g["file"] == f.name and g["bytes"] == len(data)
+        assert g["sha256"] == hashlib.sha256(data).hexdigest()
+        assert g["blob"] == git(repo, "hash-object", str(f))
+        assert git(repo, "rev-parse", f"{c1}:mt19-archive/{f.name}") == g["blob"]
+        blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", g["blob"]],
+                              check=True, capture_output=True).stdout
+        assert blob == data
+    assert archive_lib.available(repo, _entries(got))
+    assert not archive_lib.available(repo, [{**_entries(got)[0], "blob": "1" * 40}])
+    assert not archive_lib.available(repo, [{**_entries(got)[0], "blob": c1}])   # a commit
+
+
+def test_archive_refuses_a_detached_head_a_moved_branch_and_a_repeated_name(
+        repo, files, monkeypatch, tmp_path):
+    git(repo, "checkout", "-q", "--detach")
+    with pytest.raises(archive_lib.ArchiveError, match="HEAD is detached") as e:
+        archive_lib.archive(repo, files, "x")
+    assert len(str(e.value).splitlines()) == 1 and commits(repo) == 1
+    git(repo, "checkout", "-q", "main")
+    real = archive_lib._git
+
+    def meanwhile(r, *args, **kw):            # a commit lands between the archive's steps
+        if args[0] == "update-ref":
+            real(r, "commit", "-q", "--allow-empty", "-m", "meanwhile")
+        return real(r, *args, **kw)
+    monkeypatch.setattr(archive_lib, "_git", meanwhile)
+    with pytest.raises(archive_lib.ArchiveError, match="moved from") as e:
+        archive_lib.archive(repo, files, "x")
+    assert len(str(e.value).splitlines()) == 1
+    assert git(repo, "log", "-1", "--format=%s") == "meanwhile"      # left as it was
+    assert git(repo, "rev-list", "--count", "HEAD") == "2"
+    monkeypatch.setattr(archive_lib, "_git", real)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / files[0].name).write_bytes(b"another")
+    with pytest.raises(archive_lib.ArchiveError, match="two files named walker-run.tar.gz"):
+        archive_lib.archive(repo, [files[0], other / files[0].name], "x")
+    assert git(repo, "rev-list", "--count", "HEAD") == "2"
+
+
+def test_restore_writes_the_same_bytes_and_refuses_a_wrong_sha256(repo, files, tmp_path):
+    entries = _entries(archive_lib.archive(repo, files, "walker-run, hopper-hop"))
+    back = archive_lib.restore(repo, entries, tmp_path / "back" / "files")
+    assert [p.name for p in back] == [f.name for f in files]
+    assert [p.read_bytes() for p in back] == [f.read_bytes() for f in files]
+    assert [p.name for p in (tmp_path / "back").iterdir()] == ["files"]   # no temporary left
+    with pytest.raises(archive_lib.ArchiveError, match="exists"):
+        archive_lib.restore(repo, entries, tmp_path / "back" / "files")
+    for bad in ({**entries[2], "sha256": "0" * 64}, {**entries[2], "bytes": 124}):
+        with pytest.raises(archive_lib.ArchiveError, match="the record says") as e:
+            archive_lib.restore(repo, [*entries[:2], bad], tmp_path / "bad" / "files")
+        assert len(str(e.value).splitlines()) == 1 and "hopper-hop.tar.gz.part01" in str(e.value)
+        assert list((tmp_path / "bad").iterdir()) == []             # nothing written
+    with pytest.raises(archive_lib.ArchiveError, match="not .file, blob, sha256, bytes"):
+        archive_lib.restore(repo, [{**entries[0], "file": "../x"}], tmp_path / "evil")
+    assert not (tmp_path / "evil").exists()
+
+
+def test_a_missing_blob_is_one_line_naming_the_task(repo, files, tmp_path):
+    entries = _entries(archive_lib.archive(repo, files, "walker-run, hopper-hop"))
+    gone = [entries[0], {**entries[2], "blob": "0" * 40}]
+    assert not archive_lib.available(repo, gone)
+    with pytest.raises(archive_lib.ArchiveError) as e:
+        archive_lib.restore(repo, gone, tmp_path / "out" / "files")
+    said = str(e.value)
+    assert len(said.splitlines()) == 1 and said.startswith("hopper-hop: ")
+    assert "not in the repository" in said and "next --regenerate hopper-hop" in said
+    assert not (tmp_path / "out").exists()
+
+
+# ---- ingest, status and restore ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def ingested(tiny_online_run, tmp_path_factory):
+    """The tiny run packed as the campaign packs it (probe-action.tar.gz), ingested into
+    home h1 with the results folder inside a git repository: (tmp, repo, results, bundle
+    folder, the HEAD before the ingest, its output)."""
+    home, store, run_dir, summary = tiny_online_run
+    tmp = tmp_path_factory.mktemp("mt19-archive")
+    repo = make_repo(tmp / "repo")
+    record = {"calls": [], "chip": "cpu", "jax": "0", "code_version": "0" * 40,
+              "train_online_command": "train_online --agent tdmpc2 "
+                                      + " ".join(TINY_ONLINE_ARGV) + " --name tiny"}
+    bundle_lib.pack(home, run_dir, record, tmp / "out", TASK)
+    results = repo / "benchmarks" / "results"
+    head = git(repo, "rev-parse", "HEAD")
+    import contextlib
+    import io
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert camp.main(["ingest", str(tmp / "out"), *TINY, "--home", str(tmp / "h1"),
+                          "--results", str(results)]) == 0
+    return tmp, repo, results, tmp / "out", head, said.getvalue()
+
+
+def _record(results: Path) -> dict:
+    return json.loads((results / record_lib.FILE).read_text())
+
+
+def _sets(home: Path) -> dict[str, dict[str, bytes]]:
+    """{content hash: {file name: bytes}} of the data root's probe-action episode sets."""
+    root = home / "episodes" / TASK
+    return {d.name: {f.name: f.read_bytes() for f in sorted(d.iterdir())}
+            for d in sorted(root.iterdir())} if root.is_dir() else {}
+
+
+def test_ingest_archives_the_bundle_in_two_commits(ingested, capsys):
+    tmp, repo, results, out, head, said = ingested
+    bundle = out / f"{TASK}.tar.gz"
+    assert commits(repo) == 3 and git(repo, "rev-parse", "HEAD~2") == head
+    assert git(repo, "rev-parse", "HEAD^{tree}") == git(repo, "rev-parse", f"{head}^{{tree}}")
+    assert git(repo, "status", "--porcelain") == "?? benchmarks/"     # the record, to commit
+    rec = _record(results)
+    assert record_lib.check(rec) == []
+    e = rec["tasks"][TASK]
+    assert e["archive"] == [{"file": bundle.name, "blob": git(repo, "hash-object", str(bundle)),
+                             "sha256": hashlib.sha256(bundle.read_bytes()).hexdigest(),
+                             "bytes": bundle.stat().st_size}]
+    assert e["archive_commit"] == git(repo, "rev-parse", "HEAD^")
+    assert f"archived {TASK}: 1 file(s)" in said
+    assert any("restore" in c for c in rec["regenerate"])
+    # the same bundle again: the entry keeps its archive, no new commit
+    before = (results / record_lib.FILE).read_text()
+    assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp / "h1"),
+                      "--results", str(results)]) == 0
+    assert "archived" not in capsys.readouterr().out
+    assert commits(repo) == 3 and (results / record_lib.FILE).read_text() == before
+
+
+def test_restore_puts_the_ingested_sets_into_a_fresh_home(ingested, tmp_path, capsys):
+    tmp, repo, results, out, head, said = ingested
+    h2 = tmp_path / "h2"
+    status = ["status", *TINY, "--home", str(h2), "--results", str(results)]
+    assert camp.main(status) == 0
+    text = capsys.readouterr().out
+    row = next(ln for ln in text.splitlines() if ln.startswith(TASK))
+    assert "done; archived" in row and "sets missing" not in text
+    assert "--regenerate" not in text and "regenerate (next" not in text
+    assert "restore (here: mt19_campaign.py restore)" in row
+    tail = text.split("tasks done\n", 1)[1].splitlines()
+    assert tail[0].startswith("first, here: python benchmarks/mt19_campaign.py restore "
+                              f"--home {h2} --results {results} --tasks {TASK}")
+    record_before = (results / record_lib.FILE).read_bytes()
+    assert camp.main(["restore", *TINY, "--home", str(h2), "--results", str(results)]) == 0
+    text = capsys.readouterr().out
+    assert f"{TASK}: restored tiny -> {h2 / 'runs' / 'tiny'}" in text
+    ingested_sets = _sets(tmp / "h1")
+    assert len(ingested_sets) == 2 and _sets(h2) == ingested_sets      # the same bytes
+    assert set(ingested_sets) == {s["content_hash"] for s in
+                                  _record(results)["tasks"][TASK]["episode_sets"]}
+    assert (results / record_lib.FILE).read_bytes() == record_before and commits(repo) == 3
+    summary = json.loads((h2 / "runs" / "tiny" / "summary.json").read_text())
+    assert {Path(p).parent.parent for p in summary["episode_sets"].values()} == {h2 / "episodes"}
+    assert camp.main(status) == 0
+    text = capsys.readouterr().out
+    row = next(ln for ln in text.splitlines() if ln.startswith(TASK))
+    assert "archived" not in row and " done " in row
+    assert "mt19_campaign.py restore" not in text and "first, here" not in text
+    assert camp.main(["restore", *TINY, "--home", str(h2), "--results", str(results)]) == 0
+    text = capsys.readouterr().out
+    assert "its recorded sets are in the data root" in text and "nothing to restore" in text
+
+
+def _variant(ingested, name: str, **archived) -> Path:
+    """A results folder in the repository holding the record with the task's archive
+    entry changed."""
+    tmp, repo, results, *_ = ingested
+    rec = _record(results)
+    e = rec["tasks"][TASK]
+    e["archive"] = [{**e["archive"][0], **archived}]
+    other = repo / name
+    other.mkdir(exist_ok=True)
+    (other / record_lib.FILE).write_text(json.dumps(rec))
+    return other
+
+
+def test_a_task_whose_blobs_are_missing_is_regenerated(ingested, tmp_path, capsys):
+    other = _variant(ingested, "gone", blob="0" * 40)
+    h = tmp_path / "h"
+    assert camp.main(["status", *TINY, "--home", str(h), "--results", str(other)]) == 0
+    text = capsys.readouterr().out
+    assert "done; sets missing" in text and "--regenerate probe-action" in text
+    assert "mt19_campaign.py restore" not in text
+    assert camp.main(["restore", *TINY, "--home", str(h), "--results", str(other)]) == 0
+    text = capsys.readouterr().out
+    assert f"{TASK}: sets missing and its archived blobs are not in this repository" in text
+    assert f"next --regenerate {TASK}" in text and "nothing to restore" in text
+    assert not h.exists()
+    # with no archive recorded, the same
+    rec = _record(other)
+    del rec["tasks"][TASK]["archive"], rec["tasks"][TASK]["archive_commit"]
+    (other / record_lib.FILE).write_text(json.dumps(rec))
+    assert camp.main(["restore", *TINY, "--home", str(h), "--results", str(other)]) == 0
+    assert "no archive is recorded" in capsys.readouterr().out and not h.exists()
+
+
+def test_a_bad_archive_is_one_line_exit_2_and_nothing_moved(ingested, tmp_path, capsys):
+    other = _variant(ingested, "bad", sha256="0" * 64)
+    h = tmp_path / "h"
+    assert camp.main(["restore", *TINY, "--home", str(h), "--results", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sha256" in err and f"{TASK}.tar.gz" in err
+    assert [p for p in h.rglob("*") if p.is_file() or p.name.startswith(".")] == []
+
+
+def test_ingest_without_archive_and_on_a_detached_head(ingested, tmp_path, capsys):
+    tmp, repo, results, out, *_ = ingested
+    res = repo / "no-archive"
+    assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h"),
+                      "--results", str(res), "--no-archive"]) == 0
+    assert "archive" not in _record(res)["tasks"][TASK] and commits(repo) == 3
+    git(repo, "checkout", "-q", "--detach")
+    try:
+        capsys.readouterr()
+        assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h2"),
+                          "--results", str(repo / "detached")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "HEAD is detached" in err
+        assert not (tmp_path / "h2").exists() and not (repo / "detached").exists()
+    finally:
+        git(repo, "checkout", "-q", "main")
+
+
+def test_a_replaced_entry_keeps_its_archive_under_the_event(ingested):
+    """A regeneration with other sets replaces the entry (which gets its own archive from
+    the ingest); the replaced entry's archive stays listed under the event; the schema
+    refuses a damaged archive."""
+    rec = _record(ingested[2])
+    old = rec["tasks"][TASK]
+    new = {k: v for k, v in old.items() if k not in record_lib.ARCHIVED_KEYS}
+    new = {**new, "run": "runs/other",
+           "episode_sets": [{**s, "content_hash": "1" * 64} for s in old["episode_sets"]]}
+    entry, _ = record_lib.regenerated(old, new)
+    (ev,) = entry["regenerations"]
+    assert "archive" not in entry and ev["replaced"]["archive"] == old["archive"]
+    assert ev["replaced"]["archive_commit"] == old["archive_commit"]
+    assert record_lib.check({**rec, "tasks": {TASK: entry}}) == []
+    for damaged in ({"archive": []}, {"archive_commit": "x"},
+                    {"archive": [{**old["archive"][0], "file": "../x"}]},
+                    {"archive": [{**old["archive"][0], "bytes": "5"}]}):
+        problems = record_lib.check({**rec, "tasks": {TASK: {**old, **damaged}}})
+        assert any("archive is not" in p for p in problems), damaged
+    broken = {**ev, "replaced": {**ev["replaced"], "archive_commit": 5}}
+    assert any("regenerations" in p for p in record_lib.check(
+        {**rec, "tasks": {TASK: {**entry, "regenerations": [broken]}}}))
+
+
+@pytest.mark.parametrize("sets", ["identical", "other"])
+def test_a_regeneration_archives_for_the_entry_it_leaves(ingested, tmp_path, capsys, sets):
+    """The tiny bundle ingested as a regeneration of a recorded run ("runs/before", same env
+    steps): with the same sets the entry keeps its run and, having no archive, gets the
+    regeneration's; with other sets the entry names the new run with its own archive, and
+    the replaced entry's archive stays under the event."""
+    tmp, repo, results, out, *_ = ingested
+    rec = _record(results)
+    first = rec["tasks"][TASK]
+    old = {**first, "run": "runs/before"}
+    if sets == "identical":
+        del old["archive"], old["archive_commit"]
+    else:
+        old["episode_sets"] = [{**s, "content_hash": "0" * 64} for s in old["episode_sets"]]
+    res = repo / f"regen-{sets}"
+    res.mkdir()
+    (res / record_lib.FILE).write_text(json.dumps({**rec, "tasks": {TASK: old}}))
+    n = commits(repo)
+    assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h"),
+                      "--results", str(res)]) == 0
+    assert f"archived {TASK}: 1 file(s)" in capsys.readouterr().out
+    assert commits(repo) == n + 2
+    e = _record(res)["tasks"][TASK]
+    (ev,) = e["regenerations"]
+    assert ev["run"] == "runs/tiny" and ev["identical"] == (sets == "identical")
+    assert e["run"] == ("runs/before" if sets == "identical" else "runs/tiny")
+    assert e["archive"] == first["archive"]              # the same bytes: the same blob
+    assert e["archive_commit"] == git(repo, "rev-parse", "HEAD^") != first["archive_commit"]
+    if sets == "other":
+        assert ev["replaced"]["archive"] == first["archive"]
+        assert ev["replaced"]["archive_commit"] == first["archive_commit"]
+    assert record_lib.check(_record(res)) == []
