@@ -10,7 +10,9 @@ index (the working tree and the index are not touched)::
     C2  HEAD's tree again, parent C1          "... out of the working tree (blobs reachable ...)"
 
 and moves the branch to C2 (checked against the HEAD it started from). A blob id is
-computed from the file's bytes alone, so it survives a rebase of those commits; the record
+computed from the file's bytes alone (``hash-object --no-filters``: no clean filter such as
+Git LFS's, no end-of-line conversion that ``.gitattributes`` or ``core.autocrlf`` would
+apply by the file's name), so it survives a rebase of those commits; the record
 (`_mt19_record`, a task's ``archive``) names the blobs, their sha256 and sizes, and C1.
 `restore` writes the files back (all or nothing), `available` says whether every blob
 is in the repository. Errors are `ArchiveError`, one line naming the problem and the fix.
@@ -161,7 +163,7 @@ def archive(repo: Path, files: Iterable[Path], message: str) -> list[dict[str, A
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(repo, "read-tree", head, env=env)
         for f in files:
-            blob = _git(repo, "hash-object", "-w", "--", str(f.resolve()))
+            blob = _git(repo, "hash-object", "-w", "--no-filters", "--", str(f.resolve()))
             _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{DIR}/{f.name}",
                  env=env)
             out.append({"file": f.name, "blob": blob, "sha256": sha256_of(f),

@@ -378,3 +378,27 @@ def test_a_regeneration_archives_for_the_entry_it_leaves(ingested, tmp_path, cap
         assert ev["replaced"]["archive"] == first["archive"]
         assert ev["replaced"]["archive_commit"] == first["archive_commit"]
     assert record_lib.check(_record(res)) == []
+
+
+# ---- the archive against the repository's settings and environment -----------------------
+def test_the_blob_is_the_file_s_bytes_whatever_the_attributes_say(repo, tmp_path):
+    """A clean filter and end-of-line conversion (``.gitattributes``, ``core.autocrlf``; Git
+    LFS is such a filter) apply to ``hash-object`` by the file's name, even for a file
+    outside the work tree: the blob must hold the bundle's bytes, or restore can never
+    give them back."""
+    (repo / ".gitattributes").write_text("*.gz filter=upper\n*.part?? text eol=lf\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    git(repo, "config", "filter.upper.clean", "tr a-z A-Z")
+    git(repo, "config", "filter.upper.smudge", "cat")
+    git(repo, "config", "core.autocrlf", "true")
+    d = tmp_path / "bundles"
+    d.mkdir()
+    files = [d / "walker-run.tar.gz", d / "hopper-hop.tar.gz.part00"]
+    for f in files:
+        f.write_bytes(b"bundle bytes\r\nin lower case\r\n" * 50)
+    entries = _entries(archive_lib.archive(repo, files, "walker-run, hopper-hop"))
+    for f, e in zip(files, entries):
+        assert e["blob"] == git(repo, "hash-object", "--no-filters", str(f))
+    back = archive_lib.restore(repo, entries, tmp_path / "back")
+    assert [p.read_bytes() for p in back] == [f.read_bytes() for f in files]
