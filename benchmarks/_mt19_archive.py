@@ -40,14 +40,27 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TASK = re.compile(r"\.tar\.gz(?:\.part\d{2})?$")
 
 
+_LOCAL_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_COMMON_DIR",
+              "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+              "GIT_PREFIX")
+"""The environment variables that point git at another repository, index or object store
+than ``-C``'s (set in a git hook, say): left out of every git run here."""
+
+
 class ArchiveError(ValueError):
     """An archive that cannot be written or read back; the message is one line naming the
     problem and the fix."""
 
 
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment less `_LOCAL_ENV`, plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k not in _LOCAL_ENV}, **(extra or {})}
+
+
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None,
          stdin: str | None = None) -> str:
-    """Run ``git -C repo ARGS``.
+    """Run ``git -C repo ARGS`` (the environment less `_LOCAL_ENV`: ``repo`` is the
+    repository).
 
     Args:
         repo: the repository's work tree.
@@ -63,7 +76,7 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None,
     """
     try:
         p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                           input=stdin, env=None if env is None else {**os.environ, **env})
+                           input=stdin, env=_env(env))
     except OSError as e:
         raise ArchiveError(f"git {args[0]}: cannot run git ({type(e).__name__}); install git "
                            "or pass --no-archive") from None
@@ -261,7 +274,7 @@ def restore(repo: Path, entries: list[dict[str, Any]], dest: Path) -> list[Path]
             path = tmp / e["file"]
             with path.open("wb") as f:
                 p = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", e["blob"]],
-                                   stdout=f, stderr=subprocess.PIPE, text=False)
+                                   stdout=f, stderr=subprocess.PIPE, env=_env())
             if p.returncode != 0:
                 why = (p.stderr.decode(errors="replace").strip().splitlines() or ["?"])[0]
                 raise ArchiveError(f"git cat-file in {repo}: {why}")

@@ -402,3 +402,23 @@ def test_the_blob_is_the_file_s_bytes_whatever_the_attributes_say(repo, tmp_path
         assert e["blob"] == git(repo, "hash-object", "--no-filters", str(f))
     back = archive_lib.restore(repo, entries, tmp_path / "back")
     assert [p.read_bytes() for p in back] == [f.read_bytes() for f in files]
+
+
+def test_the_repository_is_the_one_named_not_the_environment_s(repo, files, tmp_path,
+                                                               monkeypatch):
+    """GIT_DIR, GIT_WORK_TREE and GIT_INDEX_FILE in the environment (a git hook's, say) do
+    not send the archive's commits, objects or reads to another repository."""
+    other = make_repo(tmp_path / "other")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    assert archive_lib.repo_of(repo / "benchmarks" / "results") == repo
+    entries = _entries(archive_lib.archive(repo, files, "walker-run, hopper-hop"))
+    assert archive_lib.available(repo, entries)
+    back = archive_lib.restore(repo, entries, tmp_path / "back")
+    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(k)
+    assert [p.read_bytes() for p in back] == [f.read_bytes() for f in files]
+    assert (commits(repo), commits(other)) == (3, 1)
+    assert not archive_lib.available(other, entries)
+
