@@ -157,8 +157,9 @@ def archive(repo: Path, files: Iterable[Path], message: str) -> list[dict[str, A
         working tree are as they were.
 
     Raises:
-        ArchiveError: no file, a missing file or a repeated name, a detached HEAD, or the
-            branch moved while the commits were made (the branch is then left as it is).
+        ArchiveError: no file, a missing file or a repeated name, a detached HEAD, the
+            branch moved while the commits were made (the branch is then left as it is),
+            or git failed (its reason: a branch locked by a killed git, say).
     """
     repo, files = Path(repo), [Path(f) for f in files]
     names = [f.name for f in files]
@@ -189,10 +190,21 @@ def archive(repo: Path, files: Iterable[Path], message: str) -> list[dict[str, A
               "through the previous commit)")
     try:
         _git(repo, "update-ref", "-m", f"mt19 archive: {message}", ref, c2, head)
-    except ArchiveError:
+    except ArchiveError as e:
+        if _ref(repo, ref) == head:               # not moved: git's reason
+            raise ArchiveError(f"{str(e).rstrip('.')}; {ref} is still at {head[:12]}: fix "
+                               "that and run again") from None
         raise ArchiveError(f"{repo}: {ref} moved from {head[:12]} while the archive was "
                            "made; nothing was moved: run again") from None
     return [{**o, "commit": c1} for o in out]
+
+
+def _ref(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``repo``, None when it names none."""
+    try:
+        return _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}")
+    except ArchiveError:
+        return None
 
 
 def _check(entries: list[dict[str, Any]]) -> None:

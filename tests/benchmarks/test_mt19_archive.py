@@ -422,3 +422,14 @@ def test_the_repository_is_the_one_named_not_the_environment_s(repo, files, tmp_
     assert (commits(repo), commits(other)) == (3, 1)
     assert not archive_lib.available(other, entries)
 
+
+def test_a_locked_branch_is_not_said_to_have_moved(repo, files):
+    """update-ref failing for another reason than a moved branch (a stale lock left by a
+    killed git) names that reason, not "run again"."""
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / ".git" / "refs" / "heads" / "main.lock").write_text("")
+    with pytest.raises(archive_lib.ArchiveError) as e:
+        archive_lib.archive(repo, files, "x")
+    said = str(e.value)
+    assert len(said.splitlines()) == 1 and "moved" not in said and "main.lock" in said
+    assert git(repo, "rev-parse", "HEAD") == head
