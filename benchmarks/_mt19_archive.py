@@ -133,6 +133,31 @@ def branch(repo: Path) -> tuple[str, str]:
     return ref, head
 
 
+def ready(repo: Path) -> tuple[str, str]:
+    """Refuse, before anything is written, a repository `archive` cannot commit in: a
+    detached HEAD or a branch with no commit (`branch`), or no identity for the commits'
+    author and committer (``git var``, as ``commit-tree`` would find it).
+
+    Args:
+        repo: the repository's work tree.
+
+    Returns:
+        (ref, commit id) of the branch checked out (`branch`).
+
+    Raises:
+        ArchiveError: naming the problem and the fix.
+    """
+    out = branch(repo)
+    for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        try:
+            _git(repo, "var", who)
+        except ArchiveError:
+            raise ArchiveError(f"{repo}: git has no identity to commit the archive with; set "
+                               "one (git config user.name NAME; git config user.email EMAIL), "
+                               "or pass --no-archive") from None
+    return out
+
+
 def sha256_of(path: Path) -> str:
     """The sha256 of a file's bytes (hex)."""
     h = hashlib.sha256()
@@ -157,9 +182,10 @@ def archive(repo: Path, files: Iterable[Path], message: str) -> list[dict[str, A
         working tree are as they were.
 
     Raises:
-        ArchiveError: no file, a missing file or a repeated name, a detached HEAD, the
-            branch moved while the commits were made (the branch is then left as it is),
-            or git failed (its reason: a branch locked by a killed git, say).
+        ArchiveError: no file, a missing file or a repeated name, a detached HEAD or no
+            git identity (`ready`), the branch moved while the commits were made (the
+            branch is then left as it is), or git failed (its reason: a branch locked by a
+            killed git, say).
     """
     repo, files = Path(repo), [Path(f) for f in files]
     names = [f.name for f in files]
@@ -171,7 +197,7 @@ def archive(repo: Path, files: Iterable[Path], message: str) -> list[dict[str, A
     if len(set(names)) != len(names):
         raise ArchiveError(f"two files named {next(n for n in names if names.count(n) > 1)}: "
                            "archive them in separate calls")
-    ref, head = branch(repo)
+    ref, head = ready(repo)
     out = []
     with tempfile.TemporaryDirectory(prefix="mt19-archive-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}

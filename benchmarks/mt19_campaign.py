@@ -224,9 +224,9 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     Raises:
         _mt19_bundle.BundleError: a bundle that is damaged or does not fit the store (one
             line; nothing written).
-        _mt19_archive.ArchiveError: a detached HEAD (before anything moves), or the
-            archive failed (the bundles are then in the store, the record not written:
-            ingest again).
+        _mt19_archive.ArchiveError: a detached HEAD or no git identity (before anything
+            moves, `_mt19_archive.ready`), or the archive failed (the bundles are then in
+            the store, the record not written: ingest again).
     """
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import utc_now_iso
@@ -234,7 +234,7 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     results = Path(args.results)
     repo = None if args.no_archive or not bundles else archive_lib.repo_of(results)
     if repo is not None:
-        archive_lib.branch(repo)              # a detached HEAD: refused before anything moves
+        archive_lib.ready(repo)     # a detached HEAD, no identity: refused before anything moves
     store = Store(args.home).ensure_layout() if bundles else Store(args.home)
     record = load_record(results) or record_lib.empty(
         TARGETS, DEFAULT_TARGET, regenerate_commands())

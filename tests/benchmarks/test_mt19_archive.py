@@ -433,3 +433,27 @@ def test_a_locked_branch_is_not_said_to_have_moved(repo, files):
     said = str(e.value)
     assert len(said.splitlines()) == 1 and "moved" not in said and "main.lock" in said
     assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_ingest_without_a_git_identity_is_refused_before_anything_moves(ingested, tmp_path,
+                                                                        monkeypatch, capsys):
+    """The archive's commits need an author and a committer: a repository where git has none
+    (a fresh machine) refuses the ingest in one line before the store is touched, as a
+    detached HEAD does."""
+    tmp, repo, results, out, *_ = ingested
+    bare = make_repo(tmp_path / "repo")
+    for k in ("user.name", "user.email"):
+        git(bare, "config", "--unset", k)
+    git(bare, "config", "user.useConfigOnly", "true")     # no identity guessed from the host
+    for k, v in (("HOME", str(tmp_path)), ("XDG_CONFIG_HOME", str(tmp_path)),
+                 ("GIT_CONFIG_NOSYSTEM", "1")):
+        monkeypatch.setenv(k, v)
+    for k in ("EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+              "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(k, raising=False)
+    assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h"),
+                      "--results", str(bare / "res")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "identity" in err and "user.email" in err
+    assert "--no-archive" in err
+    assert not (tmp_path / "h").exists() and not (bare / "res").exists() and commits(bare) == 1
