@@ -211,8 +211,8 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     steps is a regeneration (`_mt19_record.regenerated`: the same episode sets keep the
     entry, other sets replace it, either way listed under its ``regenerations``). Then,
     when the results folder is in a git work tree (and not ``--no-archive``), each
-    recorded task's bundle is archived in git history (`archive_ingested`). With no
-    bundle the record (created when absent) and its plot are written again.
+    recorded task's bundle is archived in git history (`archive_ingested`; a results
+    folder in no work tree is said not to be). With no bundle the record (created when absent) and its plot are written again.
 
     Args:
         args: the parsed flags (``dirs``, ``home``, ``results``, ``no_archive``).
@@ -233,6 +233,10 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     bundles = bundle_lib.read_bundles([Path(p) for p in args.dirs]) if args.dirs else []
     results = Path(args.results)
     repo = None if args.no_archive or not bundles else archive_lib.repo_of(results)
+    if bundles and not args.no_archive and repo is None:
+        print(f"not archived: {results} is in no git work tree, so restore cannot put these "
+              "sets into another data root; keep the bundles, or ingest again with --results "
+              "in the repository")
     if repo is not None:
         archive_lib.ready(repo)     # a detached HEAD, no identity: refused before anything moves
     store = Store(args.home).ensure_layout() if bundles else Store(args.home)

@@ -457,3 +457,16 @@ def test_ingest_without_a_git_identity_is_refused_before_anything_moves(ingested
     assert len(err.splitlines()) == 1 and "identity" in err and "user.email" in err
     assert "--no-archive" in err
     assert not (tmp_path / "h").exists() and not (bare / "res").exists() and commits(bare) == 1
+
+
+def test_ingest_outside_a_git_work_tree_says_it_did_not_archive(ingested, tmp_path, capsys):
+    """A results folder in no git work tree records the sets without an archive; the ingest
+    says so (a new data root could then only train them again), instead of nothing."""
+    tmp, repo, results, out, *_ = ingested
+    res = tmp_path / "results"
+    assert archive_lib.repo_of(res) is None
+    assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h"),
+                      "--results", str(res)]) == 0
+    said = capsys.readouterr().out
+    assert f"not archived: {res} is in no git work tree" in said and "archived " not in said
+    assert "archive" not in _record(res)["tasks"][TASK]
