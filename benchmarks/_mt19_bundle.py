@@ -361,8 +361,9 @@ def _unpack(bundle: Bundle, tmp: Path) -> Unpacked:
 @contextlib.contextmanager
 def staging(home: Path) -> Iterator[Path]:
     """An owned temporary folder under ``<home>/runs/`` (same filesystem as the store, so
-    its contents rename into place; a killed ingest's is swept by the next stage),
-    removed when the block ends.
+    its contents rename into place), removed when the block ends; first, as every stage
+    does, the store's temporaries of dead processes (a killed ingest's or restore's
+    staging folder among them) are removed (`Store.sweep_temporaries`).
 
     Args:
         home: the data root.
@@ -371,6 +372,8 @@ def staging(home: Path) -> Iterator[Path]:
         The folder.
     """
     from wmx import temporaries
+    from wmx.datasets.store import Store
+    Store(home).sweep_temporaries()
     tmp = temporaries.make_dir(Path(home) / "runs", "mt19-ingest")
     try:
         yield tmp

@@ -470,3 +470,20 @@ def test_ingest_outside_a_git_work_tree_says_it_did_not_archive(ingested, tmp_pa
     said = capsys.readouterr().out
     assert f"not archived: {res} is in no git work tree" in said and "archived " not in said
     assert "archive" not in _record(res)["tasks"][TASK]
+
+
+def test_restore_sweeps_what_a_killed_restore_left(ingested, tmp_path, capsys):
+    """A restore (or ingest) killed outright (SIGHUP, SIGKILL: no cleanup) leaves its
+    staging folder, a copy of every bundle, under ``<home>/runs/``; the next one removes
+    it, as every stage sweeps dead processes' temporaries when it starts."""
+    from wmx import temporaries
+    tmp, repo, results, *_ = ingested
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    h = tmp_path / "h"
+    left = h / "runs" / f".tmp-mt19-ingest~{temporaries._host()}~{dead.pid}~0badcafe"
+    (left / "files-0").mkdir(parents=True)
+    (left / "files-0" / f"{TASK}.tar.gz").write_bytes(b"x" * 1000)
+    assert camp.main(["restore", *TINY, "--home", str(h), "--results", str(results)]) == 0
+    assert f"{TASK}: restored" in capsys.readouterr().out
+    assert not left.exists() and sorted(p.name for p in (h / "runs").iterdir()) == ["tiny"]
