@@ -98,15 +98,25 @@ def repo_of(path: Path) -> Path | None:
         path: a file or folder (it need not exist: its nearest existing parent counts).
 
     Returns:
-        The work tree's top folder, or None when ``path`` is in none (or git is missing).
+        The work tree's top folder, or None when ``path`` is in none (no ``.git`` in it or
+        above it) or git is missing.
+
+    Raises:
+        ArchiveError: a ``.git`` holds it but git cannot use that repository (another
+            user's, refused as of "dubious ownership"; a damaged one): one line, git's
+            reason and the fix, rather than taking its archive for absent.
     """
     p = Path(path).resolve()
     while not p.is_dir():
         p = p.parent
     try:
         return Path(_git(p, "rev-parse", "--show-toplevel"))
-    except ArchiveError:
-        return None
+    except ArchiveError as e:
+        top = next((q for q in (p, *p.parents) if (q / ".git").exists()), None)
+        if top is None or shutil.which("git") is None:
+            return None
+        raise ArchiveError(f"{e}; fix that and run again (another user's repository: git "
+                           f"config --global --add safe.directory {top})") from None
 
 
 def branch(repo: Path) -> tuple[str, str]:

@@ -470,6 +470,10 @@ def archived_tasks(results: Path, record: dict[str, Any] | None) -> set[str]:
 
     Returns:
         The tasks (none when the folder is in no git work tree, or git is missing).
+
+    Raises:
+        _mt19_archive.ArchiveError: a repository holds the folder but git cannot use it
+            (`_mt19_archive.repo_of`).
     """
     import _mt19_archive as archive_lib
     entries = {t: e["archive"] for t, e in (record or {}).get("tasks", {}).items()

@@ -487,3 +487,23 @@ def test_restore_sweeps_what_a_killed_restore_left(ingested, tmp_path, capsys):
     assert camp.main(["restore", *TINY, "--home", str(h), "--results", str(results)]) == 0
     assert f"{TASK}: restored" in capsys.readouterr().out
     assert not left.exists() and sorted(p.name for p in (h / "runs").iterdir()) == ["tiny"]
+
+
+def test_a_repository_git_refuses_is_an_error_not_an_absent_archive(ingested, tmp_path,
+                                                                   monkeypatch, capsys):
+    """A repository git will not use (another user's: "dubious ownership") is one line
+    naming git's reason and safe.directory, for status, restore and ingest alike; not taken
+    for "no git work tree", which would send the archived tasks to be trained again and
+    record new ingests unarchived."""
+    tmp, repo, results, out, *_ = ingested
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")     # git's own test switch
+    if subprocess.run(["git", "-C", str(repo), "rev-parse"], capture_output=True).returncode == 0:
+        pytest.skip("this git does not check the repository's owner")
+    h = tmp_path / "h"
+    for argv in (["status"], ["restore"], ["ingest", str(out)]):
+        assert camp.main([*argv, *TINY, "--home", str(h), "--results", str(results)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "dubious ownership" in err, argv
+        assert f"safe.directory {repo}" in err
+    monkeypatch.delenv("GIT_TEST_ASSUME_DIFFERENT_OWNER")
+    assert not h.exists() and commits(repo) == 3
