@@ -224,9 +224,10 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     Raises:
         _mt19_bundle.BundleError: a bundle that is damaged or does not fit the store (one
             line; nothing written).
-        _mt19_archive.ArchiveError: a detached HEAD or no git identity (before anything
-            moves, `_mt19_archive.ready`), or the archive failed (the bundles are then in
-            the store, the record not written: ingest again).
+        _mt19_archive.ArchiveError: a detached HEAD, no git identity or a repository git
+            refuses (before anything moves: `_mt19_archive.repo_of`, `ready`), or the
+            archive failed (the bundles are then in the store, the record not written:
+            ingest again).
     """
     from wmx.datasets.store import Store
     from wmx.schemas.manifest import utc_now_iso
