@@ -261,14 +261,19 @@ def _check(entries: list[dict[str, Any]]) -> None:
 
 
 def _missing(repo: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries whose blob ``repo`` lacks (or holds as another kind of object)."""
+    """The entries whose blob ``repo`` lacks, holds as another kind of object, or holds
+    only unreachable from HEAD (after a reset or a squash of the archive's commits: a
+    clone would not have it)."""
     said = _git(repo, "cat-file", "--batch-check",
                 stdin="".join(e["blob"] + "\n" for e in entries)).splitlines()
-    return [e for e, line in zip(entries, said) if line.split()[:2] != [e["blob"], "blob"]]
+    reachable = set(_git(repo, "rev-list", "--objects", "--no-object-names", "HEAD").split())
+    return [e for e, line in zip(entries, said)
+            if line.split()[:2] != [e["blob"], "blob"] or e["blob"] not in reachable]
 
 
 def available(repo: Path, entries: list[dict[str, Any]]) -> bool:
-    """Whether every archived file's blob is in ``repo`` (`restore` checks the bytes).
+    """Whether every archived file's blob is in ``repo``, reachable from HEAD (`restore`
+    checks the bytes).
 
     Args:
         repo: the repository's work tree.

@@ -110,6 +110,8 @@ def test_archive_makes_two_commits_and_touches_neither_index_nor_working_tree(re
     assert archive_lib.available(repo, _entries(got))
     assert not archive_lib.available(repo, [{**_entries(got)[0], "blob": "1" * 40}])
     assert not archive_lib.available(repo, [{**_entries(got)[0], "blob": c1}])   # a commit
+    git(repo, "reset", "-q", "--soft", f"{c1}~1")   # the archive's commits dropped
+    assert not archive_lib.available(repo, _entries(got))   # the blob stays, unreachable
 
 
 def test_archive_refuses_a_detached_head_a_moved_branch_and_a_repeated_name(
