@@ -407,3 +407,38 @@ def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
                     "per seed (mean, range) beside TD-MPC2's published points")
     os.replace(tmp, path)
     return Path(path)
+
+
+# ---- how the record is made again -----------------------------------------------------
+def device_command(code: str) -> str:
+    """One device call's command. Its budget counts from the Python process's start:
+    540 s leaves the first call's setup.sh (installing the wheels, ~15-40 s) and the
+    stop's overrun inside the 600 s of a device command.
+
+    Args:
+        code: the commit the device's copy of the tree is (WMX_CODE_VERSION).
+
+    Returns:
+        The command, with H for a folder in the device's /tmp and SECONDS for the
+        session's device time left (the device tool's budget_left_s, less ~120 s when the
+        call starts a machine).
+    """
+    return (f"source .whl-tpu/setup.sh; WMX_CODE_VERSION={code} timeout -k 10 575 python "
+            "benchmarks/mt19_campaign.py next --home H --out \"$OUT\" --budget-s 540 "
+            "--device-left-s SECONDS")
+
+
+def regenerate_commands() -> list[str]:
+    """How the record is made again.
+
+    Returns:
+        The commands, in order: the plan, a device call, the ingest, the restore of the
+        archived sets into a new data root, a task's run alone, the dataset build.
+    """
+    return ["python benchmarks/mt19_campaign.py plan",
+            "on the device, per call (carry .whl-tpu): " + device_command("<commit>"),
+            "here, per call: python benchmarks/mt19_campaign.py ingest DIR",
+            "here, on a data root without the recorded sets: python "
+            "benchmarks/mt19_campaign.py restore   # the bundles kept in git history",
+            "each task's run alone: its 'command' (train_online ...) with --home H",
+            "beam run pipelines/build_mt19.py   # pools the recorded episode sets"]
