@@ -403,9 +403,12 @@ def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
                        "published": ([x / 1000 for x in px], py, rng,
                                      "TD-MPC2 paper (published points)")})
     tmp = Path(path).with_name(f".{Path(path).stem}.tmp.png")
-    learning_curves(panels, tmp, "env steps (thousands)", title="mt19 sources: eval return "
-                    "per seed (mean, range) beside TD-MPC2's published points")
-    os.replace(tmp, path)
+    try:
+        learning_curves(panels, tmp, "env steps (thousands)", title="mt19 sources: eval "
+                        "return per seed (mean, range) beside TD-MPC2's published points")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)          # a failed or interrupted drawing leaves none
     return Path(path)
 
 

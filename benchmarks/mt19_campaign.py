@@ -305,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             the process's start, else from this call's).
 
     Returns:
-        The exit status: 0; 2 after one line on stderr for bad input (nothing written);
-        143 when a signal stopped ``next``'s run.
+        The exit status: 0; 2 after one line on stderr for bad input (nothing written) or
+        an OS error (a full disk, a permission: ingest or restore run again completes what
+        it stopped); 143 when a signal stopped ``next``'s run.
     """
     from_cli = argv is None
     if from_cli and sys.argv[1:2] == ["next"]:
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "restore":
             return cmd_restore(args, campaign)
         return cmd_ingest(args, campaign)
-    except (ValueError, FileExistsError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:      # bad input; a full disk, a permission
         print(f"mt19_campaign.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
 

@@ -241,6 +241,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "h").exists()
 
 
+def test_an_os_error_is_one_line_and_a_failed_plot_leaves_no_temporary(tmp_path, capsys,
+                                                                        monkeypatch):
+    """A full disk while ingest writes is one line and exit 2, not a traceback; the plot's
+    temporary is removed when the drawing fails."""
+    import wmx.evaluate.plots as plots
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "r"))
+    monkeypatch.setattr(camp, "cmd_ingest", full)
+    assert camp.main(["ingest", "--home", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err, err
+    monkeypatch.undo()
+
+    def broken(panels, path, *a, **k):
+        Path(path).write_bytes(b"half a png")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(plots, "learning_curves", broken)
+    with pytest.raises(OSError):
+        record_lib.plot(record_lib.empty({}, 100_000, []), ["walker-walk"],
+                        tmp_path / record_lib.PLOT)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_next_starts_nothing_that_does_not_fit_the_device_time_left(tmp_path, capsys):
     assert camp.main(["next", *TINY, "--home", str(tmp_path / "h"), "--out", str(tmp_path / "o"),
                       "--budget-s", "500", "--device-left-s", "60",
