@@ -11,9 +11,10 @@ summary.json and, when the run ends, one episode set per seed in the store
 (``<home>/episodes/<task>/<hash>/``).
 
 ``--init-from RUN_DIR`` fine-tunes a single-task model of the task: the agents
-start from the newest checkpoint of RUN_DIR (e.g. ``train_offline --agent
-dreamerv3 --tasks TASK``, or another online run), seed by seed, with an empty
-replay; --agent and --preset default to the source run's.
+start from the newest checkpoint of RUN_DIR (``train_offline --agent dreamerv3
+--tasks TASK``, as TD-MPC2's offline models are multi-task, or another online
+run), seed by seed, with an empty replay; --agent and --preset default to the
+source run's.
 """
 from __future__ import annotations
 
@@ -82,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="start the agents from the newest checkpoint of RUN_DIR (or from a "
                         "checkpoint folder RUN_DIR/checkpoints/STEP): a single-task model of "
-                        "--task, trained offline or online, each seed from its own state; the "
-                        "replay starts empty; --agent and --preset default to the source's")
+                        "--task, trained offline (dreamerv3 --tasks TASK) or online, each seed "
+                        "from its own state; the replay starts empty; --agent and --preset "
+                        "default to the source's")
     p.add_argument("--dry-run", action="store_true",
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
