@@ -362,8 +362,8 @@ def _main(args: argparse.Namespace) -> int:
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume),
                                    primary=_primary())
         import jax
-        with stop_on_interrupt("the running chunk",
-                               enabled=jax.process_count() == 1) as stop_request:
+        with stop_on_interrupt("the running chunk", enabled=jax.process_count() == 1,
+                               run_dir=run_dir) as stop_request:
             summary = run(rc, run_dir, home=home, progress=not args.no_progress,
                           loggers=loggers, stop_request=stop_request)
     except BaseException:

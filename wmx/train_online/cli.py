@@ -292,7 +292,7 @@ def _main(args: argparse.Namespace) -> int:
         export = None if args.no_export else make_export(
             store, rc, run_dir, extended=bool(args.resume) and "env_steps" in args.given)
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume))
-        with stop_on_interrupt("the running chunk") as stop_request:
+        with stop_on_interrupt("the running chunk", run_dir=run_dir) as stop_request:
             summary = run(rc, run_dir, export, progress=not args.no_progress, loggers=loggers,
                           stop_request=stop_request)
     except BaseException:
