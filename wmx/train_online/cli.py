@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.sizes import counted
 from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
@@ -153,7 +154,8 @@ def _plan_notes(rc) -> None:
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
-              f"{rc.rounds} round(s) of {rc.n_envs} env(s) x one {per_round // rc.n_envs:,d}"
+              f"{counted(rc.rounds, 'round')} of {counted(rc.n_envs, 'env')} x one "
+              f"{per_round // rc.n_envs:,d}"
               f"-env-step episode")
     sched = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs).inner
     burst = getattr(sched, "burst_tick", None)
@@ -270,7 +272,8 @@ def _main(args: argparse.Namespace) -> int:
             print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
         env = cached_env(rc.task, rc.episode_length)
-        print(f"env {env}; {rc.rounds} rounds x {rc.n_envs} envs = {rc.total_env_steps:,d} env "
+        print(f"env {env}; {counted(rc.rounds, 'round')} x {counted(rc.n_envs, 'env')} = "
+              f"{rc.total_env_steps:,d} env "
               f"steps per seed; seeds {list(rc.seeds)}")
         return 0
 
