@@ -49,6 +49,8 @@ def test_a_plain_default_is_still_shown():
     (["evaluate"], "evaluate", "one of the arguments --run --runs is required"),
     (["wmx", "demo", "--updates", "0"], "wmx demo", "0 must be at least 1"),
     (["wmx", "dataset", "validate"], "wmx dataset validate", "arguments are required: ref"),
+    (["wmx"], "wmx", "arguments are required: {dataset,runs,demo}"),
+    (["wmx", "runs"], "wmx runs", "arguments are required: {ls,info}"),
     (["wmx", "demo", "--updatez", "5"], "wmx demo", "unrecognized arguments: --updatez 5"),
     (["wmx", "dataset", "ls", "--bogus"], "wmx dataset ls", "unrecognized arguments: --bogus"),
     (["wmx", "dataset", "--bogus", "ls"], "wmx dataset", "unrecognized arguments: --bogus"),
