@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
     add_home(p)
     ds = p.add_subparsers(dest="dataset_cmd", required=True)
     ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
-    ls.add_argument("name", nargs="?", default=None)
+    ls.add_argument("name", nargs="?", default=None, metavar="NAME",
+                    help="only the datasets named NAME, every build of it (e.g. mt19)")
     src = ds.add_parser("sources", help="list the episode sets a build can pool (the ids "
                                         "--sources takes): task, set, episodes, return, "
                                         "producer, date")
