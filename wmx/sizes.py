@@ -1,5 +1,20 @@
-"""Byte counts as people read them (`wmx dataset ls`, `wmx runs ls`)."""
+"""Byte counts and counted nouns as people read them (`wmx dataset ls`, `wmx runs ls`,
+the trainers' summaries)."""
 from __future__ import annotations
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the number it takes: ``1 task``, ``2 tasks``, ``0 tasks``.
+
+    Args:
+      n: the count.
+      noun: the singular noun.
+      plural: the plural when it is not ``noun + "s"``.
+
+    Returns:
+      ``"<n> <noun or plural>"``.
+    """
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def human_size(n: float) -> str:

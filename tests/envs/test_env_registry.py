@@ -73,6 +73,9 @@ def test_unknown_task_lists_known_names():
     with pytest.raises(ValueError, match="unknown task 'walker-fly'") as e:
         get_task("walker-fly")
     assert "walker-stand" in str(e.value) and "probe-action" in str(e.value)
+    # the probes are accepted, but said apart from the tasks people train on
+    assert str(e.value).endswith("hopper-hop (and the test probes probe-constant, "
+                                 "probe-action)")
 
 
 def test_taskspec_validation_and_replace():

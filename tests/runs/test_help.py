@@ -43,12 +43,44 @@ def test_a_plain_default_is_still_shown():
     assert "items (default: the preset's)" in text and "(default: 8)" not in text
 
 
+def _subparsers(parser):
+    """(prog, parser) of ``parser`` and of each subcommand under it, depth first."""
+    import argparse
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _subparsers(child)
+
+
+def test_every_wmx_positional_says_what_it_is():
+    """`wmx ... --help` documents each positional argument (`wmx dataset ls NAME` included)."""
+    import argparse
+
+    from wmx.cli import dataset, demo, runs
+    from wmx.runs.cli_common import ArgumentParser
+    top = ArgumentParser(prog="wmx")
+    sub = top.add_subparsers(dest="cmd", required=True)
+    for module in (dataset, runs, demo):
+        module.add_parser(sub)
+    seen, parsers = set(), dict(_subparsers(top))
+    for prog, parser in parsers.items():
+        for action in parser._actions:
+            if not action.option_strings and not isinstance(action, argparse._SubParsersAction):
+                seen.add(f"{prog} {action.metavar or action.dest}")
+                assert action.help, f"{prog}: positional {action.dest} has no help"
+    assert "wmx dataset ls NAME" in seen and "wmx dataset info ref" in seen
+    assert "only the datasets named NAME" in parsers["wmx dataset ls"].format_help()
+
+
 @pytest.mark.parametrize("argv, prog, msg", [
     (["train_online", "--env-steps", "abc"], "train_online", "'abc' is not an integer"),
     (["train_offline", "--updates", "1.5"], "train_offline", "'1.5' is not a whole number"),
     (["evaluate"], "evaluate", "one of the arguments --run --runs is required"),
     (["wmx", "demo", "--updates", "0"], "wmx demo", "0 must be at least 1"),
     (["wmx", "dataset", "validate"], "wmx dataset validate", "arguments are required: ref"),
+    (["wmx"], "wmx", "arguments are required: {dataset,runs,demo}"),
+    (["wmx", "runs"], "wmx runs", "arguments are required: {ls,info}"),
     (["wmx", "demo", "--updatez", "5"], "wmx demo", "unrecognized arguments: --updatez 5"),
     (["wmx", "dataset", "ls", "--bogus"], "wmx dataset ls", "unrecognized arguments: --bogus"),
     (["wmx", "dataset", "--bogus", "ls"], "wmx dataset", "unrecognized arguments: --bogus"),

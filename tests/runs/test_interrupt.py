@@ -15,7 +15,8 @@ PROBE = textwrap.dedent("""
     from wmx.runs.interrupt import exit_status, stop_on_interrupt
     sig = getattr(signal, sys.argv[2])
     before = signal.getsignal(sig)    # SIG_IGN for SIGINT when started as a background job
-    with stop_on_interrupt("the probe's chunk") as stop:
+    run_dir = sys.argv[3] if len(sys.argv) > 3 else None
+    with stop_on_interrupt("the probe's chunk", run_dir=run_dir) as stop:
         os.kill(os.getpid(), sig)
         print("after first", stop.is_set(), stop.signum == sig, flush=True)
         if sys.argv[1] == "twice":
@@ -28,9 +29,9 @@ PROBE = textwrap.dedent("""
 SIGNALS = [("SIGINT", EXIT_INTERRUPTED, "Ctrl-C"), ("SIGTERM", EXIT_TERMINATED, "SIGTERM")]
 
 
-def _probe(mode, sig):
-    return subprocess.run([sys.executable, "-c", PROBE, mode, sig], capture_output=True,
-                          text=True, timeout=60)
+def _probe(mode, sig, *run_dir):
+    return subprocess.run([sys.executable, "-c", PROBE, mode, sig, *map(str, run_dir)],
+                          capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("sig,status,said", SIGNALS)
@@ -50,6 +51,21 @@ def test_second_signal_exits_at_once(sig, status, said):
     out = _probe("twice", sig)
     assert out.returncode == status
     assert "not reached" not in out.stdout and f"{said} again: exiting now" in out.stderr
+
+
+def test_second_signal_before_the_first_checkpoint_says_there_is_none(tmp_path):
+    """A run stopped before its first checkpoint has none to keep: the message says that
+    --resume starts it from the beginning; once one exists, that it is kept."""
+    out = _probe("twice", "SIGINT", tmp_path)
+    assert out.returncode == EXIT_INTERRUPTED
+    assert ("Ctrl-C again: exiting now; the run has no checkpoint yet (--resume starts it "
+            "from the beginning)") in out.stderr
+    assert "newest checkpoint is kept" not in out.stderr
+    (tmp_path / "checkpoints" / "12").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "12" / "host.json").write_text("{}")
+    out = _probe("twice", "SIGINT", tmp_path)
+    assert ("Ctrl-C again: exiting now; the newest checkpoint is kept (--resume continues "
+            "from it)") in out.stderr
 
 
 def test_disabled_or_off_the_main_thread_leaves_sigint_alone():

@@ -544,6 +544,19 @@ def test_dry_run_prints_counts_and_writes_nothing(store, capsys):
     assert _listing(home) == before
 
 
+def test_dry_run_counts_one_task_and_one_episode_in_the_singular(store, capsys):
+    """TD-MPC2 on one task is still a multi-task model: "multi-task on 1 task", and one
+    evaluation episode reads "1 episode per task and seed"."""
+    home, _, _ = store
+    args = list(ARGS)
+    args[args.index("--eval-episodes") + 1] = "1"
+    assert cli.main(["--dataset", "tst@latest", "--home", str(home), "--dry-run", "--tasks",
+                     "cartpole-balance", *args]) == 0
+    out = capsys.readouterr().out
+    assert "tdmpc2 multi-task on 1 task, obs_dim" in out
+    assert "(1 episode per task and seed)" in out and "1 tasks" not in out
+
+
 @pytest.mark.slow
 def test_real_playground_evaluation(store):
     """Unpatched CLI: evaluation on the real Playground tasks (one MJX compile each)."""

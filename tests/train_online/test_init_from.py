@@ -120,7 +120,14 @@ def test_cli_takes_the_sources_agent_and_preset_and_stores_the_checkpoint(source
     ("seed", "seeds [2] are not among the source's seeds [0, 1]"),
     ("preset", "other shapes than this run's config; source fields that differ: "),
     ("agent", "the source trained agent dreamerv3, this run is --agent tdmpc2"),
-    ("multitask", "the source is a multi-task model of 2 tasks (cartpole-balance, cheetah-run)"),
+    ("multitask", "the source is a multi-task dreamerv3 model of 2 tasks (cartpole-balance, "
+                  "cheetah-run); fine-tune a single-task model (train_offline --agent "
+                  "dreamerv3 --tasks cartpole-balance)"),
+    ("tdmpc2-offline", "the source is a multi-task tdmpc2 model of 1 task (cartpole-balance), "
+                       "and tdmpc2's offline models are multi-task for any number of tasks; "
+                       "--init-from takes a single-task offline run of dreamerv3 (train_offline "
+                       "--agent dreamerv3 --tasks cartpole-balance) or an online run of "
+                       "cartpole-balance"),
     ("resume", "--init-from does not apply to a resumed run"),
 ])
 def test_mismatches_are_one_line_errors(source, tmp_path, case, expected, capsys):
@@ -131,11 +138,16 @@ def test_mismatches_are_one_line_errors(source, tmp_path, case, expected, capsys
             "seed": [*base, "--seeds", "0", "2"],
             "preset": [*base, "--preset", "cpu"],
             "agent": [*base, "--agent", "tdmpc2"],
-            "multitask": None, "resume": ["--resume", str(run_dir), "--init-from", str(run_dir)]
+            "multitask": None, "tdmpc2-offline": None,
+            "resume": ["--resume", str(run_dir), "--init-from", str(run_dir)]
             }[case]
     if case == "multitask":
         mt_dir, _, _ = _offline_source(tmp_path, "mt", tasks=None)
         argv = ["--task", TASK, "--init-from", str(mt_dir), "--dry-run"]
+    if case == "tdmpc2-offline":    # one task, yet TD-MPC2's offline model is multi-task
+        td_dir, td_rc, _ = _offline_source(tmp_path, "td", agent="tdmpc2", seeds=(0,))
+        assert td_rc.multitask and td_rc.train_task_set.names == (TASK,)
+        argv = ["--task", TASK, "--init-from", str(td_dir), "--dry-run"]
     if case == "resume":        # an online run to resume
         online = home / "runs" / "online-resume"
         if not online.exists():

@@ -164,8 +164,10 @@ def test_the_rounded_up_env_steps_are_said(capsys):
     (probe-action: T = 20, action repeat 1); nothing is said of an exact count."""
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "30",
                      "--envs", "2", "--dry-run"]) == 0
-    assert ("--env-steps 30 rounds up to 40 per seed: 1 round(s) of 2 env(s) x one "
-            "20-env-step episode") in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ("--env-steps 30 rounds up to 40 per seed: 1 round of 2 envs x one "
+            "20-env-step episode") in out
+    assert "env " in out and "; 1 round x 2 envs = 40 env steps per seed" in out
     assert cli.main(["--task", "probe-action", "--preset", "tiny", "--env-steps", "80",
                      "--envs", "2", "--dry-run"]) == 0
     assert "rounds up" not in capsys.readouterr().out

@@ -6,7 +6,7 @@ import argparse
 
 from wmx.cli.table import print_table
 from wmx.runs.cli_common import at_least, count
-from wmx.sizes import human_size
+from wmx.sizes import counted, human_size
 
 
 def add_parser(sub) -> None:
@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
     add_home(p)
     ds = p.add_subparsers(dest="dataset_cmd", required=True)
     ls = ds.add_parser("ls", help="list datasets: name, hash, tasks, episodes, size, date")
-    ls.add_argument("name", nargs="?", default=None)
+    ls.add_argument("name", nargs="?", default=None, metavar="NAME",
+                    help="only the datasets named NAME, every build of it (e.g. mt19)")
     src = ds.add_parser("sources", help="list the episode sets a build can pool (the ids "
                                         "--sources takes): task, set, episodes, return, "
                                         "producer, date")
@@ -138,9 +139,9 @@ def cmd_info(args) -> int:
     ds = open_dataset(args.ref, home=args.home)
     m = ds.manifest
     print(f"{m.name}@{m.content_hash}\n  path: {ds.path}\n  created: {m.created}")
-    print(f"  episodes: {m.episode_count} in {len(m.shards)} shards, "
+    print(f"  episodes: {m.episode_count} in {counted(len(m.shards), 'shard')}, "
           f"{human_size(sum(s.size_bytes for s in m.shards))}")
-    print(f"  TaskSet {m.taskset.name}: {len(m.taskset)} tasks, max obs dim "
+    print(f"  TaskSet {m.taskset.name}: {counted(len(m.taskset), 'task')}, max obs dim "
           f"{m.taskset.max_obs_dim}, max action dim {m.taskset.max_action_dim}")
     print(f"  {'id':>3} {'task':<26}{'obs':>4}{'act':>4}{'T':>5}{'episodes':>9}"
           f"{'ret mean':>10}{'ret std':>9}{'ret min':>9}{'ret max':>9}")
@@ -173,8 +174,9 @@ def cmd_synth(args) -> int:
         args.home, args.rows, name=args.name, num_tasks=args.tasks,
         episode_length=args.episode_length, seed=args.seed, num_shards=args.num_shards,
         progress=lambda msg: print(msg, flush=True))
-    print(f"dataset {args.name}@{r.content_hash[:10]} at {r.path}: {r.episodes} episodes, "
-          f"{r.rows} rows, {human_size(r.bytes)} ({r.digest_s + r.write_s:.0f} s)")
+    print(f"dataset {args.name}@{r.content_hash[:10]} at {r.path}: "
+          f"{counted(r.episodes, 'episode')}, {counted(r.rows, 'row')}, {human_size(r.bytes)} "
+          f"({r.digest_s + r.write_s:.0f} s)")
     return 0
 
 

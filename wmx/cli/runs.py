@@ -6,6 +6,7 @@ import shlex
 
 from wmx.cli.dataset import add_home
 from wmx.cli.table import print_table
+from wmx.sizes import counted
 
 
 def add_parser(sub) -> None:
@@ -100,7 +101,7 @@ def cmd_info(args) -> int:
     if "taskset" in cfg and isinstance(cfg["taskset"], dict):
         tasks = [str(t.get("name", "?")) if isinstance(t, dict) else "?"
                  for t in cfg["taskset"].get("tasks") or []]
-        print(f"    taskset: {cfg['taskset'].get('name')} ({len(tasks)} tasks: "
+        print(f"    taskset: {cfg['taskset'].get('name')} ({counted(len(tasks), 'task')}: "
               f"{', '.join(tasks)})")
     print(f"  checkpoints ({len(r.checkpoints) + len(r.damaged)}):")
     for name, host in r.checkpoints:

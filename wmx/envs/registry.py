@@ -168,10 +168,12 @@ def task_names() -> tuple[str, ...]:
 def get_task(name: str) -> TaskSpec:
     """The TaskSpec registered under `name` (mt30 spelling or a probe name).
 
-    Raises ValueError listing the known names when `name` is unknown.
+    Raises ValueError listing the known names when `name` is unknown: the mt19 tasks,
+    then the probes, marked as test tasks.
     """
     try:
         return TASKS[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None
+            f"unknown task {name!r}; known tasks: {', '.join(t.name for t in MT19_TASKS)} "
+            f"(and the test probes {', '.join(t.name for t in PROBE_TASKS)})") from None

@@ -31,6 +31,7 @@ from wmx.evaluate import aggregates as agg
 from wmx.evaluate import plots
 from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_learned
 from wmx.evaluate.report import source_ratio, write_dir_atomically
+from wmx.sizes import counted
 
 __all__ = ["SOURCE_SHARE", "label_names", "run_labels", "check_shared_tasks",
            "report_mismatch", "ratio_summary", "run_learned", "build_comparison",
@@ -115,7 +116,7 @@ def report_mismatch(report: dict, *, episodes: int, keys: str,
     ev, run = report["evaluation"], report["run"]
     out = {}
     if int(ev["episodes"]) != int(episodes):
-        out["episodes"] = f"{ev['episodes']} episodes, not the {episodes} asked"
+        out["episodes"] = f"{counted(int(ev['episodes']), 'episode')}, not the {episodes} asked"
     if ev["keys"] != keys:
         out["keys"] = f"{ev['keys']} rollout keys, not the {keys} ones asked"
     if checkpoint_step is not None and int(run["checkpoint_step"]) != int(checkpoint_step):

@@ -43,6 +43,7 @@ from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return, source_lea
 from wmx.evaluate.reference_curves import (AGENT_LABELS, points_up_to, published_point,
                                             reference_source)
 from wmx.evaluate.runs import RunInfo
+from wmx.sizes import counted
 
 log = logging.getLogger("wmx.evaluate")
 
@@ -351,7 +352,8 @@ def _markdown(report: dict) -> str:
              else f"{run['updates']:,d} updates")
     lines = [f"# Evaluation report: {run['name']}", "",
              f"{run['kind'].capitalize()} {run['agent']} run `{run['dir']}`, checkpoint "
-             f"{run['checkpoint_step']} ({where}); {ev['episodes']} eval_mode episodes x "
+             f"{run['checkpoint_step']} ({where}); "
+             f"{counted(int(ev['episodes']), 'eval_mode episode')} x "
              f"{len(ev['seeds'])} seed{'s' if len(ev['seeds']) != 1 else ''} {ev['seeds']} "
              "per task from fresh initial states "
              f"(rollout keys: {ev['keys']}, index {ev['eval_index']}: {KEYS_TEXT[ev['keys']]}). "

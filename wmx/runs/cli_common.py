@@ -30,10 +30,17 @@ from wmx.runs.config_file import RUN_KIND_KEYS
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser with a one-line usage error: ``PROG: error: MESSAGE (see PROG
     --help)`` on stderr, exit status 2, instead of the usage block before it. Its
-    subparsers are of this class too."""
+    subparsers are of this class too; a missing subcommand is named by its choices
+    (``required: {dataset,runs,demo}``), not by its dest."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        for action in self._actions:     # the usage's own spelling of the subcommands
+            if isinstance(action, argparse._SubParsersAction) and action.metavar is None:
+                action.metavar = "{" + ",".join(action.choices) + "}"
+        return super().parse_known_args(args, namespace)
 
     def add_subparsers(self, **kwargs):
         kwargs.setdefault("parser_class", _Subcommand)

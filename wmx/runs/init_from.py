@@ -50,7 +50,8 @@ def resolve_source(path: str | Path) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Source:
     """What a checkpoint's run trained: agent name, resolved agent config, its tasks
-    (one for a single-task model), seeds, and whether the model is multi-task."""
+    (one for a single-task model), seeds, whether the model is multi-task, and an
+    offline run's TaskSet (None for an online run)."""
 
     agent: str
     config: Any
@@ -58,6 +59,7 @@ class Source:
     seeds: tuple[int, ...]
     multitask: bool
     agent_module: Any
+    task_set: Any = None
 
 
 def read_source(ckpt: Path) -> Source:
@@ -72,7 +74,7 @@ def read_source(ckpt: Path) -> Source:
         from wmx.runs.offline_config import OfflineRunConfig
         rc = OfflineRunConfig.from_json(d)
         return Source(rc.agent, rc.agent_config, rc.train_task_set.names, rc.seeds,
-                      rc.multitask, rc.agent_module)
+                      rc.multitask, rc.agent_module, rc.train_task_set)
     from wmx.runs.online_config import OnlineRunConfig
     rc = OnlineRunConfig.from_json(d)
     return Source(rc.agent, rc.agent_config, (rc.task,), rc.seeds, False, rc.agent_module)
@@ -83,6 +85,44 @@ def _shapes(agent, cfg) -> Any:
                         jax.eval_shape(lambda k: agent.init(k, cfg), jax.random.PRNGKey(0)))
 
 
+def single_task_offline_agents(taskset: Any) -> tuple[str, ...]:
+    """The offline agents whose ``train_offline --tasks T`` (a TaskSet of one task) makes a
+    single-task model, the only kind ``--init-from`` takes (DreamerV3's; TD-MPC2's offline
+    models are multi-task for any number of tasks).
+
+    Args:
+      taskset: a `TaskSet`; its first task makes the one-task set each agent's
+        ``make_config`` is asked about.
+
+    Returns:
+      The agents' ``--agent`` names, in the registry's order.
+    """
+    from wmx.agents.registry import agent_names, get_agent
+    one = taskset.subset(taskset.names[:1])
+    out = []
+    for name in agent_names("offline"):
+        agent = get_agent(name, "offline")
+        cfg = agent.make_config(agent.PRESETS[0], {}, taskset=one)
+        if not int(getattr(cfg, "num_tasks", 0) or 0):
+            out.append(name)
+    return tuple(out)
+
+
+def _multitask_error(src: Source, task: str, where: str) -> str:
+    """The one-line refusal of a multi-task source, with a fix that works for its agent."""
+    n = len(src.tasks)
+    what = (f"{where}: the source is a multi-task {src.agent} model of {n} "
+            f"task{'' if n == 1 else 's'} ({', '.join(src.tasks)})")
+    single = single_task_offline_agents(src.task_set) if src.task_set is not None else ()
+    if src.agent in single:
+        return (f"{what}; fine-tune a single-task model (train_offline --agent {src.agent} "
+                f"--tasks {task})")
+    offline = (f"a single-task offline run of {' or '.join(single)} (train_offline --agent "
+               f"{single[0]} --tasks {task}) or " if single else "")
+    return (f"{what}, and {src.agent}'s offline models are multi-task for any number of "
+            f"tasks; --init-from takes {offline}an online run of {task}")
+
+
 def check_source(src: Source, agent_name: str, cfg: Any, task: str,
                  seeds: tuple[int, ...], where: str = "--init-from") -> None:
     """Raise ValueError (one line) unless the source's states fit a run of ``agent_name``
@@ -91,9 +131,7 @@ def check_source(src: Source, agent_name: str, cfg: Any, task: str,
         raise ValueError(f"{where}: the source trained agent {src.agent}, this run is "
                          f"--agent {agent_name}")
     if src.multitask:
-        raise ValueError(f"{where}: the source is a multi-task model of {len(src.tasks)} tasks "
-                         f"({', '.join(src.tasks)}); fine-tune a single-task model (train_offline "
-                         f"--tasks {task})")
+        raise ValueError(_multitask_error(src, task, where))
     if src.tasks != (task,):
         raise ValueError(f"{where}: the source trained on {src.tasks[0]}, this run's task is "
                          f"{task}")

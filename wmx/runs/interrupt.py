@@ -7,7 +7,9 @@ first interrupt (SIGINT, Ctrl-C) or termination request (SIGTERM: ``kill``,
 chunk: its checkpoint is written, and ``--resume`` continues exactly (as after a
 ``--budget-min`` stop, without the evaluation). A second signal of either kind
 exits at once with status 128 + its number, losing the running chunk; the newest
-checkpoint stays intact (checkpoints are renamed into place, DESIGN.md §1).
+checkpoint stays intact (checkpoints are renamed into place, DESIGN.md §1). Before the
+run's first checkpoint there is none: the message says so, and that ``--resume`` starts
+the run from the beginning (with its saved config).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 """Exit status of a trainer stopped by Ctrl-C, after the first interrupt (once the chunk's
@@ -44,8 +47,8 @@ def _said(signum: int | None) -> str:
 
 
 @contextlib.contextmanager
-def stop_on_interrupt(what: str = "the running chunk", *,
-                      enabled: bool = True) -> Iterator[StopRequest]:
+def stop_on_interrupt(what: str = "the running chunk", *, enabled: bool = True,
+                      run_dir: str | Path | None = None) -> Iterator[StopRequest]:
     """Install the two-step SIGINT and SIGTERM handler for the block; yields the stop request.
 
     Args:
@@ -53,6 +56,8 @@ def stop_on_interrupt(what: str = "the running chunk", *,
         enabled: False leaves the signals as they are (a multi-process run, whose processes
             must stop after the same chunk, gets Python's KeyboardInterrupt / the default
             SIGTERM action).
+        run_dir: the run's directory: the second signal's message says whether it has a
+            checkpoint to resume from (None: one is assumed).
     Yields:
         A `StopRequest` set by the first signal; the trainers' ``run`` take it as
         ``stop_request``. When not enabled, or off the main thread (where Python cannot
@@ -63,10 +68,15 @@ def stop_on_interrupt(what: str = "the running chunk", *,
         yield request
         return
 
+    from wmx.checkpoint import list_checkpoints
+
     def handler(signum, frame):
         if request.is_set():
-            sys.stderr.write(f"\n{_said(signum)} again: exiting now; the newest checkpoint is "
-                             "kept (--resume continues from it)\n")
+            if run_dir is None or list_checkpoints(Path(run_dir)):
+                kept = "the newest checkpoint is kept (--resume continues from it)"
+            else:
+                kept = "the run has no checkpoint yet (--resume starts it from the beginning)"
+            sys.stderr.write(f"\n{_said(signum)} again: exiting now; {kept}\n")
             sys.stderr.flush()
             os._exit(128 + signum)
         request.signum = signum

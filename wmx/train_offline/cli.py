@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.sizes import counted
 from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
@@ -241,7 +242,7 @@ def config_from_args(args: argparse.Namespace, ds):
 
 def _print_counts(rc) -> None:
     ts, cfg = rc.train_task_set, rc.agent_config
-    model = (f"multi-task on {len(ts)} tasks, obs_dim {cfg.obs_dim}, action_dim "
+    model = (f"multi-task on {counted(len(ts), 'task')}, obs_dim {cfg.obs_dim}, action_dim "
              f"{cfg.action_dim} (padded)" if rc.multitask else
              f"single-task on {ts.names[0]}, obs_dim {cfg.obs_dim}, action_dim {cfg.action_dim}")
     print_counts(f"{rc.agent} {model}, from {rc.dataset_name}@{rc.dataset_hash[:12]}: preset "
@@ -336,7 +337,7 @@ def _main(args: argparse.Namespace) -> int:
         every = (f"every {rc.eval_every:,d} updates and at the end" if rc.eval_every < rc.updates
                  else "at the end")
         print(f"{rc.updates:,d} updates x batch {rc.batch}; evaluating {list(rc.eval_tasks)} "
-              f"{every} ({rc.eval_episodes} episodes per task and seed); seeds "
+              f"{every} ({counted(rc.eval_episodes, 'episode')} per task and seed); seeds "
               f"{list(rc.seeds)}")
         return 0
 
@@ -362,8 +363,8 @@ def _main(args: argparse.Namespace) -> int:
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume),
                                    primary=_primary())
         import jax
-        with stop_on_interrupt("the running chunk",
-                               enabled=jax.process_count() == 1) as stop_request:
+        with stop_on_interrupt("the running chunk", enabled=jax.process_count() == 1,
+                               run_dir=run_dir) as stop_request:
             summary = run(rc, run_dir, home=home, progress=not args.no_progress,
                           loggers=loggers, stop_request=stop_request)
     except BaseException:

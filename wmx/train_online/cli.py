@@ -11,9 +11,10 @@ summary.json and, when the run ends, one episode set per seed in the store
 (``<home>/episodes/<task>/<hash>/``).
 
 ``--init-from RUN_DIR`` fine-tunes a single-task model of the task: the agents
-start from the newest checkpoint of RUN_DIR (e.g. ``train_offline --agent
-dreamerv3 --tasks TASK``, or another online run), seed by seed, with an empty
-replay; --agent and --preset default to the source run's.
+start from the newest checkpoint of RUN_DIR (``train_offline --agent dreamerv3
+--tasks TASK``, as TD-MPC2's offline models are multi-task, or another online
+run), seed by seed, with an empty replay; --agent and --preset default to the
+source run's.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
+from wmx.sizes import counted
 from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
@@ -82,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="start the agents from the newest checkpoint of RUN_DIR (or from a "
                         "checkpoint folder RUN_DIR/checkpoints/STEP): a single-task model of "
-                        "--task, trained offline or online, each seed from its own state; the "
-                        "replay starts empty; --agent and --preset default to the source's")
+                        "--task, trained offline (dreamerv3 --tasks TASK) or online, each seed "
+                        "from its own state; the replay starts empty; --agent and --preset "
+                        "default to the source's")
     p.add_argument("--dry-run", action="store_true",
                    help="build everything, print the parameter count per module, and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -151,7 +154,8 @@ def _plan_notes(rc) -> None:
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
-              f"{rc.rounds} round(s) of {rc.n_envs} env(s) x one {per_round // rc.n_envs:,d}"
+              f"{counted(rc.rounds, 'round')} of {counted(rc.n_envs, 'env')} x one "
+              f"{per_round // rc.n_envs:,d}"
               f"-env-step episode")
     sched = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs).inner
     burst = getattr(sched, "burst_tick", None)
@@ -268,7 +272,8 @@ def _main(args: argparse.Namespace) -> int:
             print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
         env = cached_env(rc.task, rc.episode_length)
-        print(f"env {env}; {rc.rounds} rounds x {rc.n_envs} envs = {rc.total_env_steps:,d} env "
+        print(f"env {env}; {counted(rc.rounds, 'round')} x {counted(rc.n_envs, 'env')} = "
+              f"{rc.total_env_steps:,d} env "
               f"steps per seed; seeds {list(rc.seeds)}")
         return 0
 
@@ -290,7 +295,7 @@ def _main(args: argparse.Namespace) -> int:
         export = None if args.no_export else make_export(
             store, rc, run_dir, extended=bool(args.resume) and "env_steps" in args.given)
         loggers = open_run_loggers(args, run_dir, resumed=bool(args.resume))
-        with stop_on_interrupt("the running chunk") as stop_request:
+        with stop_on_interrupt("the running chunk", run_dir=run_dir) as stop_request:
             summary = run(rc, run_dir, export, progress=not args.no_progress, loggers=loggers,
                           stop_request=stop_request)
     except BaseException:

@@ -1,0 +1,17 @@
+"""Counts as people read them (wmx.sizes): byte sizes and counted nouns."""
+from wmx.sizes import counted, human_size
+
+
+def test_counted_takes_the_singular_only_for_one():
+    assert counted(1, "task") == "1 task"
+    assert counted(2, "task") == "2 tasks"
+    assert counted(0, "episode") == "0 episodes"
+    assert counted(1, "eval_mode episode") == "1 eval_mode episode"
+    assert counted(3, "entry", "entries") == "3 entries"
+    assert counted(1, "entry", "entries") == "1 entry"
+
+
+def test_human_size_picks_the_unit():
+    assert human_size(512) == "512 B"
+    assert human_size(1536) == "1.5 KB"
+    assert human_size(3 * 1024 ** 2) == "3.0 MB"
