@@ -156,8 +156,9 @@ def test_stages_run_in_order_with_the_flags(tmp_path):
     assert "$ train_online --agent tdmpc2 --task reacher-easy" in text
     assert "$ beam run pipelines/build_mt19.py" in text or "$ beam run /" in text
     assert "report.md" in text and "bar plot:" in text and "scores.png" in text
-    # the task's own seed steps unless --seed-steps is given
-    assert "--seed-steps" not in demo.online_stage(opts(), home, "cup-catch").argv
+    # the demo's seed steps (updates in the last quarter of its 1,000 agent steps)
+    argv = demo.online_stage(opts(), home, "cup-catch").argv
+    assert _arg(argv, "--seed-steps") == str(demo.DEMO_SEED_STEPS) == "750"
     assert [s["status"] for s in res["stages"]] == ["run"] * 5
 
 

@@ -13,12 +13,12 @@ Stages, each printed as the command a user would type:
                      plots) in <run>/report/; with --agent both, the two runs
                      side by side (evaluate --runs) in <home>/reports/.
 
-The default scale shows every part working in about 10 minutes (measured)
+The default scale shows every part working in about 7 minutes (6.5 measured)
 on a 2-core CPU, most of it compiling and evaluating: 3 tasks with different
-obs/action dims, 2 episodes (2,000 env steps) per task, which on DMC are
-TD-MPC2's seed phase (random actions; planning and updates start after
-5,000 env steps, or after --seed-steps agent steps), 1 evaluation episode per
-task in each stage, a lighter planner (2 MPPI iterations of 128 samples; the
+obs/action dims, 2 episodes (2,000 env steps) per task, random actions for
+the first 1,500 (TD-MPC2's seed phase, shortened by the demo's --seed-steps
+750; train_online's own is 5,000 env steps) and planning and updates in the
+last 500, 1 evaluation episode per task in each stage, a lighter planner (2 MPPI iterations of 128 samples; the
 cpu preset's are 6 of 256), 300 offline updates of batch 256 (DreamerV3:
 --dreamerv3-updates of its preset's 16 windows of 64 + 1 rows). It is far too
 small to learn the tasks. Scale up by running the stages yourself (README, "The demo,
@@ -94,16 +94,23 @@ def _count_at_least(flag: str):
     return at_least(LEAST[flag])
 
 
+DEMO_SEED_STEPS = 750
+"""The demo's seed phase in agent steps: with 2,000 env steps (1,000 agent steps on DMC)
+train_online plans and updates in the last 250 (its own default, 2,500, would leave the
+whole run random)."""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                    help="comma-separated mt19 tasks (mt30 spelling)")
     p.add_argument("--env-steps", type=_count_at_least("env_steps"), default=2_000,
                    help="train_online env steps per task (1,000 per episode on DMC)")
-    p.add_argument("--seed-steps", type=_count_at_least("seed_steps"), default=None,
+    p.add_argument("--seed-steps", type=_count_at_least("seed_steps"), default=DEMO_SEED_STEPS,
                    help="train_online random-action agent steps before the first update "
-                        "(default: the task's, max(1000, 5T) = 2,500 on DMC); e.g. 500 with "
-                        "--env-steps 2000 trains on the second episode")
+                        "(750 of the 1,000 agent steps of --env-steps 2000: the online stage "
+                        "plans and updates in its last 250; train_online's own is "
+                        "max(1000, 5T) = 2,500 on DMC)")
     p.add_argument("--agent", choices=AGENT_CHOICES, default="tdmpc2",
                    help="agent(s) trained offline on the pooled dataset (both: side by side, "
                         "one report comparing them); the episodes come from TD-MPC2's online "
