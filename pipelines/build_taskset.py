@@ -39,11 +39,14 @@ def run(taskset, args, beam_args) -> int:
     """Build ``taskset``'s dataset (the jobs' common body); returns the exit status: 0 built,
     2 bad input (nothing written), 1 a failure while building (one line, nothing
     written), 128 + the signal's number after a SIGINT (Ctrl-C) or SIGTERM, which stops
-    the build at once and writes nothing (`wmx.pipelines.interrupt`)."""
+    the build at once and writes nothing (`wmx.pipelines.interrupt`). Beam's own INFO
+    logging is off, in the SDK worker processes too, unless $WMX_BEAM_LOGS=1
+    (`wmx.pipelines.options.quiet_beam_logs`)."""
     from wmx.pipelines.interrupt import BuildInterrupted, guard_build
+    from wmx.pipelines.options import quiet_beam_logs, with_quiet_workers
     try:
-        with guard_build():
-            return _run(taskset, args, beam_args)
+        with guard_build(), quiet_beam_logs():
+            return _run(taskset, args, with_quiet_workers(beam_args))
     except BuildInterrupted as e:
         print(f"error: {e}: the build stopped and nothing was written (its staging folder "
               "is removed); run the same command again to build", file=sys.stderr)

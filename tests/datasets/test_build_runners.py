@@ -295,3 +295,30 @@ def test_beam_imports_quietly_and_leaves_the_root_logger_bare():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0" and "apitools" not in out.stderr, out.stderr
+
+
+def test_build_quiets_beam_info_logs_unless_asked(monkeypatch):
+    """Builds add the SDK workers' WARNING level and raise the apache_beam loggers to
+    WARNING (restored after); $WMX_BEAM_LOGS=1 leaves both as Beam has them."""
+    import logging
+    from wmx.pipelines.options import quiet_beam_logs, with_quiet_workers
+    monkeypatch.delenv("WMX_BEAM_LOGS", raising=False)
+    assert with_quiet_workers(["--direct_num_workers=2"]) == [
+        "--direct_num_workers=2", "--default_sdk_harness_log_level=WARNING"]
+    given = ["--default_sdk_harness_log_level=DEBUG"]
+    assert with_quiet_workers(given) == given
+    log = logging.getLogger("apache_beam.typehints.native_type_compatibility")
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)  # a CLI at INFO
+    forwarded = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    repeat = logging.LogRecord(forwarded.name, logging.WARNING, "", 0, "Worker: %s",
+                               ("x",), None)
+    with quiet_beam_logs():
+        assert logging.getLogger("apache_beam").level == logging.WARNING
+        assert log.getEffectiveLevel() == logging.WARNING
+        assert not forwarded.filter(repeat)
+    assert logging.getLogger("apache_beam").level == logging.NOTSET
+    assert forwarded.filter(repeat)
+    monkeypatch.setenv("WMX_BEAM_LOGS", "1")
+    assert with_quiet_workers(["--direct_num_workers=2"]) == ["--direct_num_workers=2"]
+    with quiet_beam_logs():
+        assert logging.getLogger("apache_beam").level == logging.NOTSET

@@ -7,7 +7,10 @@ nothing is built.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+import logging
+import os
+from typing import Iterator, Sequence
 
 from wmx.pipelines.runners import RunnerError, resolve_runner
 
@@ -62,3 +65,61 @@ def check_beam_args(beam_args: Sequence[str], job_flags: Sequence[str] = ()) -> 
             "--direct_num_workers=2, --runner=FlinkRunner --flink_master=HOST:PORT; Beam's "
             "PipelineOptions documentation lists them)")
     return runner
+
+
+BEAM_LOGS_ENV = "WMX_BEAM_LOGS"
+"""Set to 1 to see Beam's own INFO logging in a build (quiet_beam_logs does nothing)."""
+
+_HARNESS_LEVEL = "--default_sdk_harness_log_level"
+
+
+def beam_logs_wanted() -> bool:
+    """Whether ``$WMX_BEAM_LOGS`` asks for Beam's own INFO logging (any value but "", "0")."""
+    return os.environ.get(BEAM_LOGS_ENV, "") not in ("", "0")
+
+
+def with_quiet_workers(beam_args: Sequence[str]) -> list[str]:
+    """``beam_args`` plus ``--default_sdk_harness_log_level=WARNING``, so that Beam's SDK
+    worker processes (``--direct_running_mode=multi_processing``) log warnings only.
+
+    Args:
+        beam_args: the Beam part of a build job's command line.
+
+    Returns:
+        A new list; ``beam_args`` itself where it sets the level already or
+        ``$WMX_BEAM_LOGS`` asks for Beam's logs (copied).
+    """
+    args = list(beam_args)
+    if beam_logs_wanted() or any(a.split("=", 1)[0] == _HARNESS_LEVEL for a in args):
+        return args
+    return args + [f"{_HARNESS_LEVEL}=WARNING"]
+
+
+_WORKER_LOG = "apache_beam.runners.portability.local_job_service"
+
+
+class _DropForwardedWorkerLogs(logging.Filter):
+    """Drops the worker log lines the job service repeats ("Worker: severity: WARN ...")
+    below ERROR: each worker process has printed them on stderr already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "Worker: %s" and record.levelno < logging.ERROR)
+
+
+@contextlib.contextmanager
+def quiet_beam_logs() -> Iterator[None]:
+    """Raise the ``apache_beam`` loggers to WARNING in this process for the block (Beam's
+    INFO lines, such as "Converting string literal type hint to Any", under a CLI that
+    logs at INFO), and drop the job service's repeats of the worker processes' warnings;
+    both are undone afterwards. Nothing changes where ``$WMX_BEAM_LOGS`` asks for Beam's
+    logs."""
+    log, worker_log = logging.getLogger("apache_beam"), logging.getLogger(_WORKER_LOG)
+    level, drop = log.level, _DropForwardedWorkerLogs()
+    if not beam_logs_wanted():
+        log.setLevel(logging.WARNING)
+        worker_log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+        worker_log.removeFilter(drop)
