@@ -139,6 +139,14 @@ def test_beam_command_errors_name_the_fix(argv, said, capsys):
     assert said in capsys.readouterr().err
 
 
+def test_beam_run_from_another_folder_names_the_repository_job(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert beam_main(["run", "pipelines/build_mt19.py"]) == 2
+    err = capsys.readouterr().err
+    assert "relative path is taken from the current folder" in err
+    assert f"beam run {REPO / 'pipelines' / 'build_mt19.py'}" in err
+
+
 def test_unknown_runner_through_beam_run_is_one_line_and_writes_nothing(home, capsys):
     job = str(REPO / "pipelines" / "build_taskset.py")
     spec = home / "ts.json"

@@ -13,12 +13,26 @@ from pathlib import Path
 USAGE = "usage: beam run JOB.py [args...]   (runs JOB.py as __main__ with args)"
 
 
+def _where_instead(job: Path) -> str:
+    """The rest of the not-found line: a relative path is taken from the current folder,
+    so name the repository's job of that name where wmx's checkout has one."""
+    from wmx.paths import REPO_ROOT
+    if job.is_absolute():
+        return "; give the path of a Beam job script"
+    there = REPO_ROOT / "pipelines" / job.name
+    if there.is_file():
+        return (f" (a relative path is taken from the current folder, {Path.cwd()}); "
+                f"wmx's repository has it at: beam run {there}")
+    return (f" (a relative path is taken from the current folder, {Path.cwd()}); give the "
+            f"path of a Beam job script, e.g. beam run {REPO_ROOT / 'pipelines' / 'build_mt19.py'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `beam`. Returns the exit status.
 
     `beam run JOB.py ARGS...` sets `sys.argv = [JOB.py, *ARGS]` and runs the file
-    as `__main__`. A missing job file or an unknown subcommand prints the usage and
-    returns 2.
+    as `__main__`. A missing job file (named with where wmx's repository has a job of
+    that name) or an unknown subcommand prints the usage and returns 2.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -34,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = Path(argv[1])
     if not job.is_file():
-        print(f"beam: job file {job} not found; give the path of a Beam job "
-              f"script, e.g. pipelines/build_mt19.py", file=sys.stderr)
+        print(f"beam: job file {job} not found{_where_instead(job)}", file=sys.stderr)
         return 2
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [str(job), *argv[2:]]
