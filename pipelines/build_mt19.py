@@ -21,13 +21,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from build_taskset import add_common_args, run  # noqa: E402
+from build_taskset import BEAM_EPILOG, add_common_args, run  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Build mt19 (or a --tasks subset) with Beam.")
+    ap = argparse.ArgumentParser(description="Build mt19 (or a --tasks subset) with Beam.",
+                                 epilog=BEAM_EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=None,
-                    help="comma-separated subset of mt19 tasks (its own TaskSet name)")
+                    help="comma-separated subset of mt19 tasks (its own TaskSet name, "
+                         "mt19-<8 hex>)")
     add_common_args(ap)
     args, beam_args = ap.parse_known_args(argv)
     from wmx.schemas.taskset import mt19

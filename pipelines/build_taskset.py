@@ -21,6 +21,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 
+BEAM_EPILOG = """Beam options that pass through to Beam (the ones README and docs/datasets.md use):
+  --runner=NAME                  direct (default), dask, flink, spark, dataflow, or a
+                                 runner class path
+  --direct_num_workers=N         DirectRunner: N workers (0: one per CPU)
+  --direct_running_mode=MODE     DirectRunner: in_memory (default), multi_threading or
+                                 multi_processing
+  --dask_client_address=H:P      --runner=dask: the scheduler of an existing Dask cluster
+  --default_sdk_harness_log_level=LEVEL
+                                 Beam's SDK workers' log level (a build gives WARNING)
+WMX_BEAM_LOGS=1 shows Beam's own INFO logging (off by default)."""
+
+
 def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx)")
     ap.add_argument("--sources", nargs="+", default=None,
@@ -107,7 +119,8 @@ def _run(taskset, args, beam_args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1], epilog=BEAM_EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--taskset", required=True, help="TaskSet JSON file")
     add_common_args(ap)
     args, beam_args = ap.parse_known_args(argv)

@@ -330,3 +330,14 @@ def test_build_quiets_beam_info_logs_unless_asked(monkeypatch):
     assert with_quiet_workers(["--direct_num_workers=2"]) == ["--direct_num_workers=2"]
     with quiet_beam_logs():
         assert logging.getLogger("apache_beam").level == logging.NOTSET
+
+
+@pytest.mark.parametrize("job", ["build_mt19.py", "build_taskset.py"])
+def test_build_help_lists_the_beam_options_that_pass_through(job):
+    import subprocess
+    out = subprocess.run([sys.executable, str(REPO / "pipelines" / job), "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for opt in ("--runner=", "--direct_num_workers=", "--direct_running_mode=",
+                "--dask_client_address=", "WMX_BEAM_LOGS=1"):
+        assert opt in out.stdout, opt
