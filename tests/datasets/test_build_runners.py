@@ -341,3 +341,14 @@ def test_build_help_lists_the_beam_options_that_pass_through(job):
     for opt in ("--runner=", "--direct_num_workers=", "--direct_running_mode=",
                 "--dask_client_address=", "WMX_BEAM_LOGS=1"):
         assert opt in out.stdout, opt
+
+
+def test_empty_dataset_ls_hint_names_the_tasks_that_have_sets(tmp_path, capsys):
+    from wmx.schemas.taskset import mt19
+    assert wmx_main(["dataset", "ls", "--home", str(tmp_path)]) == 0
+    assert "needs sets of all 19 tasks" in capsys.readouterr().out
+    ts, rng = mt19(), np.random.default_rng(0)
+    info = ts.tasks[ts.task_id("cheetah-run")]
+    write_set(tmp_path, info, [synthetic_episode(rng, 8, info.obs_dim, info.action_dim)])
+    assert wmx_main(["dataset", "ls", "--home", str(tmp_path)]) == 0
+    assert "beam run pipelines/build_mt19.py --tasks cheetah-run\n" in capsys.readouterr().out
