@@ -349,6 +349,7 @@ def test_empty_dataset_ls_hint_names_the_tasks_that_have_sets(tmp_path, capsys):
     assert "needs sets of all 19 tasks" in capsys.readouterr().out
     ts, rng = mt19(), np.random.default_rng(0)
     info = ts.tasks[ts.task_id("cheetah-run")]
-    write_set(tmp_path, info, [synthetic_episode(rng, 8, info.obs_dim, info.action_dim)])
+    write_set(tmp_path, info, [synthetic_episode(rng, info.episode_length, info.obs_dim,
+                                                   info.action_dim)])
     assert wmx_main(["dataset", "ls", "--home", str(tmp_path)]) == 0
     assert "beam run pipelines/build_mt19.py --tasks cheetah-run\n" in capsys.readouterr().out
