@@ -352,4 +352,5 @@ def test_empty_dataset_ls_hint_names_the_tasks_that_have_sets(tmp_path, capsys):
     write_set(tmp_path, info, [synthetic_episode(rng, info.episode_length, info.obs_dim,
                                                    info.action_dim)])
     assert wmx_main(["dataset", "ls", "--home", str(tmp_path)]) == 0
-    assert "beam run pipelines/build_mt19.py --tasks cheetah-run\n" in capsys.readouterr().out
+    assert (f"beam run pipelines/build_mt19.py --home {tmp_path} --tasks cheetah-run\n"
+            in capsys.readouterr().out)

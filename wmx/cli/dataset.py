@@ -75,27 +75,38 @@ def cmd_ls(args) -> int:
                      e.created[:19].replace("T", " ")))
     if not rows:
         print(f"no datasets{_named(args.name)} in {store.datasets_dir} "
-              f"({looked_in(args.home)}); {_build_hint(store)}")
+              f"({looked_in(args.home)}); {_build_hint(store, args.home)}")
     else:
         print_table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
     _say_strays(store.datasets_dir, args.name, "datasets")
     return 0
 
 
-def _build_hint(store) -> str:
+def _build_hint(store, home: str | None = None) -> str:
     """How to build a dataset from what the store holds: the plain build needs episode sets
-    of all mt19 tasks, so name the tasks that have sets for a ``--tasks`` build."""
+    of all mt19 tasks, so name the tasks that have sets for a ``--tasks`` build.
+
+    Args:
+        store: the `Store` listed.
+        home: ``--home`` as the user gave it (None: not given), repeated in the command.
+
+    Returns:
+        The hint, one line.
+    """
+    import shlex
+
     from wmx.schemas.taskset import mt19
     names = [t.name for t in mt19().tasks]
     have = {e.name for e in store.list_episode_sets()}
     ready = [n for n in names if n in have]
+    at = "" if home is None else f" --home {shlex.quote(str(home))}"
     if len(ready) == len(names):
-        return "build one with: beam run pipelines/build_mt19.py"
+        return f"build one with: beam run pipelines/build_mt19.py{at}"
     if not ready:
         return ("no mt19 task has episode sets yet (train_online exports them); "
                 "beam run pipelines/build_mt19.py needs sets of all 19 tasks")
     return (f"{len(ready)} of the 19 mt19 tasks have episode sets; build them with: "
-            f"beam run pipelines/build_mt19.py --tasks {','.join(ready)}")
+            f"beam run pipelines/build_mt19.py{at} --tasks {','.join(ready)}")
 
 
 def _say_strays(root, name: str | None, what: str) -> None:
