@@ -260,6 +260,19 @@ def _check(entries: list[dict[str, Any]]) -> None:
                            "mt19_sources.json from git")
 
 
+def entries_ok(entries: Any) -> bool:
+    """Whether ``entries`` is an archive as `archive` gives it and the record keeps it: a
+    non-empty list of {file, blob, sha256, bytes} with plain, distinct file names, git
+    object ids, 64-hex sha256 and integer sizes (`_check`, without raising)."""
+    if not isinstance(entries, list):
+        return False
+    try:
+        _check(entries)
+    except ArchiveError:
+        return False
+    return True
+
+
 def _missing(repo: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The entries whose blob ``repo`` lacks, holds as another kind of object, or holds
     only unreachable from HEAD (after a reset or a squash of the archive's commits: a
@@ -282,8 +295,9 @@ def available(repo: Path, entries: list[dict[str, Any]]) -> bool:
     Returns:
         True when all are there; False for one missing, or entries that are not an archive.
     """
+    if not entries_ok(entries):
+        return False
     try:
-        _check(entries)
         return not _missing(repo, entries)
     except ArchiveError:
         return False

@@ -1,6 +1,6 @@
 """benchmarks/results/mt19_sources.json and its plot: the repository's record of the mt19 sources.
 
-The episode sets live in a data root, not in git; the repository records, per
+The episode sets live in a data root, outside the working tree; the repository records, per
 task, which episode sets are the campaign's source (content hashes), the run
 that produced them (name relative to the data root), its final returns and eval
 curves per seed, the commands that produced it, the chip and the wmx commit, and
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _mt19_archive import OID, PLAIN_NAME, SHA256
+from _mt19_archive import OID, entries_ok
 
 SCHEMA = "wmx.mt19_sources/1"
 FILE = "mt19_sources.json"
@@ -221,11 +221,8 @@ def _archived_ok(d: dict[str, Any]) -> bool:
     """Whether ``d`` holds both `ARCHIVED_KEYS` as `_mt19_archive.archive` gives them: files
     of `ARCHIVE_KEYS` (a plain name each, once) and the commit."""
     files, commit = d.get("archive"), d.get("archive_commit")
-    return (isinstance(files, list) and bool(files) and all(
-        _keys_ok(f, ARCHIVE_KEYS) and PLAIN_NAME.match(f["file"]) and OID.match(f["blob"])
-        and SHA256.match(f["sha256"]) for f in files)
-        and len({f["file"] for f in files}) == len(files)
-        and isinstance(commit, str) and bool(OID.match(commit)))
+    return (entries_ok(files) and all(set(f) == set(ARCHIVE_KEYS) for f in files)
+            and isinstance(commit, str) and bool(OID.match(commit)))
 
 
 def _event_ok(r: Any) -> bool:

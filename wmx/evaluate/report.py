@@ -339,8 +339,8 @@ def _trainer_markdown(trainer: dict | None) -> list[str]:
         return []
     rets = ", ".join(f"{t} {v:.1f}" for t, v in trainer["return"].items())
     n = trainer["episodes"]
-    return [f"The trainer's own evaluation at this checkpoint (metrics.csv): {n} episode"
-            f"{'s' if n != 1 else ''} per seed and task, mean return {rets}; mean score "
+    return [f"The trainer's own evaluation at this checkpoint (metrics.csv): "
+            f"{counted(n, 'episode')} per seed and task, mean return {rets}; mean score "
             f"{trainer['score']:.1f}. The same rollout and protocol as above, other episodes "
             "unless the keys are the checkpoint's: with few episodes the two differ by the "
             "spread of single episodes (the ± below).", ""]
@@ -354,7 +354,7 @@ def _markdown(report: dict) -> str:
              f"{run['kind'].capitalize()} {run['agent']} run `{run['dir']}`, checkpoint "
              f"{run['checkpoint_step']} ({where}); "
              f"{counted(int(ev['episodes']), 'eval_mode episode')} x "
-             f"{len(ev['seeds'])} seed{'s' if len(ev['seeds']) != 1 else ''} {ev['seeds']} "
+             f"{counted(len(ev['seeds']), 'seed')} {ev['seeds']} "
              "per task from fresh initial states "
              f"(rollout keys: {ev['keys']}, index {ev['eval_index']}: {KEYS_TEXT[ev['keys']]}). "
              f"Written {report['created']}." + (f" Protocol: {ev['protocol']}."

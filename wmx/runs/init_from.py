@@ -110,9 +110,9 @@ def single_task_offline_agents(taskset: Any) -> tuple[str, ...]:
 
 def _multitask_error(src: Source, task: str, where: str) -> str:
     """The one-line refusal of a multi-task source, with a fix that works for its agent."""
-    n = len(src.tasks)
-    what = (f"{where}: the source is a multi-task {src.agent} model of {n} "
-            f"task{'' if n == 1 else 's'} ({', '.join(src.tasks)})")
+    from wmx.sizes import counted
+    what = (f"{where}: the source is a multi-task {src.agent} model of "
+            f"{counted(len(src.tasks), 'task')} ({', '.join(src.tasks)})")
     single = single_task_offline_agents(src.task_set) if src.task_set is not None else ()
     if src.agent in single:
         return (f"{what}; fine-tune a single-task model (train_offline --agent {src.agent} "
