@@ -57,13 +57,8 @@ def test_every_wmx_positional_says_what_it_is():
     """`wmx ... --help` documents each positional argument (`wmx dataset ls NAME` included)."""
     import argparse
 
-    from wmx.cli import dataset, demo, runs
-    from wmx.runs.cli_common import ArgumentParser
-    top = ArgumentParser(prog="wmx")
-    sub = top.add_subparsers(dest="cmd", required=True)
-    for module in (dataset, runs, demo):
-        module.add_parser(sub)
-    seen, parsers = set(), dict(_subparsers(top))
+    from wmx.cli.main import build_parser
+    seen, parsers = set(), dict(_subparsers(build_parser()))
     for prog, parser in parsers.items():
         for action in parser._actions:
             if not action.option_strings and not isinstance(action, argparse._SubParsersAction):

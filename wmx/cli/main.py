@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     None) the process first restarts with huge pages (`wmx.runs.heap`)."""
     from wmx.runs.heap import restart_with_huge_pages
     restart_with_huge_pages(argv)
+    args = build_parser().parse_args(argv)
+    return call(args.func, args)
+
+
+def build_parser() -> ArgumentParser:
+    """The `wmx` command line: ``--home`` and the subcommands dataset, runs and demo."""
     from wmx.cli import dataset, demo, runs
     ap = ArgumentParser(prog="wmx", description="wmx: world-model RL in JAX; data tools")
     ap.add_argument("--home", default=None, help="wmx data root (default $WMX_HOME or ~/.wmx); "
@@ -35,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset.add_parser(sub)
     runs.add_parser(sub)
     demo.add_parser(sub)
-    args = ap.parse_args(argv)
-    return call(args.func, args)
+    return ap
 
 
 if __name__ == "__main__":
