@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `beam`. Returns the exit status.
 
     `beam run JOB.py ARGS...` sets `sys.argv = [JOB.py, *ARGS]` and runs the file
-    as `__main__`. A missing job file (named with where wmx's repository has a job of
-    that name) or an unknown subcommand prints the usage and returns 2.
+    as `__main__`. An unknown subcommand or a missing job name prints the usage, a job
+    file not found one line naming where wmx's repository has a job of that name; each
+    returns 2.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
