@@ -15,12 +15,14 @@ from pathlib import Path
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
 
-SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0}
+SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0, "cheetah": 305.0}
 """Env steps per second per seed of TD-MPC2 --preset paper, 2 seeds vmapped, on a TPU v5e
 after the seed phase, evaluations included (one of 10 episodes every 10,000 env steps).
 reacher: the campaign's reacher-hard run (wmx 3db42a7): 10,000 env steps per 33.1 s of the
 run's clock, 24.8 s training (403.2 per s) and 8.3 s evaluating. walker: the campaign's
-walker-walk run (wmx edc129d): 46.8 s training (213.7 per s) and 11.8 s evaluating."""
+walker-walk run (wmx edc129d): 46.8 s training (213.7 per s) and 11.8 s evaluating.
+cheetah: the campaign's cheetah-run run (wmx 3236489): 24.2 s training (414.1 per s) and
+8.8 s evaluating. `mt19_campaign.py table` prints every recorded run's speed."""
 SPS_DEFAULT = 160.0
 """A domain not measured yet: the slowest measured."""
 COMPILE_S = 120.0

@@ -19,6 +19,7 @@ task's env steps at exactly N, never fitted.
         (status prints the whole device command)
     python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
     python benchmarks/mt19_campaign.py restore [--home H]   # here, on a new data root
+    python benchmarks/mt19_campaign.py table                # the record as markdown tables
 
 ``next`` (on the device machine, one call at a time) resumes the campaign run in
 progress in H, or starts the next task not done (in mt30 order: done means
@@ -181,9 +182,25 @@ def _flags_text(args) -> str:
     return out
 
 
+# ---- table -------------------------------------------------------------------------------
+def cmd_table(args, campaign: Campaign) -> int:
+    """Print the record's sources and speed tables (`_mt19_tables.markdown`).
+
+    Returns:
+        0; a missing record is a ValueError (one line, exit 2).
+    """
+    from _mt19_tables import markdown
+    data = load_record(Path(args.results))
+    if data is None:
+        raise ValueError(f"no record at {Path(args.results) / record_lib.FILE}; "
+                         "ingest a bundle first")
+    print(markdown(data, campaign.tasks), end="")
+    return 0
+
+
 # ---- command line ------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: status, plan, next, ingest, restore (each parser in
+    """The command line: status, plan, next, ingest, restore, table (each parser in
     ``p.subcommands``)."""
     from wmx.runs.cli_common import ArgumentParser, HelpFormatter
     p = ArgumentParser(prog="mt19_campaign.py", description=__doc__.split("\n\n")[0],
@@ -193,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "benchmarks/results/mt19_sources.json and its plot; on a new "
                               "data root, restore first.")
     sub = p.add_subparsers(dest="cmd", required=True,
-                           metavar="{status,plan,next,ingest,restore}")
+                           metavar="{status,plan,next,ingest,restore,table}")
     st = sub.add_parser("status", help="per task: episode sets, runs, record, done, next",
                         formatter_class=HelpFormatter,
                         description="Per mt19 task: the episode sets in the store (hashes, "
@@ -230,8 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
                                     "as ingest verifies them, all or nothing; the record is "
                                     "not changed. A task with no archive here is named with "
                                     "next --regenerate.")
-    p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing, "restore": rs}
-    for q in (st, pl, nx, ing, rs):
+    tb = sub.add_parser("table", help="the record's sources and speed tables, as markdown",
+                        formatter_class=HelpFormatter,
+                        description="Print the record's two tables for docs/validation.md: "
+                                    "per recorded task the final evaluation per seed, their "
+                                    "mean, TD-MPC2's published point and the episode sets; "
+                                    "and the speed on the chip from every call's timing.")
+    p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing, "restore": rs,
+                     "table": tb}
+    for q in (st, pl, nx, ing, rs, tb):
         add_campaign_args(q)
     for q in (st, pl, ing, rs):
         q.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
@@ -337,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_next(args, campaign, argv, t0)
         if args.cmd == "restore":
             return cmd_restore(args, campaign)
+        if args.cmd == "table":
+            return cmd_table(args, campaign)
         return cmd_ingest(args, campaign)
     except (ValueError, OSError) as e:      # bad input; a full disk, a permission
         print(f"mt19_campaign.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -1,0 +1,87 @@
+"""benchmarks/_mt19_tables.py and ``mt19_campaign.py table``: the record's sources and speed
+rows pinned on a hand-made entry (medians, first call against resumed, ranges, the published
+point's env steps named when they differ), and the subcommand's output and refusal."""
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _mt19_record as record_lib  # noqa: E402
+import _mt19_tables as tables  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+
+
+def timing(median_round, evals, excess):
+    return {"median_round_s": median_round, "evals_s": evals, "compile_s_estimate": excess}
+
+
+def entry(**kw):
+    e = {"env_steps": 100000, "seeds": [0, 1], "final_return": {"0": 605.24, "1": 517.56},
+         "final_return_mean": 561.395,
+         "published_tdmpc2": {"env_steps": 100000, "return": 519.133},
+         "episode_sets": [{"seed": 1, "content_hash": "989c8a125c41" + "0" * 52},
+                          {"seed": 0, "content_hash": "2070a3e243ad" + "f" * 52}],
+         "wmx_commit": "32364893ab6217f69dc33fd57a65f984ae6bfcda",
+         "calls": [{"action": "new", "env_steps_to": 26000,
+                    "timing": timing(2.43, [36.8, 8.8], 131.9)},
+                   {"action": "resume", "env_steps_to": 60000,
+                    "timing": timing(2.40, [31.3, 8.8, 8.7], 57.5)},
+                   {"action": "resume", "env_steps_to": 100000,
+                    "timing": timing(2.50, [28.0, 9.0], 62.0)}]}
+    e.update(kw)
+    return e
+
+
+def test_sources_row_pinned():
+    assert tables.sources_row("cheetah-run", entry()) == (
+        "| cheetah-run | 100,000 | 605.2 / 517.6 | 561.4 | 519.1 | "
+        "`2070a3e243ad`, `989c8a125c41` |")
+
+
+def test_sources_row_names_the_published_env_steps_when_they_differ():
+    e = entry(env_steps=180000, published_tdmpc2={"env_steps": 200000, "return": 300.0})
+    assert "| 300.0 (at 200,000) |" in tables.sources_row("hopper-hop", e)
+    assert "| - |" in tables.sources_row("x", entry(published_tdmpc2=None))
+
+
+def test_speed_row_pinned():
+    # training: median of 2.43, 2.40, 2.50 = 2.43 -> 1000 / 2.43 = 411.5; evaluation: median
+    # of the non-first evaluations 8.8, 8.8, 8.7, 9.0 = 8.8; first evaluation 36.8 in the
+    # first call, 28.0-31.3 in resumed ones; first-row excess 132 / 58-62
+    assert tables.speed_row("cheetah-run", entry()) == (
+        "| cheetah-run | 3236489 | 2.43 (411.5) | 8.8 | 37 / 28-31 | 132 / 58-62 | "
+        "26,000, 60,000, 100,000 |")
+
+
+def test_speed_row_without_timing_is_left_out():
+    assert tables.speed_row("x", entry(calls=[{"action": "new", "env_steps_to": 1}])) is None
+    md = tables.markdown({"tasks": {"b": entry(calls=[]), "a": entry()}}, ["a", "b"])
+    src, spd = md.split("\n\n")
+    assert [ln.split(" | ")[0] for ln in src.splitlines()[2:]] == ["| a", "| b"]
+    assert [ln.split(" | ")[0] for ln in spd.splitlines()[2:]] == ["| a"]
+
+
+def test_span():
+    assert tables._span([]) == "-"
+    assert tables._span([8.34, 8.26]) == "8.3"
+    assert tables._span([54.2, 61.9]) == "54-62"
+    assert tables._span([8.0, 9.44]) == "8.0-9.4"
+
+
+def test_table_subcommand(tmp_path, capsys):
+    # the committed record, read through the subcommand's flags
+    data = json.loads((ROOT / "benchmarks" / "results" / record_lib.FILE).read_text())
+    (tmp_path / record_lib.FILE).write_text(json.dumps(data))
+    assert camp.main(["table", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    tasks = list(camp.campaign_of(camp.build_parser().parse_args(["table"])).tasks)
+    assert out == tables.markdown(data, tasks)
+    rows = [ln.split(" | ")[0][2:] for ln in out.split("\n\n")[0].splitlines()[2:]]
+    assert rows == [t for t in tasks if t in data["tasks"]]
+
+
+def test_table_without_a_record_is_one_line(tmp_path, capsys):
+    assert camp.main(["table", "--results", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no record" in err and "ingest" in err
