@@ -25,7 +25,7 @@ from typing import Any
 
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
-from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, task_cost
+from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, task_cost
 from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
                          regeneration_env_steps, regeneration_mismatch)
 
@@ -470,6 +470,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
         raise ValueError(f"--task {args.task}: not a task of the campaign (--tasks); its tasks: "
                          + ", ".join(campaign.tasks))
     record = load_record(Path(args.results))
+    args.measured_sps = measured_sps(record)
     regenerate = regenerate_tasks(args.regenerate, campaign, record)
     if regenerate and args.task is not None:
         raise ValueError("--task and --regenerate: give one (--regenerate trains recorded "

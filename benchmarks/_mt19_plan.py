@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import statistics
 from pathlib import Path
+from typing import Any
 
 import _mt19_bundle as bundle_lib
 from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
@@ -42,19 +45,58 @@ the run's set-up outside its clock (env, agent, restoring the checkpoint and rep
 30 s, what the first run's calls spent outside its clock less ~1.8 s per checkpoint)."""
 
 
-def sps_for(task: str, override: float | None) -> float:
+def _eval_every(entry: dict[str, Any]) -> int:
+    """The ``--eval-every`` of a recorded run's command (10,000, the campaign's, when it
+    names none)."""
+    m = re.search(r"--eval-every[ =](\d+)", str(entry.get("command", "")))
+    return int(m.group(1)) if m else 10_000
+
+
+def measured_sps(record: dict[str, Any] | None) -> dict[str, float]:
+    """Env steps per second per seed, evaluations included, per domain, from the recorded
+    runs' calls (``timing``): 1,000 over the median of the calls' median rounds (1,000
+    env steps per seed each) plus the median later evaluation's seconds per 1,000 env
+    steps (an evaluation every ``--eval-every``); a domain's slowest task.
+
+    Args:
+        record: the campaign's record (None: none).
+
+    Returns:
+        {domain: env steps/s per seed}; a domain with no timed call is absent.
+    """
+    out: dict[str, float] = {}
+    for task, e in ((record or {}).get("tasks") or {}).items():
+        timed = [c["timing"] for c in e.get("calls", []) if isinstance(c.get("timing"), dict)]
+        rounds = [t["median_round_s"] for t in timed if t.get("median_round_s")]
+        if not rounds:
+            continue
+        evals = [x for t in timed for x in t.get("evals_s", [])[1:]]
+        per_1000 = statistics.median(rounds) + (
+            statistics.median(evals) * 1000 / _eval_every(e) if evals else 0.0)
+        dom = task.split("-")[0]
+        out[dom] = min(out.get(dom, math.inf), round(1000 / per_1000, 1))
+    return out
+
+
+def sps_for(task: str, override: float | None,
+            measured: dict[str, float] | None = None) -> float:
     """Env steps per second per seed of a task's run in the plan's model.
 
     Args:
         task: an mt19 task (its domain is the part before the first dash).
-        override: ``--sps`` (None: the measured table).
+        override: ``--sps`` (None: measured).
+        measured: `measured_sps` of the record (None: none).
 
     Returns:
-        ``override``, else `SPS_BY_DOMAIN` of the task's domain, else `SPS_DEFAULT`.
+        ``override``, else the record's measured speed of the task's domain, else
+        `SPS_BY_DOMAIN`'s, else `SPS_DEFAULT`.
     """
     if override is not None:
         return override
-    return SPS_BY_DOMAIN.get(task.split("-")[0], SPS_DEFAULT)
+    dom = task.split("-")[0]
+    if measured and dom in measured:
+        return measured[dom]
+    return SPS_BY_DOMAIN.get(dom, SPS_DEFAULT)
 
 
 GZIP_RATIO = 0.91
@@ -123,8 +165,13 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
 
 def task_cost(task: str, steps: int, clock: Clock, args) -> tuple[float, int, Clock]:
     """`run_cost` of a task's run of ``steps`` env steps per seed at its speed
-    (`sps_for`, ``args.sps``)."""
-    return run_cost(steps / sps_for(task, args.sps), clock, args)
+    (`sps_for`: ``args.sps``, else ``args.measured_sps``, the record's)."""
+    return run_cost(steps / _sps(task, args), clock, args)
+
+
+def _sps(task: str, args) -> float:
+    """`sps_for` with the flags' ``sps`` and ``measured_sps`` (absent: none measured)."""
+    return sps_for(task, args.sps, getattr(args, "measured_sps", None))
 
 
 def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock, bool]:
@@ -171,7 +218,7 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         if not fits:
             session += 1
             steps, dev, calls, after, fits = fresh_fit(task, sizes, args)
-        out.append((steps, steps / sps_for(task, args.sps), calls, dev, session, fits))
+        out.append((steps, steps / _sps(task, args), calls, dev, session, fits))
         clock = after
     return out, session
 
@@ -220,6 +267,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
     record = load_record(Path(args.results))
+    args.measured_sps = measured_sps(record)
+    speeds = {**SPS_BY_DOMAIN, **args.measured_sps}
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
                                             archived_tasks(Path(args.results), record))}
     regen = [t for t in campaign.tasks if states[t].needs_regeneration]
@@ -247,7 +296,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
     print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
           f"{' '.join(map(str, campaign.seeds))}, "
           + (f"{args.sps:g}" if args.sps is not None else "; ".join(
-              f"{d} {v:g}" for d, v in SPS_BY_DOMAIN.items()) + f"; other {SPS_DEFAULT:g}")
+              f"{d} {v:g}" + (" (measured)" if d in args.measured_sps else "")
+              for d, v in speeds.items()) + f"; other {SPS_DEFAULT:g}")
           + " env steps/s per seed, evaluations included. Calls of "
           f"{args.budget_s:g} s: {args.startup_s:g} s start-up, {args.compile_s:g} s compile "
           f"({args.cached_compile_s:g} s in a run's later calls), {args.reserve_s:g} s reserve "

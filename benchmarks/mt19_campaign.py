@@ -71,7 +71,8 @@ sys.path[:0] = [str(HERE), str(HERE / "learning")]
 import _mt19_record as record_lib  # noqa: E402
 from _mt19_ingest import cmd_ingest, cmd_restore  # noqa: E402
 from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
-from _mt19_plan import CACHED_COMPILE_S, COMPILE_S, STARTUP_S, cmd_plan  # noqa: E402
+from _mt19_plan import (CACHED_COMPILE_S, COMPILE_S, SPS_DEFAULT, STARTUP_S,  # noqa: E402
+                        cmd_plan)
 from _mt19_record import device_command  # noqa: E402
 from _mt19_tasks import (Campaign, add_campaign_args, archived_tasks,  # noqa: E402
                          campaign_of, load_record, read_state)
@@ -299,8 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "past its stop time trains one chunk)")
         q.add_argument("--sps", type=float, default=None,
                        help="env steps per second per seed, evaluations included, of every "
-                            "task (default: measured per domain, _mt19_plan.SPS_BY_DOMAIN; "
-                            "the model of plan and of next's --device-left-s)")
+                            "task (default: per domain, the recorded runs' speed (a "
+                            "domain's slowest task), else _mt19_plan.SPS_BY_DOMAIN, else "
+                            f"{SPS_DEFAULT:g}; the model of plan and of next's "
+                            "--device-left-s)")
         q.add_argument("--compile-s", type=float, default=COMPILE_S,
                        help="seconds of compilation in a run's first call")
         q.add_argument("--cached-compile-s", type=float, default=CACHED_COMPILE_S,

@@ -1,6 +1,7 @@
 """benchmarks/_mt19_tables.py and ``mt19_campaign.py table``: the record's sources and speed
 rows pinned on a hand-made entry (medians, first call against resumed, ranges, the published
-point's env steps named when they differ), and the subcommand's output and refusal."""
+point's env steps named when they differ), the subcommand's output and refusal, and the
+plan's speeds measured from the same timing (`_mt19_plan.measured_sps`)."""
 import json
 import sys
 from pathlib import Path
@@ -85,3 +86,22 @@ def test_table_without_a_record_is_one_line(tmp_path, capsys):
     assert camp.main(["table", "--results", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no record" in err and "ingest" in err
+
+
+def test_measured_sps_per_domain_slowest_task():
+    import _mt19_plan as plan_lib
+    # cheetah-run: median round 2.43 s + median later evaluation 8.8 s per 10,000 env steps
+    # = 3.31 s per 1,000 -> 302.1; a slower task of the same domain sets the domain
+    slow = entry(calls=[{"action": "new", "env_steps_to": 100000,
+                         "timing": timing(4.0, [50.0, 10.0], 120.0)}],
+                 command="train_online ... --eval-every 5000 ...")
+    rec = {"tasks": {"cheetah-run": entry(), "reacher-easy": entry(), "reacher-hard": slow,
+                     "walker-walk": entry(calls=[])}}
+    # reacher-hard: 4.0 + 10.0 * 1000 / 5000 = 6.0 s per 1,000 -> 166.7
+    assert plan_lib.measured_sps(rec) == {"cheetah": 302.1, "reacher": 166.7}
+    assert plan_lib.measured_sps(None) == {}
+    m = plan_lib.measured_sps(rec)
+    assert plan_lib.sps_for("cheetah-run", None, m) == 302.1
+    assert plan_lib.sps_for("cheetah-run", 50.0, m) == 50.0            # --sps wins
+    assert plan_lib.sps_for("walker-walk", None, m) == plan_lib.SPS_BY_DOMAIN["walker"]
+    assert plan_lib.sps_for("hopper-hop", None, m) == plan_lib.SPS_DEFAULT
