@@ -90,7 +90,7 @@ def test_partly_shared_tasks_show_which_run_lacks_which(tmp_path, capsys, caplog
     own_a = {x["statistic"]: x["value"] for x in c["aggregates"]["a"]}
     assert own_a["mean"] == 35.0                          # (50 + 20) / 2, over a's two tasks
     assert "## Aggregates over the tasks every run scored" in md
-    assert "1 task(s): cartpole-balance." in md
+    assert "1 task: cartpole-balance." in md
     assert "The first aggregates below are over the tasks every run scored" in md
     rows = (out / "aggregates.csv").read_text().splitlines()
     assert rows[0] == "run,tasks,statistic,value,ci_low,ci_high,n_tasks"

@@ -74,7 +74,7 @@ BAD_INPUTS = [
     ("offline-resume-other-tasks", OFFLINE, "--resume {offrun} --tasks cartpole-balance",
      "--tasks cartpole-balance conflicts with the run's saved train_tasks None"),
     ("beam-unknown-option", BEAM, "run {job} --taskset {ts} --home {dshome} --no_such_option=1",
-     "unknown option(s) --no_such_option=1"),
+     "unknown option --no_such_option=1"),
     ("beam-unknown-runner", BEAM, "run {job} --taskset {ts} --home {dshome} "
      "--runner=NoSuchRunner", "unknown runner 'NoSuchRunner'"),
     ("dataset-info-home-file", WMX, "dataset info tst@latest --home {file}",

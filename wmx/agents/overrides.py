@@ -87,7 +87,7 @@ def check_field_names(cls: type, overrides: dict[str, Any], agent: str) -> None:
         return
     hints = {b: close_names(b, names) for b in bad}
     said = "; ".join(f"{b!r}: {did_you_mean(h)}" for b, h in hints.items() if h)
-    msg = f"unknown {agent} config field(s) {bad}" + (f" ({said})" if said else "")
+    msg = f"unknown {agent} config {'field' if len(bad) == 1 else 'fields'} {bad}" + (f" ({said})" if said else "")
     if not all(hints.values()):
         msg += f"; the fields: {', '.join(sorted(names))}"
     raise ValueError(msg)

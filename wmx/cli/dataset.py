@@ -125,7 +125,8 @@ def _say_strays(root, name: str | None, what: str) -> None:
     if strays:
         shown = ", ".join(str(v.relative_to(root)) for v in strays[:5])
         more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
-        print(f"note: {len(strays)} folder(s) under {root} are not {what} the store sees (a "
+        print(f"note: {counted(len(strays), 'folder')} under {root} "
+              f"{'is' if len(strays) == 1 else 'are'} not {what} the store sees (a "
               f"name that is not their content hash, or no manifest.json): {shown}{more}")
 
 

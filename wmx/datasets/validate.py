@@ -383,7 +383,8 @@ def validate_dataset(ref, home=None, max_failures_per_check: int = 20) -> Valida
             add("dataset", "duplicate",
                 f"episode {dg[:16]}... (task {task_of[dg]}) is stored {len(places)} times: "
                 f"{', '.join(places)}",
-                FIXES["duplicate"] + (f"; the copies come from source episode set(s) "
+                FIXES["duplicate"] + (f"; the copies come from source episode "
+                                      f"{'set' if len(held) == 1 else 'sets'} "
                                       f"{', '.join(held)}" if held else ""))
     per_task = raw.get("per_task", {})
     for t in taskset.names:

@@ -35,6 +35,7 @@ from wmx.paths import wmx_home
 from wmx.runs.cli_common import (ArgumentParser, add_cache_argument, configure_logging,
                                   enable_compile_cache)
 from wmx.runs.config_file import add_config_argument, parse_with_config
+from wmx.sizes import counted
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 log = logging.getLogger("wmx.evaluate")
@@ -201,7 +202,7 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
     if video:
         meta = {**meta, "video": {"episodes": video, "seed": info.seeds[0],
                                   "gl_backend": backend}}
-        log.info("rendering %d video(s) per task with MUJOCO_GL=%s ...", video, backend)
+        log.info("rendering %s per task with MUJOCO_GL=%s ...", counted(video, "video"), backend)
     report = build_report(info, returns, meta, home)
     media = _media(recordings, loggers, info, report) if video else None
     return write_report(report, out, force, media)

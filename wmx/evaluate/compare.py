@@ -282,7 +282,7 @@ def _markdown(c: dict) -> str:
     few = " (resampling fewer than 5 tasks, they say little)."
     if c["common_aggregates"]:
         lines += ["", "## Aggregates over the tasks every run scored", "",
-                  f"{len(c['common_tasks'])} task(s): {', '.join(c['common_tasks'])}. "
+                  f"{counted(len(c['common_tasks']), 'task')}: {', '.join(c['common_tasks'])}. "
                   "95% percentile-bootstrap intervals over tasks" +
                   (few if len(c["common_tasks"]) < 5 else "."), ""]
         lines += _aggregate_table(labels, c["common_aggregates"])

@@ -140,7 +140,7 @@ def start_devices(args: argparse.Namespace) -> int:
                                    num_processes=args.num_processes, process_id=args.process_id)
     n = jax.device_count() if args.devices is None else args.devices
     if not 1 <= n <= jax.device_count():
-        raise ValueError(f"--devices {n}: {jax.device_count()} device(s) available")
+        raise ValueError(f"--devices {n}: {counted(jax.device_count(), 'device')} available")
     return n
 
 
@@ -246,7 +246,7 @@ def _print_counts(rc) -> None:
              f"{cfg.action_dim} (padded)" if rc.multitask else
              f"single-task on {ts.names[0]}, obs_dim {cfg.obs_dim}, action_dim {cfg.action_dim}")
     print_counts(f"{rc.agent} {model}, from {rc.dataset_name}@{rc.dataset_hash[:12]}: preset "
-                 f"{rc.preset}, batch {rc.batch} on {rc.devices} device(s), feed "
+                 f"{rc.preset}, batch {rc.batch} on {counted(rc.devices, 'device')}, feed "
                  f"{'stream' if rc.stream else 'in-memory'}",
                  rc.agent_module.param_counts(cfg))
 
@@ -330,7 +330,7 @@ def _main(args: argparse.Namespace) -> int:
         ds = resolve_and_validate(args.dataset, home, args.skip_validation)
     if rc.devices != args.devices:     # a resumed run may continue on another device count
         logging.getLogger("wmx.train_offline").info(
-            "run created on %d device(s) continues on %d", rc.devices, args.devices)
+            "run created on %s continues on %d", counted(rc.devices, "device"), args.devices)
         rc = dataclasses.replace(rc, devices=args.devices)
     if args.dry_run:
         _print_counts(rc)

@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from wmx.acting import EvalProgram, make_evaluate_fn
 from wmx.datasets.samplers import batch_axes, sample, spec_keys
 from wmx.envs.base import Env
+from wmx.sizes import counted
 from wmx.xla_cpu import options_key
 
 # fold_in tags separating the key streams
@@ -103,7 +104,7 @@ def data_mesh(n_devices: int) -> Mesh | None:
     """
     devices = jax.devices()
     if not 1 <= n_devices <= len(devices):
-        raise ValueError(f"--devices {n_devices}: {len(devices)} device(s) available "
+        raise ValueError(f"--devices {n_devices}: {counted(len(devices), 'device')} available "
                          f"({devices[0].platform})")
     if jax.process_count() > 1 and n_devices != len(devices):
         raise ValueError(f"--devices {n_devices}: with {jax.process_count()} processes the "
