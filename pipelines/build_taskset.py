@@ -72,6 +72,7 @@ def _run(taskset, args, beam_args) -> int:
     from wmx.pipelines.runners import RunnerError, parse_runner_args
     from wmx.pipelines.sources import (BuildInputError, build_failure, check_writable_root,
                                        make_plan, run_build_result)
+    from wmx.sizes import counted
     try:
         ra = parse_runner_args(beam_args, args.dask_workers)
         check_beam_args(ra.beam_args, ["--home", "--tasks", "--taskset", "--sources",
@@ -88,9 +89,9 @@ def _run(taskset, args, beam_args) -> int:
     if ra.is_dask:
         where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
                  f" on a local Dask cluster of {ra.dask_workers} worker processes")
-    print(f"building {plan.name}: {len(plan.sources)} episode sets, {n - dups} episodes, "
-          f"{plan.num_shards} shards, {ra.name}{where}" +
-          (f" ({dups} duplicate episodes dropped, listed in the manifest's "
+    print(f"building {plan.name}: {counted(len(plan.sources), 'episode set')}, "
+          f"{counted(n - dups, 'episode')}, {counted(plan.num_shards, 'shard')}, {ra.name}{where}" +
+          (f" ({counted(dups, 'duplicate episode')} dropped, listed in the manifest's "
            "builder.duplicates)" if dups else ""), flush=True)
     # Beam logs a failing step's traceback before it re-raises; the failure is reported
     # below instead: one line for an expected one, the traceback for any other
@@ -111,7 +112,7 @@ def _run(taskset, args, beam_args) -> int:
     finally:
         beam_log.setLevel(level)
     print(f"dataset {plan.name}@{res.path.name[:10]} at {res.path} ({res.seconds:.1f} s, "
-          f"shards written by {len(res.writers)} process(es))")
+          f"shards written by {counted(len(res.writers), 'process', 'processes')})")
     if res.late_signal is not None:
         print(f"note: {signal_name(res.late_signal)} came as the finished dataset was put in "
               "place: it is complete and kept", file=sys.stderr)

@@ -166,7 +166,7 @@ def test_build_pools_an_episode_held_by_two_sets_once(tmp_path, capsys):
     job = str(REPO / "pipelines" / "build_taskset.py")
     assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "5 episodes" in out and "1 duplicate episodes dropped" in out
+    assert "5 episodes" in out and "1 duplicate episode dropped" in out
     (entry,) = Store(tmp_path).list_datasets()
     man = DatasetManifest.load(entry.path)
     assert man.episode_count == 5
