@@ -172,6 +172,32 @@ def _calls_path(home: Path, run: str) -> Path:
     return Path(home) / "campaign" / f"{run}.calls.json"
 
 
+def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int) -> dict[str, float]:
+    """The plan's speeds for ``next``: `measured_sps` of the record's runs and of the runs
+    whose calls this data root holds (``<home>/campaign/<run>.calls.json``: this machine's
+    session, so a second task of a domain first trained in it is planned at the speed just
+    measured), the slower of the two per domain.
+
+    Args:
+        record: the campaign's record (None: none).
+        home: the data root of the runs.
+        eval_every: the campaign's env steps between evaluations.
+
+    Returns:
+        {domain: env steps/s per seed}.
+    """
+    here = {"tasks": {}}
+    for f in sorted((Path(home) / "campaign").glob("*.calls.json")):
+        pieces = [c for c in _read_list(f) if isinstance(c, dict) and c.get("task")]
+        if pieces:
+            here["tasks"][f"{pieces[0]['task']} {f.name}"] = {"calls": pieces,
+                                                             "eval_every": eval_every}
+    out = measured_sps(record)
+    for dom, v in measured_sps(here).items():
+        out[dom] = min(out.get(dom, v), v)
+    return out
+
+
 def _read_list(path: Path) -> list:
     try:
         data = json.loads(path.read_text())
@@ -470,7 +496,6 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
         raise ValueError(f"--task {args.task}: not a task of the campaign (--tasks); its tasks: "
                          + ", ".join(campaign.tasks))
     record = load_record(Path(args.results))
-    args.measured_sps = measured_sps(record)
     regenerate = regenerate_tasks(args.regenerate, campaign, record)
     if regenerate and args.task is not None:
         raise ValueError("--task and --regenerate: give one (--regenerate trains recorded "
@@ -497,6 +522,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
                                              code)
             states = read_state(store.home, campaign, record)
+            args.measured_sps = session_sps(record, store.home, campaign.eval_every)
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
             if s is None:

@@ -46,8 +46,10 @@ the run's set-up outside its clock (env, agent, restoring the checkpoint and rep
 
 
 def _eval_every(entry: dict[str, Any]) -> int:
-    """The ``--eval-every`` of a recorded run's command (10,000, the campaign's, when it
-    names none)."""
+    """An entry's ``eval_every``, else the ``--eval-every`` of its run's command (10,000,
+    the campaign's, when it names none)."""
+    if entry.get("eval_every"):
+        return int(entry["eval_every"])
     m = re.search(r"--eval-every[ =](\d+)", str(entry.get("command", "")))
     return int(m.group(1)) if m else 10_000
 
@@ -55,11 +57,14 @@ def _eval_every(entry: dict[str, Any]) -> int:
 def measured_sps(record: dict[str, Any] | None) -> dict[str, float]:
     """Env steps per second per seed, evaluations included, per domain, from the recorded
     runs' calls (``timing``): 1,000 over the median of the calls' median rounds (1,000
-    env steps per seed each) plus the median later evaluation's seconds per 1,000 env
-    steps (an evaluation every ``--eval-every``); a domain's slowest task.
+    env steps per seed each) plus the median evaluation's seconds per 1,000 env steps (an
+    evaluation every ``--eval-every``; the evaluations after each call's first, else all,
+    since a call's first may compile); a domain's slowest task. A run with no timed round
+    or evaluation yet is left out.
 
     Args:
-        record: the campaign's record (None: none).
+        record: the campaign's record (None: none), or any {"tasks": {name: {"calls",
+            "eval_every" or "command"}}} whose names start with the task's domain.
 
     Returns:
         {domain: env steps/s per seed}; a domain with no timed call is absent.
@@ -70,9 +75,11 @@ def measured_sps(record: dict[str, Any] | None) -> dict[str, float]:
         rounds = [t["median_round_s"] for t in timed if t.get("median_round_s")]
         if not rounds:
             continue
-        evals = [x for t in timed for x in t.get("evals_s", [])[1:]]
-        per_1000 = statistics.median(rounds) + (
-            statistics.median(evals) * 1000 / _eval_every(e) if evals else 0.0)
+        evals = ([x for t in timed for x in t.get("evals_s", [])[1:]]
+                 or [x for t in timed for x in t.get("evals_s", [])])
+        if not evals:           # no evaluation timed yet: its share unknown, not counted
+            continue
+        per_1000 = statistics.median(rounds) + statistics.median(evals) * 1000 / _eval_every(e)
         dom = task.split("-")[0]
         out[dom] = min(out.get(dom, math.inf), round(1000 / per_1000, 1))
     return out

@@ -105,3 +105,31 @@ def test_measured_sps_per_domain_slowest_task():
     assert plan_lib.sps_for("cheetah-run", 50.0, m) == 50.0            # --sps wins
     assert plan_lib.sps_for("walker-walk", None, m) == plan_lib.SPS_BY_DOMAIN["walker"]
     assert plan_lib.sps_for("hopper-hop", None, m) == plan_lib.SPS_DEFAULT
+
+
+def test_measured_sps_needs_an_evaluation_and_counts_a_first_one_alone():
+    import _mt19_plan as plan_lib
+    one = entry(calls=[{"action": "new", "env_steps_to": 12000,
+                        "timing": timing(2.5, [37.5], 130.0)}])
+    none = entry(calls=[{"action": "new", "env_steps_to": 5000,
+                         "timing": timing(2.5, [], 130.0)}])
+    # 2.5 + 37.5 / 10 = 6.25 s per 1,000 -> 160.0; no evaluation timed: left out
+    assert plan_lib.measured_sps({"tasks": {"cup-catch": one, "fish-swim": none}}) == {
+        "cup": 160.0}
+
+
+def test_next_plans_with_this_data_roots_calls(tmp_path):
+    import _mt19_next as next_lib
+    rec = {"tasks": {"cheetah-run": entry()}}                        # cheetah 302.1
+    camp_dir = tmp_path / "campaign"
+    camp_dir.mkdir()
+    piece = {"task": "cartpole-balance", "action": "new", "env_steps_to": 30000,
+             "timing": timing(2.0, [9.0, 8.0, 8.0], 100.0)}         # 2.0 + 0.8 -> 357.1
+    (camp_dir / "mt19-tdmpc2-cartpole-balance-x.calls.json").write_text(json.dumps([piece]))
+    slow = dict(piece, task="cheetah-run", timing=timing(5.0, [9.0, 10.0], 100.0))
+    (camp_dir / "mt19-tdmpc2-cheetah-run-y.calls.json").write_text(json.dumps([slow]))
+    (camp_dir / "broken.calls.json").write_text("{not json")
+    got = next_lib.session_sps(rec, tmp_path, 10_000)
+    # cheetah: the slower of the record's 302.1 and this root's 5.0 + 1.0 -> 166.7
+    assert got == {"cheetah": 166.7, "cartpole": 357.1}
+    assert next_lib.session_sps(None, tmp_path / "none", 10_000) == {}
