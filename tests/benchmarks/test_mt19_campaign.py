@@ -282,7 +282,8 @@ def test_plan(tmp_path, capsys):
     assert walker.split()[1:5] == ["100,000", "9.8", "2", "15.7"]       # 100k / 170 per s
     reacher = next(r for r in out.splitlines() if r.startswith("reacher-easy"))
     # 100k / 302 per s: one call (40 s start-up, 120 s compile, 331 s training, 30 s finish),
-    # the first of session 4 (session 3: walker-run's two calls and cheetah-run's one)
+    # the first run of the plan's fourth session (the third holds walker-run's two calls
+    # and cheetah-run's one)
     assert reacher.split()[1:7] == ["100,000", "5.5", "1", "8.7", "3.5", "4"]
     # reacher-hard follows in the same session: its call opens after a 20 s gap
     reacher = next(r for r in out.splitlines() if r.startswith("reacher-hard"))
