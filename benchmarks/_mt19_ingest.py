@@ -94,7 +94,8 @@ def cmd_ingest(args, campaign: Campaign) -> int:
     results.mkdir(parents=True, exist_ok=True)
     record_lib.write(results / record_lib.FILE, record)
     record_lib.plot(record, list(campaign.tasks), results / record_lib.PLOT)
-    print(f"recorded in {results / record_lib.FILE} and {record_lib.PLOT}")
+    print(f"recorded in {results / record_lib.FILE} and {record_lib.PLOT}; docs/validation.md's "
+          "sources and speed tables: python benchmarks/mt19_campaign.py table")
     return 0
 
 
