@@ -172,7 +172,8 @@ def _calls_path(home: Path, run: str) -> Path:
     return Path(home) / "campaign" / f"{run}.calls.json"
 
 
-def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int) -> dict[str, float]:
+def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int,
+                seeds: int) -> dict[str, float]:
     """The plan's speeds for ``next``: `measured_sps` of the record's runs and of the runs
     whose calls this data root holds (``<home>/campaign/<run>.calls.json``: this machine's
     session, so a second task of a domain first trained in it is planned at the speed just
@@ -182,17 +183,19 @@ def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int) -> d
         record: the campaign's record (None: none).
         home: the data root of the runs.
         eval_every: the campaign's env steps between evaluations.
+        seeds: the campaign's seeds per run (record runs of another count are left out).
 
     Returns:
         {domain: env steps/s per seed}.
     """
-    here = {"tasks": {}}
+    here: dict[str, Any] = {"tasks": {}}
     for f in sorted((Path(home) / "campaign").glob("*.calls.json")):
-        pieces = [c for c in _read_list(f) if isinstance(c, dict) and c.get("task")]
+        pieces = [c for c in _read_list(f) if isinstance(c, dict)
+                  and isinstance(c.get("task"), str)]
         if pieces:
             here["tasks"][f"{pieces[0]['task']} {f.name}"] = {"calls": pieces,
                                                              "eval_every": eval_every}
-    out = measured_sps(record)
+    out = measured_sps(record, seeds)
     for dom, v in measured_sps(here).items():
         out[dom] = min(out.get(dom, v), v)
     return out
@@ -522,7 +525,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
                                              code)
             states = read_state(store.home, campaign, record)
-            args.measured_sps = session_sps(record, store.home, campaign.eval_every)
+            args.measured_sps = session_sps(record, store.home, campaign.eval_every,
+                                            len(campaign.seeds))
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
             if s is None:

@@ -45,44 +45,80 @@ the run's set-up outside its clock (env, agent, restoring the checkpoint and rep
 30 s, what the first run's calls spent outside its clock less ~1.8 s per checkpoint)."""
 
 
+def _positive(x: Any) -> bool:
+    """Whether ``x`` is a finite number above 0 (not a bool)."""
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and x > 0)
+
+
 def _eval_every(entry: dict[str, Any]) -> int:
-    """An entry's ``eval_every``, else the ``--eval-every`` of its run's command (10,000,
-    the campaign's, when it names none)."""
-    if entry.get("eval_every"):
+    """An entry's ``eval_every``, else the last ``--eval-every`` of its run's command (as
+    argparse reads it), else 10,000, the campaign's; a value that is not a positive whole
+    number counts as absent."""
+    if _positive(entry.get("eval_every")) and int(entry["eval_every"]) == entry["eval_every"]:
         return int(entry["eval_every"])
-    m = re.search(r"--eval-every[ =](\d+)", str(entry.get("command", "")))
-    return int(m.group(1)) if m else 10_000
+    found = re.findall(r"--eval-every(?:=|\s+)(\d+)(?![\w.])", str(entry.get("command", "")))
+    return int(found[-1]) if found and int(found[-1]) > 0 else 10_000
 
 
-def measured_sps(record: dict[str, Any] | None) -> dict[str, float]:
-    """Env steps per second per seed, evaluations included, per domain, from the recorded
-    runs' calls (``timing``): 1,000 over the median of the calls' median rounds (1,000
-    env steps per seed each) plus the median evaluation's seconds per 1,000 env steps (an
-    evaluation every ``--eval-every``; the evaluations after each call's first, else all,
-    since a call's first may compile); a domain's slowest task. A run with no timed round
-    or evaluation yet is left out.
+def run_sps(entry: dict[str, Any]) -> float | None:
+    """A run's env steps per second per seed, evaluations included, from its calls'
+    ``timing``: a round (``env_steps_per_s_per_seed`` x ``median_round_s`` env steps per
+    seed, 1,000 when not recorded) at the median of the calls' median rounds, plus the
+    mean of every evaluation it timed (each call's first included: it may compile, and
+    `COMPILE_S` counts only the first training row) once per ``--eval-every``.
 
     Args:
-        record: the campaign's record (None: none), or any {"tasks": {name: {"calls",
-            "eval_every" or "command"}}} whose names start with the task's domain.
+        entry: a record entry, or any {"calls": [{"timing"}], "eval_every" or "command"}.
 
     Returns:
-        {domain: env steps/s per seed}; a domain with no timed call is absent.
+        The speed, or None when no call timed a round and an evaluation (a call of another
+        shape, or with a value that is not a finite positive number, is left out whole,
+        never trusted).
     """
-    out: dict[str, float] = {}
-    for task, e in ((record or {}).get("tasks") or {}).items():
-        timed = [c["timing"] for c in e.get("calls", []) if isinstance(c.get("timing"), dict)]
-        rounds = [t["median_round_s"] for t in timed if t.get("median_round_s")]
-        if not rounds:
+    calls = entry.get("calls") if isinstance(entry, dict) else None
+    timed = [c["timing"] for c in (calls if isinstance(calls, list) else [])
+             if isinstance(c, dict) and isinstance(c.get("timing"), dict)]
+    rounds, evals = [], []
+    for t in timed:
+        med, ev = t.get("median_round_s"), t.get("evals_s")
+        if not (_positive(med) and isinstance(ev, list) and all(map(_positive, ev))):
+            continue                    # a call with any odd value is not trusted at all
+        sps = t.get("env_steps_per_s_per_seed")
+        rounds.append((med, sps * med if _positive(sps) else 1000.0))
+        evals += ev
+    if not rounds or not evals:         # an evaluation's share unknown: not measured
+        return None
+    med, per_round = sorted(rounds)[(len(rounds) - 1) // 2]
+    per_step = med / per_round + statistics.fmean(evals) / _eval_every(entry)
+    return round(1.0 / per_step, 1)
+
+
+def measured_sps(record: dict[str, Any] | None, seeds: int | None = None) -> dict[str, float]:
+    """Env steps per second per seed, evaluations included, per domain: `run_sps` of the
+    domain's newest recorded run (its ``ingested`` time; the code a domain's older runs
+    ran may have been slower or faster), among runs of ``seeds`` seeds.
+
+    Args:
+        record: the campaign's record (None: none), or any {"tasks": {name: entry}} whose
+            names start with the task's domain.
+        seeds: count only runs of this many seeds (None: any).
+
+    Returns:
+        {domain: env steps/s per seed}; a domain with no measured run is absent.
+    """
+    tasks = (record or {}).get("tasks") if isinstance(record, dict) else None
+    newest: dict[str, tuple[str, float]] = {}
+    for task, e in (tasks if isinstance(tasks, dict) else {}).items():
+        if not isinstance(e, dict) or (seeds is not None and isinstance(e.get("seeds"), list)
+                                       and len(e["seeds"]) != seeds):
             continue
-        evals = ([x for t in timed for x in t.get("evals_s", [])[1:]]
-                 or [x for t in timed for x in t.get("evals_s", [])])
-        if not evals:           # no evaluation timed yet: its share unknown, not counted
-            continue
-        per_1000 = statistics.median(rounds) + statistics.median(evals) * 1000 / _eval_every(e)
-        dom = task.split("-")[0]
-        out[dom] = min(out.get(dom, math.inf), round(1000 / per_1000, 1))
-    return out
+        v = run_sps(e)
+        when = str(e.get("ingested") or "")
+        dom = str(task).split("-")[0]
+        if v is not None and (dom not in newest or when >= newest[dom][0]):
+            newest[dom] = (when, v)
+    return {d: v for d, (_, v) in newest.items()}
 
 
 def sps_for(task: str, override: float | None,
@@ -274,7 +310,7 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
     record = load_record(Path(args.results))
-    args.measured_sps = measured_sps(record)
+    args.measured_sps = measured_sps(record, len(campaign.seeds))
     speeds = {**SPS_BY_DOMAIN, **args.measured_sps}
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
                                             archived_tasks(Path(args.results), record))}

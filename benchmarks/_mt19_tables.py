@@ -104,9 +104,20 @@ def markdown(data: dict[str, Any], tasks: list[str]) -> str:
     Returns:
         The sources table, a blank line and the speed table (rows of tasks without timing
         left out), each ending in a newline.
+
+    Raises:
+        ValueError: one line naming a task whose entry lacks a value a row needs or has
+            one of another type.
     """
     recorded = data.get("tasks", {})
     names = [t for t in tasks if t in recorded] + sorted(t for t in recorded if t not in tasks)
-    src = [sources_row(t, recorded[t]) for t in names]
-    spd = [r for r in (speed_row(t, recorded[t]) for t in names) if r is not None]
+    src, spd = [], []
+    for t in names:
+        try:
+            src.append(sources_row(t, recorded[t]))
+            spd.append(speed_row(t, recorded[t]))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ValueError(f"{t}: its record entry is of another shape ({type(e).__name__}: "
+                             f"{e}); restore mt19_sources.json from git") from None
+    spd = [r for r in spd if r is not None]
     return "\n".join([SOURCES_HEADER, *src]) + "\n\n" + "\n".join([SPEED_HEADER, *spd]) + "\n"

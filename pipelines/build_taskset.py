@@ -88,7 +88,8 @@ def _run(taskset, args, beam_args) -> int:
     where = " (Beam's FnApiRunner, never Prism)" if ra.name == "DirectRunner" else ""
     if ra.is_dask:
         where = (f" on the Dask cluster at {ra.dask_address}" if ra.dask_address else
-                 f" on a local Dask cluster of {ra.dask_workers} worker processes")
+                 f" on a local Dask cluster of "
+                 f"{counted(ra.dask_workers, 'worker process', 'worker processes')}")
     print(f"building {plan.name}: {counted(len(plan.sources), 'episode set')}, "
           f"{counted(n - dups, 'episode')}, {counted(plan.num_shards, 'shard')}, {ra.name}{where}" +
           (f" ({counted(dups, 'duplicate episode')} dropped, listed in the manifest's "

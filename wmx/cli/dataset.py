@@ -78,7 +78,7 @@ def cmd_ls(args) -> int:
               f"({looked_in(args.home)}); {_build_hint(store, args.home)}")
     else:
         print_table(("NAME", "HASH", "TASKS", "EPISODES", "SIZE", "CREATED"), rows)
-    _say_strays(store.datasets_dir, args.name, "datasets")
+    _say_strays(store.datasets_dir, args.name, ("a dataset", "datasets"))
     return 0
 
 
@@ -109,10 +109,12 @@ def _build_hint(store, home: str | None = None) -> str:
             f"beam run pipelines/build_mt19.py{at} --tasks {','.join(ready)}")
 
 
-def _say_strays(root, name: str | None, what: str) -> None:
+def _say_strays(root, name: str | None, what: tuple[str, str]) -> None:
     """One line naming the folders under ``root/<name>/`` that the listing left out: not
     named by a content hash, or without a manifest.json (renamed or damaged by hand; the
-    store does not see them). Hidden folders (a build's staging) are not counted."""
+    store does not see them). Hidden folders (a build's staging) are not counted.
+    ``what``: what the store would see, for one folder and for several ("a dataset",
+    "datasets")."""
     from wmx.schemas.hashing import is_sha256_hex
     from wmx.schemas.manifest import MANIFEST_FILENAME
     if not root.is_dir():
@@ -125,9 +127,11 @@ def _say_strays(root, name: str | None, what: str) -> None:
     if strays:
         shown = ", ".join(str(v.relative_to(root)) for v in strays[:5])
         more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+        one = len(strays) == 1
         print(f"note: {counted(len(strays), 'folder')} under {root} "
-              f"{'is' if len(strays) == 1 else 'are'} not {what} the store sees (a "
-              f"name that is not their content hash, or no manifest.json): {shown}{more}")
+              f"{'is' if one else 'are'} not {what[0] if one else what[1]} the store sees "
+              f"({'its name is not its' if one else 'a name that is not their'} content "
+              f"hash, or no manifest.json): {shown}{more}")
 
 
 def cmd_sources(args) -> int:
@@ -158,7 +162,7 @@ def cmd_sources(args) -> int:
         print_table(("TASK", "SET", "EPISODES", "MEAN RETURN", "PRODUCER", "CREATED"), rows)
         print("pool some of them with: beam run pipelines/build_mt19.py --tasks TASK,... "
               "--sources TASK/SET ...")
-    _say_strays(store.episodes_dir, args.task, "episode sets")
+    _say_strays(store.episodes_dir, args.task, ("an episode set", "episode sets"))
     return 0
 
 
