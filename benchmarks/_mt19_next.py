@@ -93,9 +93,10 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     Returns:
         (state, env steps, why): ``task`` unless it is done or no size of its new run
         fits; else the task whose campaign run is in progress (env steps: the run's own
-        total); else the first task of ``regenerate`` not regenerated yet when its run
-        fits (else none: the session ends); else the first task not done with a size that
-        fits. (None, 0, why) when there is none.
+        total); else the first task of ``regenerate`` not regenerated yet whose run fits;
+        else the first task not done with a size that fits (a regeneration that does not
+        fit the time left leaves it to a later one, or to a task not done, that does).
+        (None, 0, why) when there is none.
     """
     def need(s: TaskState, n: int) -> float:
         return task_cost(s.task, n, Clock(elapsed_s, 0.0), args)[0]
@@ -135,17 +136,29 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     if active:
         return active[0], running(active[0]), "its run is in progress"
     by_task = {x.task: x for x in states}
+    refused = None
     for t in regenerate:
         s = by_task[t]
         if s.regenerated_run() is not None:
             continue
         n = regeneration_env_steps(s.recorded)
         if device_left_s is not None and need(s, n) > device_left_s:
-            return None, 0, (f"--regenerate {t}: its run of {n:,} env steps needs "
-                             f"{minutes(need(s, n))} device minutes, {device_left_s / 60:.1f} "
-                             "are left; end the session")
+            refused = refused or (f"--regenerate {t}: its run of {n:,} env steps needs "
+                                  f"{minutes(need(s, n))} device minutes, "
+                                  f"{device_left_s / 60:.1f} are left")
+            continue                    # a later one, or a task not done, may fit
         return s, n, "--regenerate: the recorded source trained again"
     todo = [s for s in states if not s.done]
+    s, n, why = _first_todo(todo, size, fresh_size, need, minutes, device_left_s)
+    if s is None and refused is not None:
+        why = f"{refused}; " + (why if todo else "end the session")
+    return s, n, why
+
+
+def _first_todo(todo: list[TaskState], size, fresh_size, need, minutes,
+                device_left_s: float | None) -> tuple[TaskState | None, int, str]:
+    """`choose`'s last step: the first task not done with a size that fits, leaving one
+    that would train shorter here than in a fresh session (None, 0, why when none)."""
     if not todo:
         return None, 0, "every task of the campaign is done"
     deferred = []

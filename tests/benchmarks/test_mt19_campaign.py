@@ -581,3 +581,33 @@ def test_regenerate_refuses_what_it_cannot_train_again(calls, tmp_path, capsys):
         assert len(err.splitlines()) == 1 and said in err
         assert not (tmp_path / "h" / "runs").exists() or not any(
             (tmp_path / "h" / "runs").iterdir())
+
+
+def test_a_regeneration_that_does_not_fit_leaves_the_time_to_one_that_does(tmp_path):
+    """--regenerate walker-stand,reacher-hard with device time for reacher-hard's shorter run
+    only: reacher-hard goes first; with time for neither, a task not done that fits (a fixed
+    40k cheetah-run) trains; with time for nothing, the refusal names the regeneration."""
+    campaign, args = _model("--tasks", "walker-stand,reacher-hard,cheetah-run",
+                            "--target", "cheetah-run=40000")
+    real = json.loads((ROOT / "benchmarks" / "results" / record_lib.FILE).read_text())
+    rec = {"tasks": {"walker-stand": real["tasks"]["walker-stand"],
+                     "reacher-hard": {**real["tasks"]["reacher-hard"], "env_steps": 50_000,
+                                      "command": real["tasks"]["reacher-hard"]["command"]
+                                      .replace("--env-steps 100000", "--env-steps 50000")}}}
+    states = camp.read_state(tmp_path, campaign, rec)
+    regen = ("walker-stand", "reacher-hard")
+
+    def need(n):
+        return plan_lib.task_cost("x", n, plan_lib.Clock(0.0, 0.0), args)[0]
+    assert need(40_000) < need(50_000) < need(100_000)
+
+    def chosen(left):
+        s, n, why = next_lib.choose(states, campaign, None, left, 0.0, args, regen)
+        return (s.task if s else None), n, why
+    assert chosen(need(100_000))[:2] == ("walker-stand", 100_000)
+    assert chosen(need(100_000) - 1)[:2] == ("reacher-hard", 50_000)
+    assert chosen(need(50_000) - 1)[:2] == ("cheetah-run", 40_000)
+    task, n, why = chosen(need(40_000) - 1)
+    assert (task, n) == (None, 0)
+    assert why.startswith("--regenerate walker-stand: its run of 100,000 env steps needs ")
+    assert why.endswith("end the session") and "no task left fits" in why
