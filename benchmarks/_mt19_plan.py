@@ -234,13 +234,16 @@ def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock
 
 def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         list[tuple[int, float, int, float, int, bool]], int]:
-    """The campaign's timeline: tasks in order, each run within one session (its replay
-    stays on the machine), a new session when the next run would not fit the one open.
+    """The campaign's timeline as ``next`` fills it: each run within one session (its
+    replay stays on the machine); the session open takes the first task, in order, whose
+    run at its fresh-session size fits the time it has left (a task that does not fit
+    waits for a later session, as ``next`` leaves it), and a new session opens with the
+    first task waiting when none fits.
 
-    A task's run is planned at its first size (the aim) in the session open, else in a
-    fresh session, else at the largest of its other sizes that fits a fresh session
-    (`Campaign.sizes`: multiples of `_mt19_tasks.FIT_STEP` down to the floor); when none
-    fits, at its last size (the floor), marked as not fitting.
+    A task's size is the one a fresh session gives it (`fresh_fit`: its first size, the
+    aim, else the largest of its other sizes that fits, `Campaign.sizes`: multiples of
+    `_mt19_tasks.FIT_STEP` down to the floor); when none fits, its last size (the floor),
+    marked as not fitting.
 
     Args:
         targets: [(task, env steps per seed its run may train to, largest first)] in
@@ -250,20 +253,29 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
 
     Returns:
         ([(env steps per seed planned, training s, calls, device s, session number, fits
-        one session)] per task, sessions).
+        one session)] per task in ``targets``' order, sessions).
     """
-    out, session = [], 0
-    clock = Clock(None, float("inf"))
-    for task, sizes in targets:
-        steps = sizes[0]
-        dev, calls, after = task_cost(task, steps, clock, args)
-        fits = after.session_used <= args.session_s
-        if not fits:
+    rows: dict[int, tuple[int, float, int, float, int, bool]] = {}
+    waiting = list(range(len(targets)))
+    session, clock = 0, Clock(None, float("inf"))
+    while waiting:
+        placed = None
+        for i in waiting:
+            task, sizes = targets[i]
+            steps = fresh_fit(task, sizes, args)[0]
+            dev, calls, after = task_cost(task, steps, clock, args)
+            if after.session_used <= args.session_s:
+                placed = (i, steps, dev, calls, after, True)
+                break
+        if placed is None:              # nothing fits the session open: a new one
             session += 1
-            steps, dev, calls, after, fits = fresh_fit(task, sizes, args)
-        out.append((steps, steps / _sps(task, args), calls, dev, session, fits))
+            i = waiting[0]
+            placed = (i, *fresh_fit(*targets[i], args))
+        i, steps, dev, calls, after, fits = placed
+        rows[i] = (steps, steps / _sps(targets[i][0], args), calls, dev, session, fits)
         clock = after
-    return out, session
+        waiting.remove(i)
+    return [rows[i] for i in range(len(targets))], session
 
 
 def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
