@@ -15,6 +15,8 @@ import math
 import typing
 from typing import Any, Iterable
 
+from wmx.sizes import noun_for
+
 _WORDS = {bool: "true or false", int: "an integer", float: "a finite number",
           str: "a string"}
 _EXAMPLES = {bool: "true", int: "5", float: "0.5", str: "name"}
@@ -87,7 +89,8 @@ def check_field_names(cls: type, overrides: dict[str, Any], agent: str) -> None:
         return
     hints = {b: close_names(b, names) for b in bad}
     said = "; ".join(f"{b!r}: {did_you_mean(h)}" for b, h in hints.items() if h)
-    msg = f"unknown {agent} config {'field' if len(bad) == 1 else 'fields'} {bad}" + (f" ({said})" if said else "")
+    msg = (f"unknown {agent} config {noun_for(len(bad), 'field')} {bad}"
+           + (f" ({said})" if said else ""))
     if not all(hints.values()):
         msg += f"; the fields: {', '.join(sorted(names))}"
     raise ValueError(msg)

@@ -6,7 +6,7 @@ import argparse
 
 from wmx.cli.table import print_table
 from wmx.runs.cli_common import at_least, count
-from wmx.sizes import counted, human_size
+from wmx.sizes import counted, human_size, noun_for
 
 
 def add_parser(sub) -> None:
@@ -127,10 +127,10 @@ def _say_strays(root, name: str | None, what: tuple[str, str]) -> None:
     if strays:
         shown = ", ".join(str(v.relative_to(root)) for v in strays[:5])
         more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
-        one = len(strays) == 1
-        print(f"note: {counted(len(strays), 'folder')} under {root} "
-              f"{'is' if one else 'are'} not {what[0] if one else what[1]} the store sees "
-              f"({'its name is not its' if one else 'a name that is not their'} content "
+        n = len(strays)
+        print(f"note: {counted(n, 'folder')} under {root} {noun_for(n, 'is', 'are')} not "
+              f"{noun_for(n, *what)} the store sees "
+              f"({noun_for(n, 'its name is not its', 'a name that is not their')} content "
               f"hash, or no manifest.json): {shown}{more}")
 
 

@@ -19,9 +19,9 @@ obs/action dims, 2 episodes (2,000 env steps) per task, random actions for
 the first 1,500 (TD-MPC2's seed phase, shortened by the demo's --seed-steps
 750; train_online's own is 5,000 env steps) and planning and updates in the
 last 500, 1 evaluation episode per task in each stage, a lighter planner (2
-MPPI iterations of 128 samples; the cpu preset's are 6 of 256), 300 offline updates of batch 256 (DreamerV3:
---dreamerv3-updates of its preset's 16 windows of 64 + 1 rows). It is far too
-small to learn the tasks. Scale up by running the stages yourself (README, "The demo,
+MPPI iterations of 128 samples; the cpu preset's are 6 of 256), 300 offline
+updates of batch 256 (DreamerV3: --dreamerv3-updates of its preset's 16
+windows of 64 + 1 rows). It is far too small to learn the tasks. Scale up by running the stages yourself (README, "The demo,
 and scaling it up"): all 19 tasks, the paper preset (model size 5), 1M env
 steps and several seeds per task; the build without --tasks; train_offline
 with --batch-size 1024 --model-size 5 and many more updates.

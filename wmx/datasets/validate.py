@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from wmx.schemas import episode as schema
+from wmx.sizes import noun_for
 
 FIXES = {
     "manifest": "rebuild the dataset (beam run pipelines/build_mt19.py or build_taskset.py)",
@@ -384,7 +385,7 @@ def validate_dataset(ref, home=None, max_failures_per_check: int = 20) -> Valida
                 f"episode {dg[:16]}... (task {task_of[dg]}) is stored {len(places)} times: "
                 f"{', '.join(places)}",
                 FIXES["duplicate"] + (f"; the copies come from source episode "
-                                      f"{'set' if len(held) == 1 else 'sets'} "
+                                      f"{noun_for(len(held), 'set')} "
                                       f"{', '.join(held)}" if held else ""))
     per_task = raw.get("per_task", {})
     for t in taskset.names:

@@ -202,7 +202,8 @@ def evaluate_to_report(run_dir: str | Path, *, episodes: int = 10, tasks=None,
     if video:
         meta = {**meta, "video": {"episodes": video, "seed": info.seeds[0],
                                   "gl_backend": backend}}
-        log.info("rendering %s per task with MUJOCO_GL=%s ...", counted(video, "video"), backend)
+        log.info("rendering %s per task with MUJOCO_GL=%s ...", counted(video, "video"),
+                 backend)
     report = build_report(info, returns, meta, home)
     media = _media(recordings, loggers, info, report) if video else None
     return write_report(report, out, force, media)

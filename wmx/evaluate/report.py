@@ -455,7 +455,8 @@ def _videos_markdown(report: dict) -> list[str]:
         return []
     v0 = videos[0]
     lines = ["## Videos", "",
-             f"The first {counted(report['evaluation']['video']['episodes'], 'evaluation episode')} of "
+             f"The first "
+             f"{counted(report['evaluation']['video']['episodes'], 'evaluation episode')} of "
              f"seed {v0['seed']} per task, rendered from camera `{v0['camera']}` at "
              f"{v0['width']} x {v0['height']} pixels (one frame per agent step, from the reset "
              "state on).", "",

@@ -13,6 +13,7 @@ import os
 from typing import Iterator, Sequence
 
 from wmx.pipelines.runners import RunnerError, resolve_runner
+from wmx.sizes import noun_for
 
 
 class BeamOptionsError(ValueError):
@@ -60,7 +61,8 @@ def check_beam_args(beam_args: Sequence[str], job_flags: Sequence[str] = ()) -> 
     if unknown:
         own = f"; this job's own flags are {', '.join(job_flags)}" if job_flags else ""
         raise BeamOptionsError(
-            f"unknown {'option' if len(unknown) == 1 else 'options'} {' '.join(unknown)}: neither this job's nor a Beam pipeline "
+            f"unknown {noun_for(len(unknown), 'option')} {' '.join(unknown)}: neither this "
+            "job's nor a Beam pipeline "
             f"option{own}. Beam options are written --name=value (e.g. "
             "--direct_num_workers=2, --runner=FlinkRunner --flink_master=HOST:PORT; Beam's "
             "PipelineOptions documentation lists them)")

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from wmx import temporaries
 from wmx.pipelines.plan import BuildPlan, SourceSet
-from wmx.sizes import counted
+from wmx.sizes import counted, noun_for
 
 
 class BuildInputError(ValueError):
@@ -173,7 +173,8 @@ def select_sources(home, taskset, sources: Sequence[str] | None = None) -> list[
     missing = [t for t in taskset.names if t not in have]
     if missing:
         raise BuildInputError(
-            f"no episode sets for {'task' if len(missing) == 1 else 'tasks'} {missing} of TaskSet {taskset.name}; export "
+            f"no episode sets for {noun_for(len(missing), 'task')} {missing} of TaskSet "
+            f"{taskset.name}; export "
             f"them with train_online, or build a subset with --tasks "
             f"{','.join(t for t in taskset.names if t in have) or '<tasks>'}")
     for t in taskset.tasks:
@@ -261,7 +262,7 @@ def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...]]:
         n = sum(len(x["dropped"]) for x in out)
         logging.getLogger("wmx.pipelines").warning(
             "%s in the sources %s pooled once: %s", counted(n, "duplicate episode"),
-            "is" if n == 1 else "are",
+            noun_for(n, "is", "are"),
             "; ".join(f"{x['kept']} also as {', '.join(x['dropped'])}" for x in out[:5])
             + (" ..." if len(out) > 5 else ""))
     return skips, out

@@ -36,13 +36,13 @@ import time
 from pathlib import Path
 
 from wmx.paths import wmx_home
-from wmx.sizes import counted
 from wmx.runs.config_file import add_config_argument, with_file_pins
 from wmx.runs.loggers import add_logger_argument, open_run_loggers, parse_loggers
 from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_arguments,
                                  add_cache_argument, agent_overrides, count, create_run_dir,
                                  enable_compile_cache, hold_run_dir, print_counts, resume_config,
                                  run_cli, run_name, warn_if_restarting)
+from wmx.sizes import counted
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
