@@ -14,6 +14,7 @@ import _mt19_bundle as bundle_lib
 import _mt19_record as record_lib
 from _mt19_tasks import (DEFAULT_TARGET, TARGETS, Campaign, archived_tasks, load_record,
                          read_state)
+from wmx.sizes import counted
 
 
 def cmd_ingest(args, campaign: Campaign) -> int:
@@ -85,9 +86,7 @@ def cmd_ingest(args, campaign: Campaign) -> int:
                     entry, said = record_lib.regenerated(old, entry)
                     print(f"{task}: {said}")
                 record["tasks"][task] = entry
-            print(f"{task}: {u.run} -> {got['run']}; {len(got['sets'])} episode set(s) "
-                  f"({got['new_sets']} new): "
-                  + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
+            print(f"{task}: {_installed(u, got)}")
     if repo is not None:
         archive_ingested(repo, record, unpacked)
     record["tasks"] = dict(sorted(record["tasks"].items()))
@@ -102,6 +101,14 @@ def cmd_ingest(args, campaign: Campaign) -> int:
 @contextlib.contextmanager
 def _nothing():
     yield None
+
+
+def _installed(u: bundle_lib.Unpacked, got: dict[str, Any]) -> str:
+    """What `_mt19_bundle.install` did with a bundle, for ingest's and restore's line: the
+    run's name here, its sets (how many were new) and each seed's set hash (12 hex)."""
+    return (f"{u.run} -> {got['run']}; {counted(len(got['sets']), 'episode set')} "
+            f"({got['new_sets']} new): "
+            + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
 
 
 def _set_hashes(sets: dict[int, tuple[str, str]] | list[dict[str, Any]]) -> dict[str, str]:
@@ -153,7 +160,7 @@ def archive_ingested(repo: Path, record: dict[str, Any],
                                  "archive": [{k: g[k] for k in record_lib.ARCHIVE_KEYS}
                                              for g in files],
                                  "archive_commit": files[0]["commit"]}
-    print(f"archived {', '.join(chosen)}: {len(got)} file(s), "
+    print(f"archived {', '.join(chosen)}: {counted(len(got), 'file')}, "
           f"{sum(g['bytes'] for g in got) / 2 ** 20:.2f} MiB in git history (commit "
           f"{got[0]['commit'][:12]} and one taking them out of the working tree, on the "
           "current branch); commit the record as usual")
@@ -227,8 +234,7 @@ def cmd_restore(args, campaign: Campaign) -> int:
             unpacked.append((s, u))
         for s, u in unpacked:
             got = bundle_lib.install(store, u)
-            print(f"{s.task}: restored {u.run} -> {got['run']}; {len(got['sets'])} episode "
-                  f"set(s) ({got['new_sets']} new): "
-                  + ", ".join(f"seed {k} {Path(p).name[:12]}" for k, p in got["sets"].items()))
-    print(f"restored {len(unpacked)} task(s) into {store.home}; the record is unchanged")
+            print(f"{s.task}: restored {_installed(u, got)}")
+    print(f"restored {counted(len(unpacked), 'task')} into {store.home}; the record is "
+          "unchanged")
     return 0

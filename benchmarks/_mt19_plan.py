@@ -256,21 +256,21 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         one session)] per task in ``targets``' order, sessions).
     """
     rows: dict[int, tuple[int, float, int, float, int, bool]] = {}
+    fresh = [fresh_fit(task, sizes, args) for task, sizes in targets]   # once per task
     waiting = list(range(len(targets)))
     session, clock = 0, Clock(None, float("inf"))
     while waiting:
         placed = None
         for i in waiting:
-            task, sizes = targets[i]
-            steps = fresh_fit(task, sizes, args)[0]
-            dev, calls, after = task_cost(task, steps, clock, args)
+            steps = fresh[i][0]
+            dev, calls, after = task_cost(targets[i][0], steps, clock, args)
             if after.session_used <= args.session_s:
                 placed = (i, steps, dev, calls, after, True)
                 break
         if placed is None:              # nothing fits the session open: a new one
             session += 1
             i = waiting[0]
-            placed = (i, *fresh_fit(*targets[i], args))
+            placed = (i, *fresh[i])
         i, steps, dev, calls, after, fits = placed
         rows[i] = (steps, steps / _sps(targets[i][0], args), calls, dev, session, fits)
         clock = after

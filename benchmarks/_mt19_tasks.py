@@ -462,7 +462,7 @@ def read_state(home: Path, campaign: Campaign, record: dict[str, Any] | None,
 
 def archived_tasks(results: Path, record: dict[str, Any] | None) -> set[str]:
     """The recorded tasks whose archived bundle (an entry's ``archive``) is in the git
-    repository that holds the record, every blob of it (`_mt19_archive.available`).
+    repository that holds the record, every blob of it (`_mt19_archive.available_each`).
 
     Args:
         results: the folder of mt19_sources.json (``--results``).
@@ -481,7 +481,7 @@ def archived_tasks(results: Path, record: dict[str, Any] | None) -> set[str]:
     repo = archive_lib.repo_of(Path(results)) if entries else None
     if repo is None:
         return set()
-    return {t for t, files in entries.items() if archive_lib.available(repo, files)}
+    return archive_lib.available_each(repo, entries)
 
 
 def load_record(results: Path) -> dict[str, Any] | None:

@@ -105,6 +105,7 @@ def cmd_status(args, campaign: Campaign) -> int:
     from wmx.cli.table import print_table
     from wmx.datasets.store import Store
     from wmx.version import code_version
+    from wmx.sizes import counted, noun_for
     home = Store(args.home).home
     record = load_record(Path(args.results))
     states = read_state(home, campaign, record, archived_tasks(Path(args.results), record))
@@ -136,7 +137,8 @@ def cmd_status(args, campaign: Campaign) -> int:
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
     if kept:
         print(f"first, here: python benchmarks/mt19_campaign.py restore{_place_text(args)}"
-              f"{_flags_text(args)}   # {len(kept)} task(s) have their recorded sets archived "
+              f"{_flags_text(args)}   # {counted(len(kept), 'task')} "
+              f"{noun_for(len(kept), 'has', 'have')} their recorded sets archived "
               f"in git history, not in this data root ({', '.join(kept)})")
     if lost:
         print(f"episode sets missing: {len(lost)} done task(s) have their recorded sets not in "
@@ -300,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "past its stop time trains one chunk)")
         q.add_argument("--sps", type=float, default=None,
                        help="env steps per second per seed, evaluations included, of every "
-                            "task (default: per domain, the recorded runs' speed (a "
-                            "domain's slowest task), else _mt19_plan.SPS_BY_DOMAIN, else "
+                            "task (default: per domain, the speed of its newest recorded "
+                            "run, else _mt19_plan.SPS_BY_DOMAIN, else "
                             f"{SPS_DEFAULT:g}; the model of plan and of next's "
                             "--device-left-s)")
         q.add_argument("--compile-s", type=float, default=COMPILE_S,

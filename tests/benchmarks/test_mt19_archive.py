@@ -114,6 +114,24 @@ def test_archive_makes_two_commits_and_touches_neither_index_nor_working_tree(re
     assert not archive_lib.available(repo, _entries(got))   # the blob stays, unreachable
 
 
+def test_available_each_judges_every_task_in_one_pass(repo, files, monkeypatch):
+    """Per key as `available` judges it (a missing blob, a commit's id, not an archive),
+    with one cat-file and one rev-list of git for all the keys together."""
+    got = _entries(archive_lib.archive(repo, files, "t"))
+    archives = {"whole": got[:1], "parts": got[1:], "gone": [{**got[0], "blob": "1" * 40}],
+                "mixed": [got[1], {**got[2], "blob": "2" * 40}], "odd": [{"file": "x"}],
+                "none": []}
+    runs = []
+    real = archive_lib._git
+    monkeypatch.setattr(archive_lib, "_git", lambda r, *a, **k: runs.append(a[0]) or real(
+        r, *a, **k))
+    assert archive_lib.available_each(repo, archives) == {"whole", "parts"}
+    assert sorted(runs) == ["cat-file", "rev-list"]
+    assert {k for k, v in archives.items() if archive_lib.available(repo, v)} == {
+        "whole", "parts"}
+    assert archive_lib.available_each(repo, {"odd": [{"file": "x"}]}) == set()
+
+
 def test_archive_refuses_a_detached_head_a_moved_branch_and_a_repeated_name(
         repo, files, monkeypatch, tmp_path):
     git(repo, "checkout", "-q", "--detach")
@@ -220,7 +238,7 @@ def test_ingest_archives_the_bundle_in_two_commits(ingested, capsys):
                              "sha256": hashlib.sha256(bundle.read_bytes()).hexdigest(),
                              "bytes": bundle.stat().st_size}]
     assert e["archive_commit"] == git(repo, "rev-parse", "HEAD^")
-    assert f"archived {TASK}: 1 file(s)" in said
+    assert f"archived {TASK}: 1 file," in said
     assert any("restore" in c for c in rec["regenerate"])
     # the same bundle again: the entry keeps its archive, no new commit
     before = (results / record_lib.FILE).read_text()
@@ -368,7 +386,7 @@ def test_a_regeneration_archives_for_the_entry_it_leaves(ingested, tmp_path, cap
     n = commits(repo)
     assert camp.main(["ingest", str(out), *TINY, "--home", str(tmp_path / "h"),
                       "--results", str(res)]) == 0
-    assert f"archived {TASK}: 1 file(s)" in capsys.readouterr().out
+    assert f"archived {TASK}: 1 file," in capsys.readouterr().out
     assert commits(repo) == n + 2
     e = _record(res)["tasks"][TASK]
     (ev,) = e["regenerations"]
