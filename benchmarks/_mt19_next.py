@@ -25,7 +25,8 @@ from typing import Any
 
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
-from _mt19_plan import GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, task_cost
+from _mt19_plan import (GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, model_speeds,
+                        task_cost)
 from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
                          regeneration_env_steps, regeneration_mismatch)
 
@@ -540,6 +541,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             states = read_state(store.home, campaign, record)
             args.measured_sps = session_sps(record, store.home, campaign.eval_every,
                                             len(campaign.seeds))
+            args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
             if s is None:

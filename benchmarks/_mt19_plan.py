@@ -9,6 +9,7 @@ the estimated size of a run's bundle.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import statistics
@@ -27,7 +28,15 @@ walker-walk run (wmx edc129d): 46.8 s training (213.7 per s) and 11.8 s evaluati
 cheetah: the campaign's cheetah-run run (wmx 3236489): 24.2 s training (414.1 per s) and
 8.8 s evaluating. `mt19_campaign.py table` prints every recorded run's speed."""
 SPS_DEFAULT = 160.0
-"""A domain not measured yet: the slowest measured."""
+"""A domain neither measured nor priced from its physics (`prior_sps`): about the slowest
+measured."""
+PHYSICS_FILE = "mt19_physics_cpu.json"
+"""The results folder's file of each task's physics cost (``benchmarks/mt19_physics.py``)."""
+PRIOR_MARGIN = 0.85
+"""`prior_sps` prices a domain at this share of the speed its physics cost predicts: the
+fit's three domains leave it within 10% of their measured speeds, and a learned policy
+can make more contacts than the random actions the cost was measured with; a run priced
+too fast may not finish in its session and is lost, one priced too slow only waits."""
 COMPILE_S = 120.0
 """Seconds of a run's first call spent compiling: the time its first training row takes
 beyond a round (the training chunk and the seed phase's program), 118 s on walker-walk
@@ -121,25 +130,93 @@ def measured_sps(record: dict[str, Any] | None, seeds: int | None = None) -> dic
     return {d: v for d, (_, v) in newest.items()}
 
 
+def load_physics(results: Path) -> dict[str, float]:
+    """Each task's physics cost, from ``results/PHYSICS_FILE`` (``benchmarks/mt19_physics.py``).
+
+    Returns:
+        {task: ms per agent step of the lanes together}; {} when the file is absent, is
+        not JSON or not a ``wmx.mt19_physics/1`` file; an entry whose value is not a finite
+        positive number is left out.
+    """
+    try:
+        data = json.loads((Path(results) / PHYSICS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    tasks = data.get("tasks") if isinstance(data, dict) and data.get(
+        "schema") == "wmx.mt19_physics/1" else None
+    return {str(t): float(e["ms_per_agent_step"])
+            for t, e in (tasks if isinstance(tasks, dict) else {}).items()
+            if isinstance(e, dict) and _positive(e.get("ms_per_agent_step"))}
+
+
+def prior_sps(known: dict[str, float], physics: dict[str, float]) -> dict[str, float]:
+    """Speeds for the domains not measured yet, from their physics cost.
+
+    A run's device seconds per env step are taken as a + b x (its domain's physics cost),
+    the agent's part and the physics' (on the chip the env step is a chain of small ops,
+    latency-bound like a 2-lane step on a CPU), fitted by least squares over the domains
+    of ``known`` that have a cost; a domain's cost is its slowest task's. Each other
+    domain with a cost is priced at `PRIOR_MARGIN` of the fit's speed, and at most the
+    fastest known domain's speed (no extrapolation beyond what the chip was seen to do).
+
+    Args:
+        known: {domain: env steps/s per seed, evaluations included} (`measured_sps`, the
+            `SPS_BY_DOMAIN` fallback under it).
+        physics: {task: ms per agent step} (`load_physics`).
+
+    Returns:
+        {domain: env steps/s per seed} for the domains with a cost that ``known`` lacks;
+        {} when fewer than two known domains with distinct costs have one, or the fit
+        does not give both parts positive.
+    """
+    cost: dict[str, float] = {}
+    for task, ms in physics.items():
+        dom = task.split("-")[0]
+        cost[dom] = max(ms, cost.get(dom, 0.0))
+    pts = [(cost[d], 1.0 / v) for d, v in known.items() if d in cost and _positive(v)]
+    if len({x for x, _ in pts}) < 2:
+        return {}
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    b = (sum((x - mx) * (y - my) for x, y in pts)
+         / sum((x - mx) ** 2 for x, _ in pts))
+    a = my - b * mx
+    if not (a > 0 and b > 0):
+        return {}
+    cap = max(known.values())
+    return {d: round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
+            for d, c in sorted(cost.items()) if d not in known}
+
+
 def sps_for(task: str, override: float | None,
-            measured: dict[str, float] | None = None) -> float:
+            measured: dict[str, float] | None = None,
+            prior: dict[str, float] | None = None) -> float:
     """Env steps per second per seed of a task's run in the plan's model.
 
     Args:
         task: an mt19 task (its domain is the part before the first dash).
         override: ``--sps`` (None: measured).
         measured: `measured_sps` of the record (None: none).
+        prior: `prior_sps` (None: none).
 
     Returns:
         ``override``, else the record's measured speed of the task's domain, else
-        `SPS_BY_DOMAIN`'s, else `SPS_DEFAULT`.
+        `SPS_BY_DOMAIN`'s, else the speed its physics cost predicts, else `SPS_DEFAULT`.
     """
     if override is not None:
         return override
     dom = task.split("-")[0]
     if measured and dom in measured:
         return measured[dom]
-    return SPS_BY_DOMAIN.get(dom, SPS_DEFAULT)
+    if dom in SPS_BY_DOMAIN:
+        return SPS_BY_DOMAIN[dom]
+    return (prior or {}).get(dom, SPS_DEFAULT)
+
+
+def model_speeds(measured: dict[str, float], results: Path) -> dict[str, float]:
+    """`prior_sps` for the plan's model: calibrated on ``measured`` over `SPS_BY_DOMAIN`,
+    with the physics costs of ``results``."""
+    return prior_sps({**SPS_BY_DOMAIN, **measured}, load_physics(results))
 
 
 GZIP_RATIO = 0.91
@@ -208,13 +285,16 @@ def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
 
 def task_cost(task: str, steps: int, clock: Clock, args) -> tuple[float, int, Clock]:
     """`run_cost` of a task's run of ``steps`` env steps per seed at its speed
-    (`sps_for`: ``args.sps``, else ``args.measured_sps``, the record's)."""
+    (`sps_for`: ``args.sps``, else ``args.measured_sps``, the record's, else
+    ``args.prior_sps``, from the physics costs)."""
     return run_cost(steps / _sps(task, args), clock, args)
 
 
 def _sps(task: str, args) -> float:
-    """`sps_for` with the flags' ``sps`` and ``measured_sps`` (absent: none measured)."""
-    return sps_for(task, args.sps, getattr(args, "measured_sps", None))
+    """`sps_for` with the flags' ``sps``, ``measured_sps`` and ``prior_sps`` (absent:
+    none)."""
+    return sps_for(task, args.sps, getattr(args, "measured_sps", None),
+                   getattr(args, "prior_sps", None))
 
 
 def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock, bool]:
@@ -323,7 +403,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          "longer budget")
     record = load_record(Path(args.results))
     args.measured_sps = measured_sps(record, len(campaign.seeds))
-    speeds = {**SPS_BY_DOMAIN, **args.measured_sps}
+    args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
+    speeds = {**SPS_BY_DOMAIN, **args.measured_sps, **args.prior_sps}
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
                                             archived_tasks(Path(args.results), record))}
     regen = [t for t in campaign.tasks if states[t].needs_regeneration]
@@ -351,7 +432,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
     print(f"mt19 campaign plan: TD-MPC2 --preset {campaign.preset}, seeds "
           f"{' '.join(map(str, campaign.seeds))}, "
           + (f"{args.sps:g}" if args.sps is not None else "; ".join(
-              f"{d} {v:g}" + (" (measured)" if d in args.measured_sps else "")
+              f"{d} {v:g}" + (" (measured)" if d in args.measured_sps else
+                              " (its physics)" if d in args.prior_sps else "")
               for d, v in speeds.items()) + f"; other {SPS_DEFAULT:g}")
           + " env steps/s per seed, evaluations included. Calls of "
           f"{args.budget_s:g} s: {args.startup_s:g} s start-up, {args.compile_s:g} s compile "
