@@ -1,0 +1,128 @@
+"""The mt19 plan's price for a domain not measured yet (`_mt19_plan.prior_sps`): the least-
+squares line of seconds per env step against physics cost through the measured domains, at
+PRIOR_MARGIN of it and never above the fastest measured; the physics file's reading; the
+order of the speeds (`sps_for`); plan printing the priced domains; and
+benchmarks/mt19_physics.py's record of one cheap task, and its refusal of a foreign file."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _mt19_plan as plan_lib  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+import mt19_physics  # noqa: E402
+
+
+def _sps(a: float, b: float, cost: float) -> float:
+    return 1.0 / (a + b * cost)
+
+
+def test_the_prior_is_the_line_through_the_measured_domains_at_the_margin():
+    a, b = 0.003, 0.001                         # s per env step: agent part, per physics ms
+    known = {"reacher": _sps(a, b, 0.2), "walker": _sps(a, b, 2.5), "cheetah": _sps(a, b, 0.4)}
+    physics = {"reacher-easy": 0.2, "reacher-hard": 0.1, "walker-run": 2.5, "walker-walk": 1.0,
+               "cheetah-run": 0.4, "fish-swim": 1.2, "hopper-hop": 3.0, "hopper-stand": 2.0}
+    prior = plan_lib.prior_sps(known, physics)
+    assert set(prior) == {"fish", "hopper"}       # the measured domains are not priced
+    assert prior["fish"] == pytest.approx(plan_lib.PRIOR_MARGIN * _sps(a, b, 1.2), abs=0.05)
+    # a domain's cost is its slowest task's (hopper-hop, 3.0 ms: slower than any measured)
+    assert prior["hopper"] == pytest.approx(plan_lib.PRIOR_MARGIN * _sps(a, b, 3.0), abs=0.05)
+    assert prior["hopper"] < min(known.values())
+
+
+def test_the_prior_never_exceeds_the_fastest_measured_domain():
+    known = {"reacher": 300.0, "walker": 200.0}
+    prior = plan_lib.prior_sps(known, {"reacher-easy": 1.0, "walker-walk": 2.0,
+                                       "acrobot-swingup": 0.0001})
+    # the line through (1, 1/300) and (2, 1/200), extrapolated to almost no physics, says
+    # about 600 per s: at the margin still above the fastest measured
+    b = 1 / 200 - 1 / 300
+    line = 1.0 / (1 / 300 - b + b * 0.0001)
+    assert line * plan_lib.PRIOR_MARGIN > 500.0
+    assert prior == {"acrobot": 300.0}
+
+
+@pytest.mark.parametrize("known, physics", [
+    ({"reacher": 300.0}, {"reacher-easy": 0.2, "fish-swim": 1.0}),        # one point
+    ({"reacher": 300.0, "walker": 170.0}, {"reacher-easy": 0.2, "walker-walk": 0.2,
+                                           "fish-swim": 1.0}),            # one cost
+    ({"reacher": 170.0, "walker": 300.0}, {"reacher-easy": 0.2, "walker-walk": 2.0,
+                                           "fish-swim": 1.0}),            # slope below 0
+    ({"reacher": 300.0, "walker": 10.0}, {"reacher-easy": 1.0, "walker-walk": 1.1,
+                                          "fish-swim": 1.0}),             # agent part below 0
+    ({"reacher": 300.0, "walker": 170.0}, {"fish-swim": 1.0}),            # no known cost
+])
+def test_no_prior_without_a_fit_that_makes_sense(known, physics):
+    assert plan_lib.prior_sps(known, physics) == {}
+
+
+def test_the_speed_order():
+    measured, prior = {"cartpole": 410.0}, {"cartpole": 250.0, "fish": 190.0, "walker": 1.0}
+    assert plan_lib.sps_for("cartpole-swingup", None, measured, prior) == 410.0
+    assert plan_lib.sps_for("walker-walk", None, {}, prior) == plan_lib.SPS_BY_DOMAIN["walker"]
+    assert plan_lib.sps_for("fish-swim", None, measured, prior) == 190.0
+    assert plan_lib.sps_for("hopper-hop", None, measured, prior) == plan_lib.SPS_DEFAULT
+    assert plan_lib.sps_for("fish-swim", 99.0, measured, prior) == 99.0
+
+
+@pytest.mark.parametrize("text", [None, "{", "[]", json.dumps({"schema": "other", "tasks": {}})])
+def test_an_absent_or_foreign_physics_file_is_no_physics(tmp_path, text):
+    if text is not None:
+        (tmp_path / plan_lib.PHYSICS_FILE).write_text(text)
+    assert plan_lib.load_physics(tmp_path) == {}
+
+
+def test_odd_physics_entries_are_left_out(tmp_path):
+    tasks = {"fish-swim": {"ms_per_agent_step": 1.2}, "a-1": {"ms_per_agent_step": -1},
+             "a-2": {"ms_per_agent_step": "1"}, "a-3": {"ms_per_agent_step": math.nan},
+             "a-4": {"ms_per_agent_step": True}, "a-5": 3.0, "a-6": {}}
+    (tmp_path / plan_lib.PHYSICS_FILE).write_text(
+        json.dumps({"schema": mt19_physics.SCHEMA, "tasks": tasks}))
+    assert plan_lib.load_physics(tmp_path) == {"fish-swim": 1.2}
+
+
+def test_plan_prices_the_domains_not_measured_from_their_physics(tmp_path, capsys):
+    costs = {"reacher-easy": 0.17, "walker-walk": 2.7, "cheetah-run": 0.37,
+             "fish-swim": 1.18, "acrobot-swingup": 0.03}
+    (tmp_path / plan_lib.PHYSICS_FILE).write_text(json.dumps(
+        {"schema": mt19_physics.SCHEMA,
+         "tasks": {t: {"ms_per_agent_step": v} for t, v in costs.items()}}))
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    prior = plan_lib.prior_sps(plan_lib.SPS_BY_DOMAIN, costs)
+    assert set(prior) == {"fish", "acrobot"}
+    assert f"fish {prior['fish']:g} (its physics)" in out
+    assert f"acrobot {prior['acrobot']:g} (its physics)" in out
+    assert "hopper" not in out.splitlines()[0]              # no cost: the default
+    fish = next(r for r in out.splitlines() if r.startswith("fish-swim")).split()
+    train_min = float(fish[2] if fish[2] != "->" else fish[4])
+    steps = int((fish[1] if fish[2] != "->" else fish[3]).replace(",", ""))
+    assert train_min == pytest.approx(steps / prior["fish"] / 60, abs=0.05)
+
+
+def test_the_probe_records_a_task_and_keeps_the_others(tmp_path, capsys):
+    out = tmp_path / "physics.json"
+    out.write_text(json.dumps({"schema": mt19_physics.SCHEMA,
+                               "tasks": {"fish-swim": {"ms_per_agent_step": 1.0}}}))
+    assert mt19_physics.main(["--tasks", "pendulum-swingup", "--steps", "3", "--rounds", "2",
+                              "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    e = data["tasks"]["pendulum-swingup"]
+    assert e["mjx_steps_per_agent_step"] == 4      # Playground's 2 substeps x action repeat 2
+    assert len(e["rounds_ms"]) == 2 and e["ms_per_agent_step"] > 0
+    assert e["lanes"] == 2 and e["steps"] == 3 and e["backend"] == "cpu"
+    assert data["tasks"]["fish-swim"] == {"ms_per_agent_step": 1.0}
+    assert [p.name for p in tmp_path.iterdir()] == ["physics.json"]      # no temporary
+
+
+def test_the_probe_refuses_a_foreign_file_and_leaves_it(tmp_path, capsys):
+    out = tmp_path / "physics.json"
+    out.write_text('{"schema": "something/1"}')
+    assert mt19_physics.main(["--tasks", "pendulum-swingup", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a wmx.mt19_physics/1 file" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == '{"schema": "something/1"}'
