@@ -441,4 +441,6 @@ def regenerate_commands() -> list[str]:
             "here, on a data root without the recorded sets: python "
             "benchmarks/mt19_campaign.py restore   # the bundles kept in git history",
             "each task's run alone: its 'command' (train_online ...) with --home H",
-            "beam run pipelines/build_mt19.py   # pools the recorded episode sets"]
+            "here: python benchmarks/mt19_campaign.py build   # prints the dataset build "
+            "(beam run pipelines/build_mt19.py --sources ...) of exactly the recorded "
+            "episode sets"]

@@ -19,6 +19,7 @@ task's env steps at exactly N, never fitted.
         (status prints the whole device command)
     python benchmarks/mt19_campaign.py ingest DIR... [--home H]                  # here
     python benchmarks/mt19_campaign.py restore [--home H]   # here, on a new data root
+    python benchmarks/mt19_campaign.py build [--home H]     # the dataset build of the record
     python benchmarks/mt19_campaign.py table                # the record as markdown tables
 
 ``next`` (on the device machine, one call at a time) resumes the campaign run in
@@ -185,6 +186,81 @@ def _flags_text(args) -> str:
     return out
 
 
+# ---- build -------------------------------------------------------------------------------
+def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
+    """The dataset build that pools exactly the recorded episode sets.
+
+    A data root may hold other sets of the same tasks (a run's sets truncated for an
+    offline check, ``run@N``; an earlier run of the task): ``build_mt19.py`` without
+    ``--sources`` pools every set of each task, and the dataset's content hash then names
+    other data than the record's. This names each recorded set (``<task>/<hash12>``) and,
+    when not every mt19 task is recorded, the recorded ones (``--tasks``: a subset is its
+    own TaskSet, ``mt19-<8 hex>``).
+
+    Args:
+        args: the parsed flags (``home``, ``results``).
+        campaign: the campaign (its tasks, in order).
+
+    Returns:
+        (the command's words, the content hashes of the recorded tasks' other sets in the
+        store, which it leaves out).
+
+    Raises:
+        ValueError: nothing recorded, or a recorded set missing from the data root (one
+            line naming restore or --regenerate).
+    """
+    from wmx.datasets.store import Store
+    from wmx.envs.registry import MT19
+    home = Store(args.home).home
+    record = load_record(Path(args.results))
+    states = [s for s in read_state(home, campaign, record,
+                                    archived_tasks(Path(args.results), record))
+              if s.recorded is not None]
+    if not states:
+        raise ValueError(f"no task recorded in {Path(args.results) / record_lib.FILE}; "
+                         "ingest the device calls' bundles first")
+    lost = [s.task for s in states if s.missing_sets]
+    if lost:
+        kept = [s.task for s in states if s.task in lost and s.needs_restore]
+        again = [t for t in lost if t not in kept]
+        fix = " and ".join(
+            ([f"restore {', '.join(kept)} (python benchmarks/mt19_campaign.py restore)"]
+             if kept else [])
+            + ([f"train {', '.join(again)} again on the device (next --regenerate "
+                f"{','.join(again)})"] if again else []))
+        raise ValueError(f"the recorded episode sets of {', '.join(lost)} are not in {home}: "
+                         f"{fix}")
+    words = ["beam", "run", "pipelines/build_mt19.py"]
+    if "home" in getattr(args, "given", set()):
+        words += ["--home", str(args.home)]
+    if {s.task for s in states} != {t.name for t in MT19}:
+        words += ["--tasks", ",".join(s.task for s in states)]
+    words += ["--sources"] + [f"{s.task}/{e['content_hash'][:12]}" for s in states
+                              for e in s.recorded["episode_sets"]]
+    kept = {e["content_hash"] for s in states for e in s.recorded["episode_sets"]}
+    others = sorted(m.content_hash for s in states for ms in s.groups.values() for m in ms
+                    if m.content_hash not in kept)
+    return words, others
+
+
+def cmd_build(args, campaign: Campaign) -> int:
+    """Print `build_command` (and what it leaves out); writes nothing.
+
+    Returns:
+        0; bad input is a ValueError (one line, exit 2).
+    """
+    from wmx.sizes import counted
+    words, others = build_command(args, campaign)
+    tasks = words[words.index("--tasks") + 1].count(",") + 1 if "--tasks" in words else 19
+    print(f"# the dataset of the {counted(tasks, 'recorded task')}, pooling exactly their "
+          "recorded episode sets" + (f" ({counted(len(others), 'other set')} of these tasks "
+                                     "in the data root left out: "
+                                     + ", ".join(h[:12] for h in others) + ")"
+                                     if others else ""))
+    print(" ".join(shlex.quote(w) for w in words))
+    return 0
+
+
 # ---- table -------------------------------------------------------------------------------
 def cmd_table(args, campaign: Campaign) -> int:
     """Print the record's sources and speed tables (`_mt19_tables.markdown`).
@@ -203,7 +279,7 @@ def cmd_table(args, campaign: Campaign) -> int:
 
 # ---- command line ------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: status, plan, next, ingest, restore, table (each parser in
+    """The command line: status, plan, next, ingest, restore, build, table (each parser in
     ``p.subcommands``)."""
     from wmx.runs.cli_common import ArgumentParser, HelpFormatter
     p = ArgumentParser(prog="mt19_campaign.py", description=__doc__.split("\n\n")[0],
@@ -213,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "benchmarks/results/mt19_sources.json and its plot; on a new "
                               "data root, restore first.")
     sub = p.add_subparsers(dest="cmd", required=True,
-                           metavar="{status,plan,next,ingest,restore,table}")
+                           metavar="{status,plan,next,ingest,restore,build,table}")
     st = sub.add_parser("status", help="per task: episode sets, runs, record, done, next",
                         formatter_class=HelpFormatter,
                         description="Per mt19 task: the episode sets in the store (hashes, "
@@ -250,6 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "as ingest verifies them, all or nothing; the record is "
                                     "not changed. A task with no archive here is named with "
                                     "next --regenerate.")
+    bd = sub.add_parser("build", help="the dataset build command of the recorded sets",
+                        formatter_class=HelpFormatter,
+                        description="Print the beam command that builds the dataset from "
+                                    "exactly the recorded episode sets (--sources per set; "
+                                    "--tasks when not all 19 are recorded): a data root may "
+                                    "hold other sets of the same tasks, which a build without "
+                                    "--sources would pool too.")
     tb = sub.add_parser("table", help="the record's sources and speed tables, as markdown",
                         formatter_class=HelpFormatter,
                         description="Print the record's two tables for docs/validation.md: "
@@ -257,10 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "mean, TD-MPC2's published point and the episode sets; "
                                     "and the speed on the chip from every call's timing.")
     p.subcommands = {"status": st, "plan": pl, "next": nx, "ingest": ing, "restore": rs,
-                     "table": tb}
-    for q in (st, pl, nx, ing, rs, tb):
+                     "build": bd, "table": tb}
+    for q in (st, pl, nx, ing, rs, bd, tb):
         add_campaign_args(q)
-    for q in (st, pl, ing, rs):
+    for q in (st, pl, ing, rs, bd):
         q.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
     nx.add_argument("--home", required=True, help="data root of the runs on the device "
                     "machine (a folder in its /tmp: kept while the machine is warm)")
@@ -369,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_restore(args, campaign)
         if args.cmd == "table":
             return cmd_table(args, campaign)
+        if args.cmd == "build":
+            return cmd_build(args, campaign)
         return cmd_ingest(args, campaign)
     except (ValueError, OSError) as e:      # bad input; a full disk, a permission
         print(f"mt19_campaign.py {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)

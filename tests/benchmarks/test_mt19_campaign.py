@@ -188,6 +188,42 @@ def test_ingest_round_trip(calls, tmp_path, capsys):
         "run"] == f"runs/{run}"
 
 
+def test_build_names_exactly_the_recorded_sets(calls, tmp_path, capsys):
+    tmp, (home, store, run_dir, summary), *_ = calls
+    local, results = tmp_path / "local", tmp_path / "results"
+    assert camp.main(["ingest", str(tmp / "out2"), *TINY, "--home", str(local), "--results",
+                      str(results)]) == 0
+    sets = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"][
+        "episode_sets"]
+    ids = [f"probe-action/{e['content_hash'][:12]}" for e in sets]
+    capsys.readouterr()
+    build = ["build", *TINY, "--home", str(local)]
+    assert camp.main([*build, "--results", str(results)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["beam", "run", "pipelines/build_mt19.py", "--home", str(local),
+                              "--tasks", "probe-action", "--sources", *ids]
+    assert "left out" not in out[0] and "1 recorded task" in out[0]
+    # another set of the task in the data root (a prefix of a recorded one, as an offline
+    # check's run@N makes): left out, said
+    from wmx.episode_sets.episode_set import write_prefix_set
+    st = Store(local)
+    prefix = write_prefix_set(st, next(p for p in (local / "episodes" / "probe-action").iterdir()
+                                       if p.name == sets[0]["content_hash"]), 1)
+    assert camp.main([*build, "--results", str(results)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-3:] == ["--sources", *ids]
+    assert f"1 other set of these tasks in the data root left out: {prefix.name[:12]})" in out[0]
+    # a data root without the recorded sets, and no record: one line each, exit 2
+    assert camp.main(["build", *TINY, "--home", str(tmp_path / "empty"), "--results",
+                      str(results)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recorded episode sets of probe-action are not in" in err[0]
+    assert "next --regenerate probe-action" in err[0]
+    assert camp.main(["build", *TINY, "--home", str(local), "--results",
+                      str(tmp_path / "none")]) == 2
+    assert "no task recorded" in capsys.readouterr().err
+
+
 def _tamper_record(src: Path, dst: Path) -> None:
     """Re-pack ``src`` with one byte of an episode file changed (gzip intact)."""
     with tarfile.open(src) as tf, tarfile.open(dst, "w:gz") as out:
