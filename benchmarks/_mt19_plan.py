@@ -130,6 +130,19 @@ def measured_sps(record: dict[str, Any] | None, seeds: int | None = None) -> dic
     return {d: v for d, (_, v) in newest.items()}
 
 
+def _physics_tasks(results: Path) -> dict[str, Any]:
+    """The ``tasks`` of ``results/PHYSICS_FILE``; {} when the file is absent, is not JSON or
+    not a ``wmx.mt19_physics/1`` file."""
+    try:
+        data = json.loads((Path(results) / PHYSICS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    tasks = data.get("tasks") if isinstance(data, dict) and data.get(
+        "schema") == "wmx.mt19_physics/1" else None
+    return {str(t): e for t, e in (tasks if isinstance(tasks, dict) else {}).items()
+            if isinstance(e, dict)}
+
+
 def load_physics(results: Path) -> dict[str, float]:
     """Each task's physics cost, from ``results/PHYSICS_FILE`` (``benchmarks/mt19_physics.py``).
 
@@ -138,31 +151,37 @@ def load_physics(results: Path) -> dict[str, float]:
         not JSON or not a ``wmx.mt19_physics/1`` file; an entry whose value is not a finite
         positive number is left out.
     """
-    try:
-        data = json.loads((Path(results) / PHYSICS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    tasks = data.get("tasks") if isinstance(data, dict) and data.get(
-        "schema") == "wmx.mt19_physics/1" else None
-    return {str(t): float(e["ms_per_agent_step"])
-            for t, e in (tasks if isinstance(tasks, dict) else {}).items()
-            if isinstance(e, dict) and _positive(e.get("ms_per_agent_step"))}
+    return {t: float(e["ms_per_agent_step"]) for t, e in _physics_tasks(results).items()
+            if _positive(e.get("ms_per_agent_step"))}
 
 
-def prior_sps(known: dict[str, float], physics: dict[str, float]) -> dict[str, float]:
+def load_mjx_steps(results: Path) -> dict[str, int]:
+    """Each task's MJX steps per agent step, from the same file (`load_physics`'s rules;
+    a value that is not a positive whole number is left out)."""
+    return {t: int(e["mjx_steps_per_agent_step"]) for t, e in _physics_tasks(results).items()
+            if _positive(e.get("mjx_steps_per_agent_step"))
+            and int(e["mjx_steps_per_agent_step"]) == e["mjx_steps_per_agent_step"]}
+
+
+def prior_sps(known: dict[str, float], physics: dict[str, float],
+              mjx_steps: dict[str, int] | None = None) -> dict[str, float]:
     """Speeds for the domains not measured yet, from their physics cost.
 
     A run's device seconds per env step are taken as a + b x (its domain's physics cost),
     the agent's part and the physics' (on the chip the env step is a chain of small ops,
     latency-bound like a 2-lane step on a CPU), fitted by least squares over the domains
     of ``known`` that have a cost; a domain's cost is its slowest task's. Each other
-    domain with a cost is priced at `PRIOR_MARGIN` of the fit's speed, and at most the
-    fastest known domain's speed (no extrapolation beyond what the chip was seen to do).
+    domain with a cost is priced at `PRIOR_MARGIN` of the fit's speed, and never beyond
+    what the chip was seen to do: at most the fastest known domain's speed, and at most
+    the slowest's when it takes more MJX steps per agent step than every known domain
+    (each MJX step has a floor of dependent ops on the chip that a cheap step's CPU time
+    does not show: fish's 40 against walker's 20).
 
     Args:
         known: {domain: env steps/s per seed, evaluations included} (`measured_sps`, the
             `SPS_BY_DOMAIN` fallback under it).
         physics: {task: ms per agent step} (`load_physics`).
+        mjx_steps: {task: MJX steps per agent step} (`load_mjx_steps`; None: none).
 
     Returns:
         {domain: env steps/s per seed} for the domains with a cost that ``known`` lacks;
@@ -173,6 +192,10 @@ def prior_sps(known: dict[str, float], physics: dict[str, float]) -> dict[str, f
     for task, ms in physics.items():
         dom = task.split("-")[0]
         cost[dom] = max(ms, cost.get(dom, 0.0))
+    steps: dict[str, int] = {}
+    for task, n in (mjx_steps or {}).items():
+        dom = task.split("-")[0]
+        steps[dom] = max(n, steps.get(dom, 0))
     pts = [(cost[d], 1.0 / v) for d, v in known.items() if d in cost and _positive(v)]
     if len({x for x, _ in pts}) < 2:
         return {}
@@ -183,9 +206,16 @@ def prior_sps(known: dict[str, float], physics: dict[str, float]) -> dict[str, f
     a = my - b * mx
     if not (a > 0 and b > 0):
         return {}
-    cap = max(known.values())
-    return {d: round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
-            for d, c in sorted(cost.items()) if d not in known}
+    most_steps = max((steps[d] for d in known if d in steps), default=None)
+    out = {}
+    for d, c in sorted(cost.items()):
+        if d in known:
+            continue
+        cap = max(known.values())
+        if most_steps is not None and steps.get(d, 0) > most_steps:
+            cap = min(known.values())
+        out[d] = round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
+    return out
 
 
 def sps_for(task: str, override: float | None,
@@ -215,8 +245,9 @@ def sps_for(task: str, override: float | None,
 
 def model_speeds(measured: dict[str, float], results: Path) -> dict[str, float]:
     """`prior_sps` for the plan's model: calibrated on ``measured`` over `SPS_BY_DOMAIN`,
-    with the physics costs of ``results``."""
-    return prior_sps({**SPS_BY_DOMAIN, **measured}, load_physics(results))
+    with the physics costs and MJX steps of ``results``."""
+    return prior_sps({**SPS_BY_DOMAIN, **measured}, load_physics(results),
+                     load_mjx_steps(results))
 
 
 GZIP_RATIO = 0.91

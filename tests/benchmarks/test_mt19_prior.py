@@ -46,6 +46,20 @@ def test_the_prior_never_exceeds_the_fastest_measured_domain():
     assert prior == {"acrobot": 300.0}
 
 
+def test_more_mjx_steps_than_any_measured_domain_is_priced_no_faster_than_the_slowest():
+    a, b = 0.003, 0.001
+    known = {"reacher": _sps(a, b, 0.2), "walker": _sps(a, b, 2.5)}
+    physics = {"reacher-easy": 0.2, "walker-walk": 2.5, "fish-swim": 1.2, "cup-catch": 0.6}
+    steps = {"reacher-easy": 8, "walker-walk": 20, "fish-swim": 40, "cup-catch": 20}
+    prior = plan_lib.prior_sps(known, physics, steps)
+    assert prior["fish"] == round(known["walker"], 1)       # the line says faster: capped
+    assert plan_lib.PRIOR_MARGIN * _sps(a, b, 1.2) > known["walker"]
+    # as many steps as a measured domain: the line at the margin
+    assert prior["cup"] == pytest.approx(plan_lib.PRIOR_MARGIN * _sps(a, b, 0.6), abs=0.05)
+    assert plan_lib.prior_sps(known, physics)["fish"] == pytest.approx(
+        plan_lib.PRIOR_MARGIN * _sps(a, b, 1.2), abs=0.05)   # no step counts: no such cap
+
+
 @pytest.mark.parametrize("known, physics", [
     ({"reacher": 300.0}, {"reacher-easy": 0.2, "fish-swim": 1.0}),        # one point
     ({"reacher": 300.0, "walker": 170.0}, {"reacher-easy": 0.2, "walker-walk": 0.2,
@@ -83,6 +97,12 @@ def test_odd_physics_entries_are_left_out(tmp_path):
     (tmp_path / plan_lib.PHYSICS_FILE).write_text(
         json.dumps({"schema": mt19_physics.SCHEMA, "tasks": tasks}))
     assert plan_lib.load_physics(tmp_path) == {"fish-swim": 1.2}
+    tasks = {"fish-swim": {"mjx_steps_per_agent_step": 40}, "a-1": {"mjx_steps_per_agent_step":
+                                                                     2.5},
+             "a-2": {"mjx_steps_per_agent_step": 0}, "a-3": {"mjx_steps_per_agent_step": "8"}}
+    (tmp_path / plan_lib.PHYSICS_FILE).write_text(
+        json.dumps({"schema": mt19_physics.SCHEMA, "tasks": tasks}))
+    assert plan_lib.load_mjx_steps(tmp_path) == {"fish-swim": 40}
 
 
 def test_plan_prices_the_domains_not_measured_from_their_physics(tmp_path, capsys):
