@@ -13,6 +13,7 @@ account: what it trained, how fast, what it packed, and what comes next.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -26,7 +27,7 @@ from typing import Any
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
 from _mt19_plan import (GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, model_speeds,
-                        task_cost)
+                        run_cost, sps_for, task_cost)
 from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
                          regeneration_env_steps, regeneration_mismatch)
 
@@ -154,6 +155,43 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     if s is None and refused is not None:
         why = f"{refused}; " + (why if todo else "end the session")
     return s, n, why
+
+
+def finish_warning(s: TaskState, elapsed_s: float, device_left_s: float | None,
+                   args) -> str | None:
+    """Whether the task's run in progress can still finish in the session, in the plan's
+    model at the speeds now known (``args.measured_sps``: the run's own calls on this
+    machine among them, `session_sps`): its env steps left, each call compiling as a
+    resumed one (``cached_compile_s``).
+
+    A run never spans sessions, so one that cannot finish is lost with the machine; said
+    early, the session's minutes can go to a task that fits instead.
+
+    Args:
+        s: the task (its run in progress: `TaskState.active`).
+        elapsed_s: seconds of this call so far.
+        device_left_s: the session's device seconds left (None: not checked).
+        args: the plan model's flags.
+
+    Returns:
+        One line (the minutes it needs, those left, what to do), or None when it fits,
+        nothing is in progress or ``device_left_s`` is None.
+    """
+    run = s.active()
+    if device_left_s is None or run is None or run.total is None:
+        return None
+    left = max(0, int(run.total) - int(run.done))
+    sps = sps_for(s.task, args.sps, getattr(args, "measured_sps", None),
+                  getattr(args, "prior_sps", None))
+    resumed = argparse.Namespace(**{**vars(args), "compile_s": args.cached_compile_s})
+    need = run_cost(left / sps, Clock(elapsed_s, 0.0), resumed)[0]
+    if need <= device_left_s:
+        return None
+    return (f"{s.task}: its run {run.path.name} has {left:,} of {int(run.total):,} env steps "
+            f"left, about {need / 60:.1f} device minutes at {sps:g} env steps/s per seed, and "
+            f"{device_left_s / 60:.1f} are left: it will not finish in this session (a run "
+            "never spans sessions); to give the time to a task that fits, move the run out "
+            "of H/runs and call again")
 
 
 def _first_todo(todo: list[TaskState], size, fresh_size, need, minutes,
@@ -544,6 +582,11 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
+            warning = None if s is None else finish_warning(
+                s, time.monotonic() - t0, args.device_left_s, args)
+            if warning is not None and warning not in call.get("warnings", []):
+                call.setdefault("warnings", []).append(warning)
+                print(f"mt19_campaign next: warning: {warning}", flush=True)
             if s is None:
                 call["next"] = {"what": why}
                 break

@@ -146,3 +146,35 @@ def test_the_probe_refuses_a_foreign_file_and_leaves_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is not a wmx.mt19_physics/1 file" in err and len(err.strip().splitlines()) == 1
     assert out.read_text() == '{"schema": "something/1"}'
+
+
+def _in_progress(task: str, done: int, total: int):
+    from types import SimpleNamespace
+    run = SimpleNamespace(total=total, done=done, path=Path("/h/runs/mt19-tdmpc2-x"))
+    return SimpleNamespace(task=task, active=lambda: run)
+
+
+def test_a_run_in_progress_that_cannot_finish_in_the_session_is_said():
+    import _mt19_next as next_lib
+    args = camp.build_parser().parse_args(["next", "--home", "h", "--out", "o",
+                                           "--budget-s", "540"])
+    args.measured_sps, args.prior_sps = {"fish": 150.0}, {}
+    s = _in_progress("fish-swim", 60_000, 190_000)
+    # 130,000 env steps at 150 per s: 866.7 s of training from 5 s into this call: 60 s
+    # loading, 430 s training, 45 s reserve, 20 s gap; a call of 40 s start-up, 60, 395,
+    # 45, 20; a last one of 40, 60, 41.7 and 30 to finish: 1,286.7 device s
+    need = plan_lib.run_cost(130_000 / 150.0, plan_lib.Clock(5.0, 0.0), argparse_ns(
+        args, compile_s=args.cached_compile_s))[0]
+    assert need == pytest.approx(1286.7, abs=0.1)
+    msg = next_lib.finish_warning(s, 5.0, need - 1.0, args)
+    assert msg.startswith("fish-swim: its run mt19-tdmpc2-x has 130,000 of 190,000 env steps")
+    assert "it will not finish in this session" in msg and "\n" not in msg
+    assert next_lib.finish_warning(s, 5.0, need, args) is None             # it just fits
+    assert next_lib.finish_warning(s, 5.0, None, args) is None             # not checked
+    args.measured_sps = {"fish": 300.0}                                   # faster: it fits
+    assert next_lib.finish_warning(s, 5.0, need - 1.0, args) is None
+
+
+def argparse_ns(args, **changes):
+    import argparse
+    return argparse.Namespace(**{**vars(args), **changes})
