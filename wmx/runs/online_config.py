@@ -35,6 +35,13 @@ class OnlineRunConfig:
     whole-round chunks. Left out of config.json when None and out of the config
     hash always.
 
+    ``end_env_steps``: when set, the run ends after the round that reaches these env
+    steps per seed, before ``env_steps``, which still sizes everything else (the agent's
+    replay and its compiled programs), so a run ended so is exactly the first part of
+    the run of ``env_steps`` (set on resume to end a run that cannot train to its total,
+    e.g. within a device session). Left out of config.json when None and out of the
+    config hash always (the episode sets' producer stays the run's).
+
     ``init_from``: the checkpoint folder (``<run>/checkpoints/<step>``, resolved
     when the run is created: `wmx.runs.init_from.resolve_source`) whose agent
     states the run starts from (fine-tuning a single-task model trained
@@ -56,6 +63,7 @@ class OnlineRunConfig:
     episode_length: int | None = None   # override of T (agent steps), for short smoke runs only
     init_from: str | None = None        # a checkpoint folder: the agents start from its states
     chunk_ticks: int | None = None      # ticks per device chunk within a round (None: whole rounds)
+    end_env_steps: int | None = None    # end before env_steps, sized for them (None: at them)
 
     def __post_init__(self) -> None:
         agent = get_agent(self.agent, "online")   # raises with the known agents
@@ -67,10 +75,14 @@ class OnlineRunConfig:
         if self.episode_length is not None and self.episode_length < 4:
             raise ValueError(f"--episode-length must be >= 4 agent steps, got {self.episode_length}")
         for name in ("env_steps", "n_envs", "eval_every", "eval_episodes", "chunk_episodes",
-                     "checkpoint_every_chunks", "chunk_ticks"):
+                     "checkpoint_every_chunks", "chunk_ticks", "end_env_steps"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be > 0, got {getattr(self, name)}")
+        if self.end_env_steps is not None and self.end_env_steps > self.env_steps:
+            raise ValueError(f"--end-env-steps {self.end_env_steps} is beyond the run's "
+                             f"--env-steps {self.env_steps}: give at most that (a longer run "
+                             "extends --env-steps)")
 
     # ---- derived ---------------------------------------------------------
     @property
@@ -104,6 +116,22 @@ class OnlineRunConfig:
         return math.ceil(agent_steps / (spec.T * self.n_envs))
 
     @property
+    def end_rounds(self) -> int:
+        """Rounds the run trains: `rounds`, or those that reach ``end_env_steps`` (rounded
+        up to a whole round)."""
+        if self.end_env_steps is None:
+            return self.rounds
+        spec = self.task_spec
+        agent_steps = math.ceil(self.end_env_steps / spec.action_repeat)
+        return min(self.rounds, math.ceil(agent_steps / (spec.T * self.n_envs)))
+
+    @property
+    def end_total_env_steps(self) -> int:
+        """Env steps per seed the run trains (`end_rounds` whole rounds): `total_env_steps`
+        unless ``end_env_steps`` ends it earlier."""
+        return self.end_rounds * self.task_spec.T * self.n_envs * self.task_spec.action_repeat
+
+    @property
     def total_agent_steps(self) -> int:
         return self.rounds * self.task_spec.T * self.n_envs
 
@@ -118,7 +146,7 @@ class OnlineRunConfig:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["seeds"] = list(self.seeds)
-        for name in ("init_from", "chunk_ticks"):
+        for name in ("init_from", "chunk_ticks", "end_env_steps"):
             if d[name] is None:
                 del d[name]
         d["resolved_agent_config"] = dataclasses.asdict(self.agent_config)
@@ -126,6 +154,8 @@ class OnlineRunConfig:
                         "total_env_steps": self.total_env_steps,
                         "episode_length": self.task_spec.T,
                         "action_repeat": self.task_spec.action_repeat}
+        if self.end_env_steps is not None:
+            d["derived"]["end_total_env_steps"] = self.end_total_env_steps
         return d
 
     @classmethod
@@ -147,5 +177,7 @@ class OnlineRunConfig:
         machine-dependent agent fields as `wmx.runs.pins.hash_view`)."""
         d = pins.hash_view(self.agent_module, self.to_json())
         d.pop("chunk_ticks", None)      # how the device splits a round changes no result
+        d.pop("end_env_steps", None)    # where it ends changes no result before the end
+        d["derived"].pop("end_total_env_steps", None)
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

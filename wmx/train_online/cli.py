@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulator steps of the run per seed, rounded up to whole rounds "
                         "(each of the --envs lockstep envs plays one episode per round); with "
                         "--resume it may extend an unfinished run whose replay keeps its size")
+    p.add_argument("--end-env-steps", type=count, default=None, metavar="N",
+                   help="end the run after the round that reaches N env steps per seed, before "
+                        "--env-steps, which still sizes its replay: the run is exactly the "
+                        "first part of the --env-steps run. With --resume it ends an unfinished "
+                        "run early (N beyond the env steps it has trained)")
     p.add_argument("--envs", "--n-envs", dest="n_envs", type=int, default=None,
                    help="lockstep envs per seed (default: the agent's: tdmpc2 1, T7; "
                         "dreamerv3 the preset's, 16 as the paper)")
@@ -79,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR exactly from its newest checkpoint, with "
                         "its saved config: another flag is refused unless it equals the saved "
-                        "value (--env-steps may extend the run, --chunk-ticks may change; "
+                        "value (--env-steps may extend the run, --chunk-ticks and "
+                        "--end-env-steps may change; "
                         "--home, --no-progress, --no-export, --dry-run, --logger are free)")
     p.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="start the agents from the newest checkpoint of RUN_DIR (or from a "
@@ -127,8 +133,8 @@ def config_from_args(args: argparse.Namespace):
         n_envs=n_envs, preset=args.preset, agent_overrides=overrides,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         chunk_episodes=args.chunk_episodes, checkpoint_every_chunks=args.checkpoint_every,
-        episode_length=args.episode_length, init_from=init_from, chunk_ticks=args.chunk_ticks),
-        args)
+        episode_length=args.episode_length, init_from=init_from, chunk_ticks=args.chunk_ticks,
+        end_env_steps=args.end_env_steps), args)
 
 
 def check_init_from(rc) -> None:
@@ -185,7 +191,8 @@ RESUME_FIELDS = {"agent": "agent", "preset": "preset", "task": "task", "seeds": 
                  "env_steps": "env_steps", "n_envs": "n_envs", "eval_every": "eval_every",
                  "eval_episodes": "eval_episodes", "chunk_episodes": "chunk_episodes",
                  "checkpoint_every": "checkpoint_every_chunks",
-                 "episode_length": "episode_length", "chunk_ticks": "chunk_ticks"}
+                 "episode_length": "episode_length", "chunk_ticks": "chunk_ticks",
+                 "end_env_steps": "end_env_steps"}
 """train_online flag -> config.json key, compared on --resume (`resume_changes`)."""
 
 
@@ -194,7 +201,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
 
     Every flag must equal the saved value, except ``--chunk-ticks`` (parts of a
     round give the results of whole rounds; a checkpoint inside a round needs parts
-    again) and ``--env-steps``, which may extend a run that has not finished when its checkpoints keep their shapes
+    again), ``--end-env-steps`` (beyond the env steps the run has trained: it ends the
+    run there, or later again) and ``--env-steps``, which may extend a run that has not finished when its checkpoints keep their shapes
     (the agent's replay may be sized for the run; the checkpoint item shapes
     of both lengths are compared), so the resumed run replays exactly
     what a run started with the larger value does. Raises ValueError naming
@@ -211,7 +219,8 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
         over = {"batch_size": args.batch_size, **over}
     changes = resume_changes(args, cfg, RESUME_FIELDS,
                              free=("no_export", "no_compile_cache", "logger"),
-                             extendable=("env_steps",), changeable=("chunk_ticks",),
+                             extendable=("env_steps",),
+                             changeable=("chunk_ticks", "end_env_steps"),
                              overrides=over, as_overrides=("batch_size",),
                              config_of=agent_config_of(rc))
     if not changes:
@@ -219,12 +228,32 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
     new = dataclasses.replace(rc, **changes)
     if "env_steps" in changes:
         _check_extension(rc, new, run_dir)
+    if "end_env_steps" in changes:
+        check_end(new, run_dir)
     from wmx.train_online.loop import check_resume_metrics
     check_resume_metrics(rc, run_dir)        # a refused resume leaves its config as it was
     if not args.dry_run:
         hold_run_dir(args, run_dir)          # no other trainer of the run while it changes
         rewrite_config(run_dir, {**cfg, **new.to_json()})
     return new
+
+
+def check_end(rc, run_dir: Path) -> None:
+    """Raise ValueError (one line) unless ``rc.end_env_steps`` can end the run in
+    ``run_dir``: it has not finished, and the end (whole rounds) lies beyond the env steps
+    of its newest intact checkpoint."""
+    from wmx.checkpoint import newest_intact
+    from wmx.runs.cli_common import run_has_finished
+    from wmx.runs.host import env_steps_at_tick
+    what = f"--end-env-steps {rc.end_env_steps}"
+    if run_has_finished(run_dir):
+        raise ValueError(f"{what}: the run has finished; its end cannot move")
+    found = newest_intact(run_dir)
+    done = 0 if found is None else env_steps_at_tick(
+        int(found[1].get("next_tick", 0)), rc.task_spec.T, rc.n_envs, rc.task_spec.action_repeat)
+    if rc.end_total_env_steps <= done:
+        raise ValueError(f"{what} ends at {rc.end_total_env_steps:,d} env steps (whole rounds), "
+                         f"but the run has trained {done:,d}: give more")
 
 
 def _check_extension(old, new, run_dir: Path) -> None:

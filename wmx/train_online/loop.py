@@ -139,7 +139,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     env = cached_env(rc.task, rc.episode_length)
     T, n_envs, ar = env.T, rc.n_envs, env.action_repeat
     ticks_per_round = T + 1
-    total_ticks = rc.rounds * ticks_per_round
+    total_ticks = rc.end_rounds * ticks_per_round     # end_env_steps may end it early
 
     agent = rc.agent_module
     host = HostState(next_eval_env_steps=rc.eval_every)
@@ -187,7 +187,7 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=rc.total_env_steps, initial=env_steps_at(host.next_tick),
+        bar = tqdm(total=rc.end_total_env_steps, initial=env_steps_at(host.next_tick),
                    unit="env step", unit_scale=True, dynamic_ncols=True,
                    desc=f"{rc.agent} {rc.task} seeds {list(rc.seeds)}")
 

@@ -1,0 +1,89 @@
+"""--end-env-steps: a run ended early is exactly the first part of the run of its
+--env-steps (metrics, final evaluation, episode sets as a prefix of the full run's, the
+producer's config hash), set on --resume through the CLI; the config keeps it out of the
+hash and out of config.json when unset; the listing's total is the end; an end that is not
+beyond what the run trained, a finished run and an end beyond --env-steps are refused in
+one line. TINY_RC's programs (the session's tiny run) serve both runs."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tiny_runs import T, TINY_RC
+
+from wmx.datasets.store import Store
+from wmx.episode_sets.episode_set import EpisodeSetReader, write_prefix_set
+from wmx.runs.listing import FINISHED, read_run
+from wmx.runs.online_config import OnlineRunConfig
+from wmx.train_online import cli as online_cli
+from wmx.train_online import loop as online_loop
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def test_the_config_keeps_the_end_out_of_the_hash_and_of_config_json():
+    ended = dataclasses.replace(TINY_RC, end_env_steps=3 * T + 1)   # rounds up: 4 T
+    assert ended.end_rounds == 4 and ended.end_total_env_steps == 4 * T
+    assert ended.rounds == TINY_RC.rounds == 6 and ended.total_env_steps == 6 * T
+    assert ended.config_hash() == TINY_RC.config_hash()
+    assert "end_env_steps" not in TINY_RC.to_json()
+    assert "end_total_env_steps" not in TINY_RC.to_json()["derived"]
+    d = ended.to_json()
+    assert d["end_env_steps"] == 3 * T + 1 and d["derived"]["end_total_env_steps"] == 4 * T
+    assert OnlineRunConfig.from_json(d) == ended
+    assert TINY_RC.end_rounds == TINY_RC.rounds and TINY_RC.end_total_env_steps == 6 * T
+    with pytest.raises(ValueError, match=r"--end-env-steps 121 is beyond the run's "
+                                         r"--env-steps 120"):
+        dataclasses.replace(TINY_RC, end_env_steps=6 * T + 1)
+    with pytest.raises(ValueError, match="--end-env-steps must be > 0"):
+        dataclasses.replace(TINY_RC, end_env_steps=0)
+
+
+def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run, tmp_path,
+                                                                 capsys):
+    _, _, full_dir, full = tiny_online_run
+    store = Store(tmp_path).ensure_layout()
+    run_dir = store.runs_dir / "ended"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    online_loop.run(TINY_RC, run_dir, online_cli.make_export(store, TINY_RC, run_dir),
+                    progress=False, stop_after_chunks=2)          # 2 rounds: 2 T env steps
+    assert read_run(run_dir).total == 6 * T
+    # not beyond what it trained: refused, the config unchanged
+    before = (run_dir / "config.json").read_text()
+    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(2 * T),
+                            "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--end-env-steps 40 ends at 40 env steps (whole rounds), but the run has trained 40" \
+        in err and len(err.strip().splitlines()) == 1
+    assert (run_dir / "config.json").read_text() == before
+    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(4 * T),
+                            "--no-progress"]) == 0
+    info = read_run(run_dir)
+    assert info.status == FINISHED and info.done == info.total == 4 * T
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["end_env_steps"] == 4 * T and saved["env_steps"] == 6 * T
+    # its rows are the full run's up to 4 T, its final evaluation the full run's there
+    want = [r for r in _rows(full_dir) if int(r["env_steps"]) <= 4 * T]
+    assert _rows(run_dir) == want and want[-1]["kind"] == "eval"
+    got = json.loads((run_dir / "summary.json").read_text())
+    assert got["env_steps"] == 4 * T and got["finished"]
+    # each seed's episode set is the full run's first 4 T's episodes: the same content hash
+    # (producer and config hash included) as that prefix of the full run's set
+    for seed, path in got["episode_sets"].items():
+        with EpisodeSetReader(full["episode_sets"][seed]) as r:
+            assert len(r) == 6 * TINY_RC.n_envs                 # a round: one per env
+        prefix = write_prefix_set(Store(tmp_path / "prefix"), full["episode_sets"][seed],
+                                  4 * TINY_RC.n_envs)
+        assert Path(path).name == prefix.name
+    # a finished run's end cannot move
+    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(5 * T),
+                            "--no-progress"]) == 2
+    assert "the run has finished; its end cannot move" in capsys.readouterr().err
