@@ -28,8 +28,9 @@ import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
 from _mt19_plan import (GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, model_speeds,
                         run_cost, sps_for, task_cost)
-from _mt19_tasks import (AGENT, RUN_PREFIX, Campaign, TaskState, load_record, read_state,
-                         regeneration_env_steps, regeneration_mismatch)
+from _mt19_tasks import (AGENT, FIT_STEP, RUN_PREFIX, Campaign, TaskState, load_record,
+                         read_state, recorded_config, regeneration_env_steps,
+                         regeneration_mismatch)
 
 MAX_BUDGET_S = 570
 """Longest --budget-s: a device command runs at most 600 s; 30 s stay for the wrapper."""
@@ -157,41 +158,73 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
     return s, n, why
 
 
-def finish_warning(s: TaskState, elapsed_s: float, device_left_s: float | None,
-                   args) -> str | None:
+def _remaining_cost(task: str, env_steps: int, elapsed_s: float, args) -> tuple[float, float]:
+    """(device seconds, speed) of ``env_steps`` more of a run in progress in the plan's
+    model, each call compiling as a resumed one (``cached_compile_s``)."""
+    sps = sps_for(task, args.sps, getattr(args, "measured_sps", None),
+                  getattr(args, "prior_sps", None))
+    resumed = argparse.Namespace(**{**vars(args), "compile_s": args.cached_compile_s})
+    return run_cost(env_steps / sps, Clock(elapsed_s, 0.0), resumed)[0], sps
+
+
+def finish_check(s: TaskState, elapsed_s: float, device_left_s: float | None, args,
+                 may_end: bool = True) -> tuple[str | None, int | None]:
     """Whether the task's run in progress can still finish in the session, in the plan's
     model at the speeds now known (``args.measured_sps``: the run's own calls on this
-    machine among them, `session_sps`): its env steps left, each call compiling as a
-    resumed one (``cached_compile_s``).
+    machine among them, `session_sps`), and where to end it when it cannot.
 
-    A run never spans sessions, so one that cannot finish is lost with the machine; said
-    early, the session's minutes can go to a task that fits instead.
+    A run never spans sessions, so one that cannot finish would be lost with the machine.
+    Such a run is ended early instead (train_online's ``end_env_steps``: exactly the
+    first part of the run) at the largest multiple of `_mt19_tasks.FIT_STEP`, from the
+    task's floor up and beyond what it has trained, whose rest fits the time left.
 
     Args:
         s: the task (its run in progress: `TaskState.active`).
         elapsed_s: seconds of this call so far.
         device_left_s: the session's device seconds left (None: not checked).
         args: the plan model's flags.
+        may_end: whether the run may end early (not a regeneration, which trains the
+            recorded env steps exactly).
 
     Returns:
-        One line (the minutes it needs, those left, what to do), or None when it fits,
-        nothing is in progress or ``device_left_s`` is None.
+        (one line saying it, the env steps per seed to end the run at), (line, None) when
+        no end fits (or ``may_end`` is False), (None, None) when it fits, nothing is in
+        progress or ``device_left_s`` is None.
     """
     run = s.active()
     if device_left_s is None or run is None or run.total is None:
-        return None
-    left = max(0, int(run.total) - int(run.done))
-    sps = sps_for(s.task, args.sps, getattr(args, "measured_sps", None),
-                  getattr(args, "prior_sps", None))
-    resumed = argparse.Namespace(**{**vars(args), "compile_s": args.cached_compile_s})
-    need = run_cost(left / sps, Clock(elapsed_s, 0.0), resumed)[0]
+        return None, None
+    total, done = int(run.total), int(run.done)
+    need, sps = _remaining_cost(s.task, max(0, total - done), elapsed_s, args)
     if need <= device_left_s:
-        return None
-    return (f"{s.task}: its run {run.path.name} has {left:,} of {int(run.total):,} env steps "
-            f"left, about {need / 60:.1f} device minutes at {sps:g} env steps/s per seed, and "
-            f"{device_left_s / 60:.1f} are left: it will not finish in this session (a run "
-            "never spans sessions); to give the time to a task that fits, move the run out "
-            "of H/runs and call again")
+        return None, None
+    head = (f"{s.task}: its run {run.path.name} has {max(0, total - done):,} of {total:,} env "
+            f"steps left, about {need / 60:.1f} device minutes at {sps:g} env steps/s per "
+            f"seed, and {device_left_s / 60:.1f} are left")
+    first = max(s.floor, (done // FIT_STEP + 1) * FIT_STEP)
+    ends = range(first, total, FIT_STEP)
+    fit = [e for e in ends if may_end
+           and _remaining_cost(s.task, e - done, elapsed_s, args)[0] <= device_left_s]
+    if fit:
+        return (f"{head}: ended early at {fit[-1]:,} env steps (train_online "
+                f"--end-env-steps: the first {fit[-1]:,} of the run exactly)"), fit[-1]
+    return (f"{head}: it will not finish in this session (a run never spans sessions"
+            + ("" if may_end else "; a regeneration trains its recorded env steps") +
+            "); to give the time to a task that fits, move the run out of H/runs and call "
+            "again"), None
+
+
+def end_early(run_dir: Path, env_steps: int) -> None:
+    """End the unfinished run in ``run_dir`` at ``env_steps`` per seed: its config.json
+    gets ``end_env_steps`` (`wmx.train_online.cli.check_end` first: beyond what it has
+    trained; replaced atomically)."""
+    from wmx.runs.cli_common import rewrite_config
+    from wmx.runs.online_config import OnlineRunConfig
+    from wmx.train_online.cli import check_end
+    cfg = json.loads((run_dir / "config.json").read_text())
+    new = dataclasses.replace(OnlineRunConfig.from_json(cfg), end_env_steps=env_steps)
+    check_end(new, run_dir)
+    rewrite_config(run_dir, {**cfg, **new.to_json()})
 
 
 def _first_todo(todo: list[TaskState], size, fresh_size, need, minutes,
@@ -355,20 +388,24 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
         saved = OnlineRunConfig.from_json(json.loads((run_dir / "config.json").read_text()))
         own = saved.env_steps            # its --env-steps; whole rounds: total_env_steps
         again = (s.recorded is not None                                # --regenerate's
-                 and s.floor <= saved.total_env_steps == s.recorded["env_steps"])
+                 and s.floor <= saved.end_total_env_steps == s.recorded["env_steps"])
         regenerate = regenerate or again
         rc = campaign.run_config(s.task, own if again or campaign.allows(s.task, own) else None)
-        if dataclasses.replace(saved, chunk_ticks=None) != dataclasses.replace(
-                rc, chunk_ticks=None):
+        if dataclasses.replace(saved, chunk_ticks=None, end_env_steps=None) != \
+                dataclasses.replace(rc, chunk_ticks=None, end_env_steps=None):
             a, b = saved.to_json(), rc.to_json()
             diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             raise ValueError(f"{run_dir} is a campaign run of {s.task} with other settings "
                              f"({', '.join(diff)}); call next with its settings, or move it "
                              "aside to start the task again")
+        rc = dataclasses.replace(rc, end_env_steps=saved.end_env_steps)   # ended early
         warn_if_restarting(run_dir)
         action = "resume"
     else:
         rc = campaign.run_config(s.task, env_steps)
+        if regenerate:                  # a recorded run ended early ends there again
+            rc = dataclasses.replace(rc, end_env_steps=recorded_config(
+                s.recorded).end_env_steps)
         name = f"{RUN_PREFIX}{AGENT}-{s.task}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         action = "new"
@@ -376,7 +413,7 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
     before = read_run(run_dir).done if action == "resume" else 0
     started, t = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.monotonic()
     print(f"mt19_campaign next: {action} {run_dir.name}: {s.task}, {before:,} of "
-          f"{rc.total_env_steps:,} env steps; stopping by {max(0.0, stop_at - t):.0f} s from now",
+          f"{rc.end_total_env_steps:,} env steps; stopping by {max(0.0, stop_at - t):.0f} s from now",
           flush=True)
     export = online_cli.make_export(store, rc, run_dir)
     with training(run_dir, {}) as stop, CompileMeter() as meter:
@@ -394,8 +431,8 @@ def train_piece(store, campaign: Campaign, s: TaskState, env_steps: int, stop_at
     piece = {"task": s.task, "run": run_dir.name, "action": action, "regenerate": regenerate,
              "started": started,
              "env_steps_from": before, "env_steps_to": int(summary["env_steps"]),
-             "total_env_steps": rc.total_env_steps, "aim_env_steps": s.aim,
-             "fitted": rc.total_env_steps < s.aim, "finished": bool(summary["finished"]),
+             "total_env_steps": rc.end_total_env_steps, "aim_env_steps": s.aim,
+             "fitted": rc.end_total_env_steps < s.aim, "finished": bool(summary["finished"]),
              "wall_s": round(time.monotonic() - t, 1),
              "stop": None if summary["finished"] else ("signal" if signum else "budget"),
              "signal": bool(signum), "command": _redact(argv)}
@@ -470,6 +507,8 @@ def _argv_of_config(cfg: dict[str, Any]) -> list[str]:
         out += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
     if cfg.get("checkpoint_every_chunks", 1) != 1:
         out += ["--checkpoint-every", str(cfg["checkpoint_every_chunks"])]
+    if cfg.get("end_env_steps") is not None:      # ended early (`finish_check`)
+        out += ["--end-env-steps", str(cfg["end_env_steps"])]
     return out
 
 
@@ -582,8 +621,11 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
-            warning = None if s is None else finish_warning(
-                s, time.monotonic() - t0, args.device_left_s, args)
+            warning, end = (None, None) if s is None else finish_check(
+                s, time.monotonic() - t0, args.device_left_s, args,
+                may_end=s.task not in regenerate and s.recorded is None)
+            if end is not None:
+                end_early(s.active().path, end)
             if warning is not None and warning not in call.get("warnings", []):
                 call.setdefault("warnings", []).append(warning)
                 print(f"mt19_campaign next: warning: {warning}", flush=True)

@@ -406,7 +406,8 @@ def regeneration_env_steps(entry: dict[str, Any]) -> int:
 def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) -> list[str]:
     """What differs between the campaign's run of a task at the recorded run's env steps
     (`regeneration_env_steps`) and the recorded source run (config fields; how the run is
-    cut into chunks and checkpoints changes no result and is left out).
+    cut into chunks and checkpoints changes no result and is left out, and so is where an
+    ended run ended: the regeneration ends there too, `_mt19_next.train_piece`).
 
     Args:
         campaign: the campaign (its flags).
@@ -417,7 +418,7 @@ def regeneration_mismatch(campaign: Campaign, task: str, entry: dict[str, Any]) 
         The config fields that differ, sorted ([]: a regeneration trains the same run).
     """
     import dataclasses as dc
-    keep = {"chunk_ticks": None, "checkpoint_every_chunks": 1}
+    keep = {"chunk_ticks": None, "checkpoint_every_chunks": 1, "end_env_steps": None}
     rc = recorded_config(entry)
     a = dc.replace(rc, **keep).to_json()
     b = dc.replace(campaign.run_config(task, rc.env_steps), **keep).to_json()

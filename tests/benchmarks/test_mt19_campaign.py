@@ -539,6 +539,67 @@ def test_a_run_fitted_to_the_device_time_resumes_and_counts_as_done(tiny_online_
     assert record_lib.check(rec) == [] and "--env-steps 120" in e["command"]
 
 
+def test_a_run_that_cannot_finish_in_the_session_ends_early_and_regenerates_so(
+        tiny_online_run, tmp_path, monkeypatch, capsys):
+    """probe-action aimed at 160, floor 80, steps of 40; the cost stood in by env steps /
+    --sps (1). A run fitted to 120 stops after one chunk (20); the next call has 70 device
+    seconds left: its 100 env steps left do not fit, 80 does (60), so it ends at 80
+    (train_online's end_env_steps), finishes there, is packed and ingested as a source of 80
+    (done at its floor), its command with --end-env-steps; and --regenerate trains it again
+    to the same end, with the same episode sets."""
+    home, store, run_dir, summary = tiny_online_run
+    monkeypatch.setattr(tasks_lib, "TARGETS", {"probe-action": 160})
+    monkeypatch.setattr(tasks_lib, "FLOOR", 80)
+    monkeypatch.setattr(tasks_lib, "FIT_STEP", 40)
+    monkeypatch.setattr(next_lib, "FIT_STEP", 40)
+
+    def cost(train_s, clock, args):
+        return train_s, 1, plan_lib.Clock(clock.call_t, clock.session_used + train_s)
+    monkeypatch.setattr(plan_lib, "run_cost", cost)
+    monkeypatch.setattr(next_lib, "run_cost", cost)
+    h, results = tmp_path / "h", tmp_path / "results"
+
+    def call(out, left, *flags, home=h):
+        assert camp.main(["next", *TINY_AIMED, "--home", str(home), "--out", str(tmp_path / out),
+                          "--results", str(results), "--reserve-s", "0", "--min-start-s", "0",
+                          "--sps", "1", "--device-left-s", str(left), "--session-s", "250",
+                          *flags]) == 0
+        return json.loads((tmp_path / out / camp.CALL_FILE).read_text())
+    (p1,) = call("out1", 130, "--budget-s", "0.001")["pieces"]
+    assert (p1["total_env_steps"], p1["env_steps_to"], p1["finished"]) == (120, 20, False)
+    capsys.readouterr()
+    call2 = call("out2", 70, "--budget-s", "570")
+    (warning,) = call2["warnings"]
+    assert "has 100 of 120 env steps left, about 1.7 device minutes at 1 env steps/s per " \
+        "seed, and 1.2 are left: ended early at 80 env steps" in warning
+    assert f"warning: {warning}" in capsys.readouterr().out
+    (p2,) = call2["pieces"]
+    assert (p2["action"], p2["total_env_steps"], p2["env_steps_to"], p2["finished"],
+            p2["fitted"]) == ("resume", 80, 80, True, True)
+    run = h / "runs" / p2["run"]
+    assert [r for r in _metrics(run)] == [r for r in _metrics(run_dir)
+                                         if int(r["env_steps"]) <= 80]
+    assert [b["task"] for b in call2["bundles"]] == ["probe-action"]
+    assert camp.main(["ingest", str(tmp_path / "out2"), *TINY_AIMED, "--home",
+                      str(tmp_path / "local"), "--results", str(results)]) == 0
+    e = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"]
+    assert (e["env_steps"], e["done"]) == (80, True)
+    assert "--env-steps 120" in e["command"] and "--end-env-steps 80" in e["command"]
+    # trained again on a fresh home: sized for 120, ended at 80, the same sets
+    call3 = call("out3", 1000, "--budget-s", "570", "--regenerate", "probe-action",
+                 home=tmp_path / "h2")
+    (p3,) = call3["pieces"]
+    assert (p3["action"], p3["total_env_steps"], p3["finished"], p3["regenerate"]) == \
+        ("new", 80, True, True)
+    cfg = json.loads((tmp_path / "h2" / "runs" / p3["run"] / "config.json").read_text())
+    assert (cfg["env_steps"], cfg["end_env_steps"]) == (120, 80)
+    assert camp.main(["ingest", str(tmp_path / "out3"), *TINY_AIMED, "--home",
+                      str(tmp_path / "local"), "--results", str(results)]) == 0
+    (ev,) = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"][
+        "regenerations"]
+    assert ev["identical"]
+
+
 def test_a_data_root_that_lost_the_sets_regenerates_them(calls, tmp_path, capsys):
     """Recorded in one data root, the sets missing in another: status says so and prints
     --regenerate; next --regenerate trains the recorded run again on a fresh device home

@@ -148,33 +148,77 @@ def test_the_probe_refuses_a_foreign_file_and_leaves_it(tmp_path, capsys):
     assert out.read_text() == '{"schema": "something/1"}'
 
 
-def _in_progress(task: str, done: int, total: int):
+def _in_progress(task: str, done: int, total: int, floor: int = 100_000):
     from types import SimpleNamespace
     run = SimpleNamespace(total=total, done=done, path=Path("/h/runs/mt19-tdmpc2-x"))
-    return SimpleNamespace(task=task, active=lambda: run)
+    return SimpleNamespace(task=task, active=lambda: run, floor=floor)
 
 
-def test_a_run_in_progress_that_cannot_finish_in_the_session_is_said():
-    import _mt19_next as next_lib
+def _next_args(**measured):
     args = camp.build_parser().parse_args(["next", "--home", "h", "--out", "o",
                                            "--budget-s", "540"])
-    args.measured_sps, args.prior_sps = {"fish": 150.0}, {}
+    args.measured_sps, args.prior_sps = dict(measured), {}
+    return args
+
+
+def _cost(args, env_steps: float, sps: float, elapsed: float = 5.0) -> float:
+    import argparse
+    resumed = argparse.Namespace(**{**vars(args), "compile_s": args.cached_compile_s})
+    return plan_lib.run_cost(env_steps / sps, plan_lib.Clock(elapsed, 0.0), resumed)[0]
+
+
+def test_a_run_in_progress_that_cannot_finish_is_ended_at_what_fits():
+    import _mt19_next as next_lib
+    args = _next_args(fish=150.0)
     s = _in_progress("fish-swim", 60_000, 190_000)
     # 130,000 env steps at 150 per s: 866.7 s of training from 5 s into this call: 60 s
     # loading, 430 s training, 45 s reserve, 20 s gap; a call of 40 s start-up, 60, 395,
     # 45, 20; a last one of 40, 60, 41.7 and 30 to finish: 1,286.7 device s
-    need = plan_lib.run_cost(130_000 / 150.0, plan_lib.Clock(5.0, 0.0), argparse_ns(
-        args, compile_s=args.cached_compile_s))[0]
+    need = _cost(args, 130_000, 150.0)
     assert need == pytest.approx(1286.7, abs=0.1)
-    msg = next_lib.finish_warning(s, 5.0, need - 1.0, args)
-    assert msg.startswith("fish-swim: its run mt19-tdmpc2-x has 130,000 of 190,000 env steps")
-    assert "it will not finish in this session" in msg and "\n" not in msg
-    assert next_lib.finish_warning(s, 5.0, need, args) is None             # it just fits
-    assert next_lib.finish_warning(s, 5.0, None, args) is None             # not checked
-    args.measured_sps = {"fish": 300.0}                                   # faster: it fits
-    assert next_lib.finish_warning(s, 5.0, need - 1.0, args) is None
+    assert next_lib.finish_check(s, 5.0, need, args) == (None, None)     # it just fits
+    assert next_lib.finish_check(s, 5.0, None, args) == (None, None)     # not checked
+    # with 20 device minutes left: the largest multiple of 10,000 whose rest fits
+    left = 1200.0
+    fits = [e for e in range(100_000, 190_000, 10_000) if _cost(args, e - 60_000, 150.0) <= left]
+    msg, end = next_lib.finish_check(s, 5.0, left, args)
+    assert end == fits[-1] == 180_000 and "\n" not in msg
+    assert msg.startswith("fish-swim: its run mt19-tdmpc2-x has 130,000 of 190,000 env steps "
+                          "left, about 21.4 device minutes at 150 env steps/s per seed, and "
+                          "20.0 are left: ended early at 180,000 env steps")
+    # with 8 minutes: 110,000 (60 s loading, 333 s training, 30 s to finish: 423 s)
+    assert next_lib.finish_check(s, 5.0, 480.0, args)[1] == 110_000
+    # not below the floor: with 5 minutes left 100,000 needs 357 s; said, no end
+    msg, end = next_lib.finish_check(s, 5.0, 300.0, args)
+    assert end is None and "it will not finish in this session" in msg
+    # a regeneration trains its recorded env steps: said, never ended
+    msg, end = next_lib.finish_check(s, 5.0, left, args, may_end=False)
+    assert end is None and "a regeneration trains its recorded env steps" in msg
+    # beyond what it has trained: a run at 175,000 of 190,000 ends no earlier than 180,000
+    s = _in_progress("fish-swim", 175_000, 190_000)
+    msg, end = next_lib.finish_check(s, 5.0, 60.0, args)
+    assert end is None
+    assert next_lib.finish_check(_in_progress("fish-swim", 60_000, 190_000), 5.0, left,
+                                 _next_args(fish=300.0)) == (None, None)   # faster: fits
 
 
-def argparse_ns(args, **changes):
-    import argparse
-    return argparse.Namespace(**{**vars(args), **changes})
+def test_end_early_ends_a_real_run_and_refuses_an_end_it_has_passed(tiny_online_run, tmp_path):
+    import _mt19_next as next_lib
+    from tiny_runs import T, TINY_RC
+    from wmx.datasets.store import Store
+    from wmx.runs.listing import read_run
+    from wmx.train_online import cli as online_cli
+    from wmx.train_online import loop as online_loop
+    store = Store(tmp_path).ensure_layout()
+    run_dir = store.runs_dir / "r"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(TINY_RC.to_json()))
+    online_loop.run(TINY_RC, run_dir, online_cli.make_export(store, TINY_RC, run_dir),
+                    progress=False, stop_after_chunks=2)
+    with pytest.raises(ValueError, match="but the run has trained 40"):
+        next_lib.end_early(run_dir, 2 * T)
+    assert "end_env_steps" not in json.loads((run_dir / "config.json").read_text())
+    next_lib.end_early(run_dir, 4 * T)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["end_env_steps"] == 4 * T and read_run(run_dir).total == 4 * T
+    assert "--end-env-steps 80" in " ".join(next_lib._argv_of_config(cfg))
