@@ -144,10 +144,11 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
         s = by_task[t]
         if s.regenerated_run() is not None:
             continue
-        n = regeneration_env_steps(s.recorded)
-        if device_left_s is not None and need(s, n) > device_left_s:
-            refused = refused or (f"--regenerate {t}: its run of {n:,} env steps needs "
-                                  f"{minutes(need(s, n))} device minutes, "
+        n = regeneration_env_steps(s.recorded)      # its --env-steps (the replay's size)
+        trains = int(s.recorded["env_steps"])         # what it trains (an ended run: less)
+        if device_left_s is not None and need(s, trains) > device_left_s:
+            refused = refused or (f"--regenerate {t}: its run of {trains:,} env steps needs "
+                                  f"{minutes(need(s, trains))} device minutes, "
                                   f"{device_left_s / 60:.1f} are left")
             continue                    # a later one, or a task not done, may fit
         return s, n, "--regenerate: the recorded source trained again"

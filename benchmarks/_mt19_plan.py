@@ -56,8 +56,12 @@ the run's set-up outside its clock (env, agent, restoring the checkpoint and rep
 
 def _positive(x: Any) -> bool:
     """Whether ``x`` is a finite number above 0 (not a bool)."""
-    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            and x > 0)
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x) and x > 0
+    except OverflowError:               # an int beyond any float
+        return False
 
 
 def _eval_every(entry: dict[str, Any]) -> int:
@@ -184,9 +188,9 @@ def prior_sps(known: dict[str, float], physics: dict[str, float],
         mjx_steps: {task: MJX steps per agent step} (`load_mjx_steps`; None: none).
 
     Returns:
-        {domain: env steps/s per seed} for the domains with a cost that ``known`` lacks;
-        {} when fewer than two known domains with distinct costs have one, or the fit
-        does not give both parts positive.
+        {domain: env steps/s per seed} for the domains with a cost that ``known`` lacks
+        (one priced below 1 is left out); {} when fewer than two known domains with
+        distinct costs have one, or the fit does not give both parts positive.
     """
     cost: dict[str, float] = {}
     for task, ms in physics.items():
@@ -214,7 +218,9 @@ def prior_sps(known: dict[str, float], physics: dict[str, float],
         cap = max(known.values())
         if most_steps is not None and steps.get(d, 0) > most_steps:
             cap = min(known.values())
-        out[d] = round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
+        price = round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
+        if price >= 1.0:                # a cost so large it rounds to nothing: no price
+            out[d] = price
     return out
 
 

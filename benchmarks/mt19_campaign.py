@@ -228,8 +228,10 @@ def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
              if kept else [])
             + ([f"train {', '.join(again)} again on the device (next --regenerate "
                 f"{','.join(again)})"] if again else []))
+        have = [s.task for s in states if s.task not in lost]
         raise ValueError(f"the recorded episode sets of {', '.join(lost)} are not in {home}: "
-                         f"{fix}")
+                         f"{fix}" + (f"; or build the tasks whose sets are here: --tasks "
+                                     f"{','.join(have)}" if have else ""))
     words = ["beam", "run", "pipelines/build_mt19.py"]
     if "home" in getattr(args, "given", set()):
         words += ["--home", str(args.home)]

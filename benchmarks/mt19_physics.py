@@ -100,16 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     from _machine import cpu_info
     from wmx.runs.host import write_json_atomic
     from wmx.version import code_version
+    def refuse(why: str) -> int:
+        print(f"mt19_physics: error: {args.out}: {why}; give another --out", file=sys.stderr)
+        return 2
+    if not args.out.parent.is_dir():
+        return refuse(f"no folder {args.out.parent}")
     try:
         data = json.loads(args.out.read_text()) if args.out.exists() else {}
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"mt19_physics: error: {args.out}: unreadable ({e}); move it away or give "
-              "another --out", file=sys.stderr)
-        return 2
-    if data and data.get("schema") != SCHEMA:
-        print(f"mt19_physics: error: {args.out} is not a {SCHEMA} file; give another --out",
-              file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as e:
+        return refuse(f"unreadable ({e})")
+    if not isinstance(data, dict) or (data and (data.get("schema") != SCHEMA or not isinstance(
+            data.get("tasks"), dict))):
+        return refuse(f"not a {SCHEMA} file (an object with its tasks)")
     data["schema"] = SCHEMA
     data.setdefault("tasks", {})
     machine = {"backend": jax.default_backend(), "cpu": cpu_info().get("model", "?"),

@@ -585,8 +585,9 @@ def test_a_run_that_cannot_finish_in_the_session_ends_early_and_regenerates_so(
     e = json.loads((results / record_lib.FILE).read_text())["tasks"]["probe-action"]
     assert (e["env_steps"], e["done"]) == (80, True)
     assert "--env-steps 120" in e["command"] and "--end-env-steps 80" in e["command"]
-    # trained again on a fresh home: sized for 120, ended at 80, the same sets
-    call3 = call("out3", 1000, "--budget-s", "570", "--regenerate", "probe-action",
+    # trained again on a fresh home: sized for 120, ended at 80, the same sets; priced at
+    # the 80 it trains (100 device seconds fit 80, not 120)
+    call3 = call("out3", 100, "--budget-s", "570", "--regenerate", "probe-action",
                  home=tmp_path / "h2")
     (p3,) = call3["pieces"]
     assert (p3["action"], p3["total_env_steps"], p3["finished"], p3["regenerate"]) == \

@@ -139,13 +139,39 @@ def test_the_probe_records_a_task_and_keeps_the_others(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["physics.json"]      # no temporary
 
 
-def test_the_probe_refuses_a_foreign_file_and_leaves_it(tmp_path, capsys):
+@pytest.mark.parametrize("text", ['{"schema": "something/1"}', "[]", "{",
+                                  '{"schema": "wmx.mt19_physics/1", "tasks": []}'])
+def test_the_probe_refuses_a_foreign_file_and_leaves_it(tmp_path, capsys, monkeypatch, text):
+    monkeypatch.setattr(mt19_physics, "measure", lambda *a: pytest.fail("measured"))
     out = tmp_path / "physics.json"
-    out.write_text('{"schema": "something/1"}')
+    out.write_text(text)
     assert mt19_physics.main(["--tasks", "pendulum-swingup", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "is not a wmx.mt19_physics/1 file" in err and len(err.strip().splitlines()) == 1
-    assert out.read_text() == '{"schema": "something/1"}'
+    assert err.startswith(f"mt19_physics: error: {out}: ") and "give another --out" in err
+    assert len(err.strip().splitlines()) == 1 and out.read_text() == text
+    assert [p.name for p in tmp_path.iterdir()] == ["physics.json"]
+
+
+def test_the_probe_refuses_a_missing_folder_before_measuring(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(mt19_physics, "measure", lambda *a: pytest.fail("measured"))
+    assert mt19_physics.main(["--tasks", "pendulum-swingup", "--out",
+                              str(tmp_path / "no" / "x.json")]) == 2
+    assert "no folder" in capsys.readouterr().err and not (tmp_path / "no").exists()
+
+
+def test_odd_numbers_in_the_physics_file_give_no_price_and_no_crash(tmp_path, capsys):
+    tasks = {"reacher-easy": {"ms_per_agent_step": 0.17, "mjx_steps_per_agent_step": 8},
+             "walker-walk": {"ms_per_agent_step": 2.7, "mjx_steps_per_agent_step": 20},
+             "cheetah-run": {"ms_per_agent_step": 0.37, "mjx_steps_per_agent_step": 2},
+             "hopper-hop": {"ms_per_agent_step": 1e6, "mjx_steps_per_agent_step": 8},
+             "fish-swim": {"ms_per_agent_step": 10 ** 400, "mjx_steps_per_agent_step": 10 ** 400}}
+    (tmp_path / plan_lib.PHYSICS_FILE).write_text(json.dumps(
+        {"schema": mt19_physics.SCHEMA, "tasks": tasks}))
+    assert "fish-swim" not in plan_lib.load_physics(tmp_path)
+    assert "fish-swim" not in plan_lib.load_mjx_steps(tmp_path)
+    assert "hopper" not in plan_lib.model_speeds({}, tmp_path)     # rounds to nothing
+    assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
+    assert "hopper" not in capsys.readouterr().out.splitlines()[0]
 
 
 def _in_progress(task: str, done: int, total: int, floor: int = 100_000):

@@ -87,3 +87,56 @@ def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run
     assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(5 * T),
                             "--no-progress"]) == 2
     assert "the run has finished; its end cannot move" in capsys.readouterr().err
+
+
+def _stopped(store: Store, name: str, rc: OnlineRunConfig, chunks: int) -> Path:
+    run_dir = store.runs_dir / name
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(rc.to_json()))
+    online_loop.run(rc, run_dir, online_cli.make_export(store, rc, run_dir), progress=False,
+                    stop_after_chunks=chunks)
+    return run_dir
+
+
+def test_an_end_off_the_evaluation_schedule_adds_its_final_evaluation(tiny_online_run,
+                                                                      tmp_path):
+    _, _, full_dir, full = tiny_online_run
+    store = Store(tmp_path).ensure_layout()
+    run_dir = _stopped(store, "off", TINY_RC, 2)
+    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(3 * T),
+                            "--no-progress"]) == 0
+    rows, want = _rows(run_dir), [r for r in _rows(full_dir) if int(r["env_steps"]) <= 3 * T]
+    assert rows[:len(want)] == want                   # the full run's rows up to 3 T, then
+    assert [(r["kind"], r["env_steps"]) for r in rows[len(want):]] == \
+        [("eval", str(3 * T))] * len(TINY_RC.seeds)  # its final evaluation at 3 T
+    got = json.loads((run_dir / "summary.json").read_text())
+    for seed, path in got["episode_sets"].items():  # the sets: still the full run's prefix
+        prefix = write_prefix_set(Store(tmp_path / "prefix"), full["episode_sets"][seed],
+                                  3 * TINY_RC.n_envs)
+        assert Path(path).name == prefix.name
+
+
+def test_a_checkpoint_on_the_held_tick_of_a_round_may_still_end_in_that_round(tmp_path,
+                                                                              capsys):
+    """--chunk-ticks T: the first part stops at tick T, before the round's held tick, with
+    all T agent steps of the round done; an end at that round is still ahead."""
+    store = Store(tmp_path).ensure_layout()
+    rc = dataclasses.replace(TINY_RC, chunk_ticks=T)
+    run_dir = _stopped(store, "held", rc, 1)
+    assert read_run(run_dir).done == T
+    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(T),
+                            "--no-progress"]) == 0
+    info = read_run(run_dir)
+    assert info.status == FINISHED and info.done == info.total == T
+    assert [r["kind"] for r in _rows(run_dir)] == ["train", "train", "eval", "eval"]
+
+
+def test_the_dry_run_counts_the_rounds_to_the_end(capsys):
+    from tiny_runs import TINY_ONLINE_ARGV
+    assert online_cli.main([*TINY_ONLINE_ARGV, "--end-env-steps", str(T), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"--end-env-steps {T}: the run ends at {T} env steps per seed (1 round of 6; its " \
+           f"replay sized for {6 * T})" in out
+    assert f"1 round x 1 env = {T} env steps per seed" in out
+    assert "note: the run ends before its first update" in out and \
+        "raise --end-env-steps or lower --seed-steps" in out

@@ -37,9 +37,11 @@ class OnlineRunConfig:
 
     ``end_env_steps``: when set, the run ends after the round that reaches these env
     steps per seed, before ``env_steps``, which still sizes everything else (the agent's
-    replay and its compiled programs), so a run ended so is exactly the first part of
-    the run of ``env_steps`` (set on resume to end a run that cannot train to its total,
-    e.g. within a device session). Left out of config.json when None and out of the
+    replay and its compiled programs), so a run ended so is the first part of the run of
+    ``env_steps``: exactly, when the end is a multiple of ``eval_every`` and of a chunk's
+    env steps; else it also has the final evaluation (and the last chunk's training row)
+    at its end (set on resume to end a run that cannot train to its total, e.g. within a
+    device session). Left out of config.json when None and out of the
     config hash always (the episode sets' producer stays the run's).
 
     ``init_from``: the checkpoint folder (``<run>/checkpoints/<step>``, resolved

@@ -57,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "--resume it may extend an unfinished run whose replay keeps its size")
     p.add_argument("--end-env-steps", type=count, default=None, metavar="N",
                    help="end the run after the round that reaches N env steps per seed, before "
-                        "--env-steps, which still sizes its replay: the run is exactly the "
-                        "first part of the --env-steps run. With --resume it ends an unfinished "
-                        "run early (N beyond the env steps it has trained)")
+                        "--env-steps, which still sizes its replay: the run is the first part "
+                        "of the --env-steps run (exactly so when N is a multiple of "
+                        "--eval-every and of a chunk; else it also evaluates, and logs its "
+                        "training row, at N, its end). With --resume it ends an unfinished run "
+                        "early (N beyond the env steps it has trained)")
     p.add_argument("--envs", "--n-envs", dest="n_envs", type=int, default=None,
                    help="lockstep envs per seed (default: the agent's: tdmpc2 1, T7; "
                         "dreamerv3 the preset's, 16 as the paper)")
@@ -163,12 +165,18 @@ def _plan_notes(rc) -> None:
               f"{counted(rc.rounds, 'round')} of {counted(rc.n_envs, 'env')} x one "
               f"{per_round // rc.n_envs:,d}"
               f"-env-step episode")
+    if rc.end_env_steps is not None:
+        print(f"--end-env-steps {rc.end_env_steps:,d}: the run ends at "
+              f"{rc.end_total_env_steps:,d} env steps per seed ({counted(rc.end_rounds, 'round')}"
+              f" of {rc.rounds:,d}; its replay sized for {rc.total_env_steps:,d})")
     sched = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs).inner
     burst = getattr(sched, "burst_tick", None)
-    if burst is not None and burst >= rc.rounds * rc.ticks_per_round:
-        print(f"note: the run ends before its first update: its {rc.total_agent_steps:,d} agent "
+    if burst is not None and burst >= rc.end_rounds * rc.ticks_per_round:
+        end = rc.end_rounds * rc.task_spec.T * rc.n_envs
+        flag = "--end-env-steps" if rc.end_env_steps is not None else "--env-steps"
+        print(f"note: the run ends before its first update: its {end:,d} agent "
               f"steps are all seed phase ({sched.seed_steps:,d} agent steps of random actions, "
-              "then the updates after the first whole round); raise --env-steps or lower "
+              f"then the updates after the first whole round); raise {flag} or lower "
               "--seed-steps")
 
 
@@ -240,8 +248,9 @@ def resumed_config(args: argparse.Namespace, run_dir: Path, cfg: dict):
 
 def check_end(rc, run_dir: Path) -> None:
     """Raise ValueError (one line) unless ``rc.end_env_steps`` can end the run in
-    ``run_dir``: it has not finished, and the end (whole rounds) lies beyond the env steps
-    of its newest intact checkpoint."""
+    ``run_dir``: it has not finished, and the round it ends with is not over at its newest
+    intact checkpoint (a ``--chunk-ticks`` checkpoint may sit inside that round, even on
+    its last, held tick)."""
     from wmx.checkpoint import newest_intact
     from wmx.runs.cli_common import run_has_finished
     from wmx.runs.host import env_steps_at_tick
@@ -249,9 +258,9 @@ def check_end(rc, run_dir: Path) -> None:
     if run_has_finished(run_dir):
         raise ValueError(f"{what}: the run has finished; its end cannot move")
     found = newest_intact(run_dir)
-    done = 0 if found is None else env_steps_at_tick(
-        int(found[1].get("next_tick", 0)), rc.task_spec.T, rc.n_envs, rc.task_spec.action_repeat)
-    if rc.end_total_env_steps <= done:
+    tick = 0 if found is None else int(found[1].get("next_tick", 0))
+    if rc.end_rounds * rc.ticks_per_round <= tick:      # its last round is over already
+        done = env_steps_at_tick(tick, rc.task_spec.T, rc.n_envs, rc.task_spec.action_repeat)
         raise ValueError(f"{what} ends at {rc.end_total_env_steps:,d} env steps (whole rounds), "
                          f"but the run has trained {done:,d}: give more")
 
@@ -301,8 +310,8 @@ def _main(args: argparse.Namespace) -> int:
             print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
         env = cached_env(rc.task, rc.episode_length)
-        print(f"env {env}; {counted(rc.rounds, 'round')} x {counted(rc.n_envs, 'env')} = "
-              f"{rc.total_env_steps:,d} env "
+        print(f"env {env}; {counted(rc.end_rounds, 'round')} x {counted(rc.n_envs, 'env')} = "
+              f"{rc.end_total_env_steps:,d} env "
               f"steps per seed; seeds {list(rc.seeds)}")
         return 0
 
