@@ -136,6 +136,9 @@ def cmd_status(args, campaign: Campaign) -> int:
     lost = [s.task for s in states if s.needs_regeneration]
     kept = [s.task for s in states if s.needs_restore]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
+    if not todo and not lost and not kept and all(s.recorded is not None for s in states):
+        print(f"every task recorded, its sets here: the dataset's build command: python "
+              f"benchmarks/mt19_campaign.py build{_place_text(args)}{_flags_text(args)}")
     if kept:
         print(f"first, here: python benchmarks/mt19_campaign.py restore{_place_text(args)}"
               f"{_flags_text(args)}   # {counted(len(kept), 'task')} "

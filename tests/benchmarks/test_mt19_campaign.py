@@ -203,6 +203,9 @@ def test_build_names_exactly_the_recorded_sets(calls, tmp_path, capsys):
     assert out[1].split() == ["beam", "run", "pipelines/build_mt19.py", "--home", str(local),
                               "--tasks", "probe-action", "--sources", *ids]
     assert "left out" not in out[0] and "1 recorded task" in out[0]
+    assert camp.main(["status", *TINY, "--home", str(local), "--results", str(results)]) == 0
+    assert "the dataset's build command: python benchmarks/mt19_campaign.py build --home " \
+        f"{local} --results {results} --tasks probe-action" in capsys.readouterr().out
     # another set of the task in the data root (a prefix of a recorded one, as an offline
     # check's run@N makes): left out, said
     from wmx.episode_sets.episode_set import write_prefix_set
