@@ -137,8 +137,10 @@ def cmd_status(args, campaign: Campaign) -> int:
     kept = [s.task for s in states if s.needs_restore]
     print(f"{len(states) - len(todo)}/{len(states)} tasks done")
     if not todo and not lost and not kept and all(s.recorded is not None for s in states):
+        tasks = (f" --tasks {shlex.quote(args.tasks)}"
+                 if "tasks" in getattr(args, "given", set()) else "")
         print(f"every task recorded, its sets here: the dataset's build command: python "
-              f"benchmarks/mt19_campaign.py build{_place_text(args)}{_flags_text(args)}")
+              f"benchmarks/mt19_campaign.py build{_place_text(args)}{tasks}")
     if kept:
         print(f"first, here: python benchmarks/mt19_campaign.py restore{_place_text(args)}"
               f"{_flags_text(args)}   # {counted(len(kept), 'task')} "
@@ -151,7 +153,11 @@ def cmd_status(args, campaign: Campaign) -> int:
               "compares the new sets' content hashes with the recorded ones")
     if todo or lost:
         s = next((x for x in todo if x.active() is not None), todo[0] if todo else None)
-        if s is not None:
+        if lost:
+            print(f"next piece: {lost[0]}: trained again (with --regenerate, below, as plan "
+                  "counts it first)" + (f"; without it, {s.task}: {s.next_text()}"
+                                         if s is not None else ""))
+        elif s is not None:
             print(f"next piece: {s.task}: {s.next_text()}")
         cv = code_version()
         print("device command (carry .whl-tpu; H a folder in the device's /tmp; again within "
@@ -190,7 +196,12 @@ def _flags_text(args) -> str:
 
 
 # ---- build -------------------------------------------------------------------------------
-def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
+BUILD_FLAGS = {"tasks", "home", "results"}
+"""The flags ``build`` reads; the campaign's run flags it shares with the other
+subcommands' parsers are refused (they change nothing here)."""
+
+
+def build_command(args, campaign: Campaign) -> dict[str, Any]:
     """The dataset build that pools exactly the recorded episode sets.
 
     A data root may hold other sets of the same tasks (a run's sets truncated for an
@@ -201,24 +212,32 @@ def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
     own TaskSet, ``mt19-<8 hex>``).
 
     Args:
-        args: the parsed flags (``home``, ``results``).
+        args: the parsed flags (``home``, ``results``, ``tasks``).
         campaign: the campaign (its tasks, in order).
 
     Returns:
-        (the command's words, the content hashes of the recorded tasks' other sets in the
-        store, which it leaves out).
+        {"words": the command's words, "name": the dataset's TaskSet name (None for tasks
+        outside mt19), "episodes": the
+        recorded sets' episodes, "others": the content hashes of the recorded tasks' other
+        sets in the store, which it leaves out, "not_recorded": the campaign's tasks with
+        no record, left out}.
 
     Raises:
-        ValueError: nothing recorded, or a recorded set missing from the data root (one
-            line naming restore or --regenerate).
+        ValueError: a run flag given, nothing recorded, or a recorded set missing from the
+            data root (one line naming restore, --regenerate or --tasks).
     """
     from wmx.datasets.store import Store
     from wmx.envs.registry import MT19
+    from wmx.schemas.taskset import mt19
+    extra = sorted(getattr(args, "given", set()) - BUILD_FLAGS)
+    if extra:
+        raise ValueError(f"{', '.join('--' + d.rstrip('_').replace('_', '-') for d in extra)}: "
+                         "build reads the record, not the campaign's run settings; give only "
+                         "--tasks, --home, --results")
     home = Store(args.home).home
     record = load_record(Path(args.results))
-    states = [s for s in read_state(home, campaign, record,
-                                    archived_tasks(Path(args.results), record))
-              if s.recorded is not None]
+    every = read_state(home, campaign, record, archived_tasks(Path(args.results), record))
+    states = [s for s in every if s.recorded is not None]
     if not states:
         raise ValueError(f"no task recorded in {Path(args.results) / record_lib.FILE}; "
                          "ingest the device calls' bundles first")
@@ -227,8 +246,8 @@ def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
         kept = [s.task for s in states if s.task in lost and s.needs_restore]
         again = [t for t in lost if t not in kept]
         fix = " and ".join(
-            ([f"restore {', '.join(kept)} (python benchmarks/mt19_campaign.py restore)"]
-             if kept else [])
+            ([f"restore {', '.join(kept)} (python benchmarks/mt19_campaign.py restore"
+              f"{_place_text(args)})"] if kept else [])
             + ([f"train {', '.join(again)} again on the device (next --regenerate "
                 f"{','.join(again)})"] if again else []))
         have = [s.task for s in states if s.task not in lost]
@@ -238,14 +257,23 @@ def build_command(args, campaign: Campaign) -> tuple[list[str], list[str]]:
     words = ["beam", "run", "pipelines/build_mt19.py"]
     if "home" in getattr(args, "given", set()):
         words += ["--home", str(args.home)]
-    if {s.task for s in states} != {t.name for t in MT19}:
-        words += ["--tasks", ",".join(s.task for s in states)]
+    names = [s.task for s in states]
+    name: str | None = mt19().name
+    if set(names) != {t.name for t in MT19}:
+        words += ["--tasks", ",".join(names)]
+        try:
+            name = mt19().subset(names).name
+        except ValueError:              # a task outside mt19 (tests' probe tasks): unnamed
+            name = None
     words += ["--sources"] + [f"{s.task}/{e['content_hash'][:12]}" for s in states
                               for e in s.recorded["episode_sets"]]
     kept = {e["content_hash"] for s in states for e in s.recorded["episode_sets"]}
-    others = sorted(m.content_hash for s in states for ms in s.groups.values() for m in ms
-                    if m.content_hash not in kept)
-    return words, others
+    return {"words": words, "name": name,
+            "episodes": sum(int(e["episodes"]) for s in states
+                            for e in s.recorded["episode_sets"]),
+            "others": sorted(m.content_hash for s in states for ms in s.groups.values()
+                             for m in ms if m.content_hash not in kept),
+            "not_recorded": [s.task for s in every if s.recorded is None]}
 
 
 def cmd_build(args, campaign: Campaign) -> int:
@@ -254,15 +282,20 @@ def cmd_build(args, campaign: Campaign) -> int:
     Returns:
         0; bad input is a ValueError (one line, exit 2).
     """
-    from wmx.sizes import counted
-    words, others = build_command(args, campaign)
-    tasks = words[words.index("--tasks") + 1].count(",") + 1 if "--tasks" in words else 19
-    print(f"# the dataset of the {counted(tasks, 'recorded task')}, pooling exactly their "
-          "recorded episode sets" + (f" ({counted(len(others), 'other set')} of these tasks "
-                                     "in the data root left out: "
-                                     + ", ".join(h[:12] for h in others) + ")"
-                                     if others else ""))
-    print(" ".join(shlex.quote(w) for w in words))
+    from wmx.sizes import counted, noun_for
+    b = build_command(args, campaign)
+    tasks = len(campaign.tasks) - len(b["not_recorded"])
+    notes = []
+    if b["others"]:
+        notes.append(f"{counted(len(b['others']), 'other set')} of these tasks in the data "
+                     "root left out: " + ", ".join(h[:12] for h in b["others"]))
+    if b["not_recorded"]:
+        notes.append(f"not recorded, left out: {', '.join(b['not_recorded'])}")
+    print(f"# {b['name'] + ': ' if b['name'] else ''}the {counted(tasks, 'recorded task')} "
+          f"({counted(b['episodes'], 'episode')}), pooling exactly "
+          f"{noun_for(tasks, 'its', 'their')} recorded episode sets"
+          + (f" ({'; '.join(notes)})" if notes else ""))
+    print(" ".join(shlex.quote(w) for w in b["words"]))
     return 0
 
 

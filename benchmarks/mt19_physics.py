@@ -48,7 +48,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="envs vmapped, as the campaign's seeds are")
     p.add_argument("--steps", type=int, default=50, help="agent steps per timed call")
     p.add_argument("--rounds", type=int, default=7, help="timed calls after the compiling one")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON written")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="the JSON the tasks are merged into (default: the committed file "
+                        "that mt19_campaign.py plan prices from)")
     args = p.parse_args(argv)
     for flag in ("lanes", "steps", "rounds"):
         if getattr(args, flag) < 1:
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{task:24s} {entry['ms_per_agent_step']:8.3f} ms per agent step "
               f"({entry['mjx_steps_per_agent_step']} MJX steps), compiled in "
               f"{entry['compile_s']:.0f} s", flush=True)
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -197,12 +197,13 @@ def test_build_names_exactly_the_recorded_sets(calls, tmp_path, capsys):
         "episode_sets"]
     ids = [f"probe-action/{e['content_hash'][:12]}" for e in sets]
     capsys.readouterr()
-    build = ["build", *TINY, "--home", str(local)]
+    build = ["build", "--tasks", "probe-action", "--home", str(local)]
     assert camp.main([*build, "--results", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["beam", "run", "pipelines/build_mt19.py", "--home", str(local),
                               "--tasks", "probe-action", "--sources", *ids]
-    assert "left out" not in out[0] and "1 recorded task" in out[0]
+    assert out[0] == "# the 1 recorded task (12 episodes), pooling exactly its recorded " \
+        "episode sets"
     assert camp.main(["status", *TINY, "--home", str(local), "--results", str(results)]) == 0
     assert "the dataset's build command: python benchmarks/mt19_campaign.py build --home " \
         f"{local} --results {results} --tasks probe-action" in capsys.readouterr().out
@@ -217,14 +218,16 @@ def test_build_names_exactly_the_recorded_sets(calls, tmp_path, capsys):
     assert out[1].split()[-3:] == ["--sources", *ids]
     assert f"1 other set of these tasks in the data root left out: {prefix.name[:12]})" in out[0]
     # a data root without the recorded sets, and no record: one line each, exit 2
-    assert camp.main(["build", *TINY, "--home", str(tmp_path / "empty"), "--results",
-                      str(results)]) == 2
+    assert camp.main(["build", "--tasks", "probe-action", "--home", str(tmp_path / "empty"),
+                      "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recorded episode sets of probe-action are not in" in err[0]
     assert "next --regenerate probe-action" in err[0]
-    assert camp.main(["build", *TINY, "--home", str(local), "--results",
+    assert camp.main(["build", "--tasks", "probe-action", "--home", str(local), "--results",
                       str(tmp_path / "none")]) == 2
     assert "no task recorded" in capsys.readouterr().err
+    assert camp.main([*build, "--results", str(results), "--seeds", "0"]) == 2   # a run flag
+    assert "--seeds: build reads the record" in capsys.readouterr().err
 
 
 def _tamper_record(src: Path, dst: Path) -> None:

@@ -61,8 +61,9 @@ def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run
     assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(2 * T),
                             "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "--end-env-steps 40 ends at 40 env steps (whole rounds), but the run has trained 40" \
-        in err and len(err.strip().splitlines()) == 1
+    assert "--end-env-steps 40 ends at 40 env steps (whole rounds), but the run has trained " \
+        "40: give an end above that, up to its --env-steps 120" in err
+    assert len(err.strip().splitlines()) == 1
     assert (run_dir / "config.json").read_text() == before
     assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(4 * T),
                             "--no-progress"]) == 0
@@ -86,7 +87,8 @@ def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run
     # a finished run's end cannot move
     assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(5 * T),
                             "--no-progress"]) == 2
-    assert "the run has finished; its end cannot move" in capsys.readouterr().err
+    assert "the run has finished (an ended run too: it cannot go on towards its --env-steps " \
+        "120); start a new run" in capsys.readouterr().err
 
 
 def _stopped(store: Store, name: str, rc: OnlineRunConfig, chunks: int) -> Path:

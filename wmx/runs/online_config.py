@@ -83,8 +83,9 @@ class OnlineRunConfig:
                 raise ValueError(f"{flag} must be > 0, got {getattr(self, name)}")
         if self.end_env_steps is not None and self.end_env_steps > self.env_steps:
             raise ValueError(f"--end-env-steps {self.end_env_steps} is beyond the run's "
-                             f"--env-steps {self.env_steps}: give at most that (a longer run "
-                             "extends --env-steps)")
+                             f"--env-steps {self.env_steps}: give at most that, or raise "
+                             "--env-steps (with --resume, an unfinished run's --env-steps may "
+                             "grow)")
 
     # ---- derived ---------------------------------------------------------
     @property

@@ -165,7 +165,7 @@ def _plan_notes(rc) -> None:
               f"{counted(rc.rounds, 'round')} of {counted(rc.n_envs, 'env')} x one "
               f"{per_round // rc.n_envs:,d}"
               f"-env-step episode")
-    if rc.end_env_steps is not None:
+    if rc.end_env_steps is not None and rc.end_rounds < rc.rounds:
         print(f"--end-env-steps {rc.end_env_steps:,d}: the run ends at "
               f"{rc.end_total_env_steps:,d} env steps per seed ({counted(rc.end_rounds, 'round')}"
               f" of {rc.rounds:,d}; its replay sized for {rc.total_env_steps:,d})")
@@ -256,13 +256,15 @@ def check_end(rc, run_dir: Path) -> None:
     from wmx.runs.host import env_steps_at_tick
     what = f"--end-env-steps {rc.end_env_steps}"
     if run_has_finished(run_dir):
-        raise ValueError(f"{what}: the run has finished; its end cannot move")
+        raise ValueError(f"{what}: the run has finished (an ended run too: it cannot go on "
+                         f"towards its --env-steps {rc.env_steps:,d}); start a new run")
     found = newest_intact(run_dir)
     tick = 0 if found is None else int(found[1].get("next_tick", 0))
     if rc.end_rounds * rc.ticks_per_round <= tick:      # its last round is over already
         done = env_steps_at_tick(tick, rc.task_spec.T, rc.n_envs, rc.task_spec.action_repeat)
         raise ValueError(f"{what} ends at {rc.end_total_env_steps:,d} env steps (whole rounds), "
-                         f"but the run has trained {done:,d}: give more")
+                         f"but the run has trained {done:,d}: give an end above that, up to its "
+                         f"--env-steps {rc.env_steps:,d}")
 
 
 def _check_extension(old, new, run_dir: Path) -> None:
