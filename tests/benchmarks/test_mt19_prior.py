@@ -247,4 +247,6 @@ def test_end_early_ends_a_real_run_and_refuses_an_end_it_has_passed(tiny_online_
     next_lib.end_early(run_dir, 4 * T)
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["end_env_steps"] == 4 * T and read_run(run_dir).total == 4 * T
+    from wmx.runs.listing import progress_text
+    assert progress_text(read_run(run_dir)) == "40/80 env steps (ends early; --env-steps 120)"
     assert "--end-env-steps 80" in " ".join(next_lib._argv_of_config(cfg))

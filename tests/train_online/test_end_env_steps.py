@@ -17,7 +17,7 @@ from tiny_runs import T, TINY_RC
 
 from wmx.datasets.store import Store
 from wmx.episode_sets.episode_set import EpisodeSetReader, write_prefix_set
-from wmx.runs.listing import FINISHED, read_run
+from wmx.runs.listing import FINISHED, progress_text, read_run
 from wmx.runs.online_config import OnlineRunConfig
 from wmx.train_online import cli as online_cli
 from wmx.train_online import loop as online_loop
@@ -69,6 +69,8 @@ def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run
                             "--no-progress"]) == 0
     info = read_run(run_dir)
     assert info.status == FINISHED and info.done == info.total == 4 * T
+    assert progress_text(info) == "80/80 env steps (ended early; --env-steps 120)"
+    assert progress_text(read_run(full_dir)) == "120/120 env steps"
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["end_env_steps"] == 4 * T and saved["env_steps"] == 6 * T
     # its rows are the full run's up to 4 T, its final evaluation the full run's there
@@ -126,6 +128,8 @@ def test_a_checkpoint_on_the_held_tick_of_a_round_may_still_end_in_that_round(tm
     rc = dataclasses.replace(TINY_RC, chunk_ticks=T)
     run_dir = _stopped(store, "held", rc, 1)
     assert read_run(run_dir).done == T
+    from wmx.train_online.cli import check_end
+    check_end(dataclasses.replace(rc, end_env_steps=T), run_dir)     # ahead: no error
     assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(T),
                             "--no-progress"]) == 0
     info = read_run(run_dir)

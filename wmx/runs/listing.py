@@ -397,11 +397,18 @@ def target_text(r: RunInfo) -> str:
 
 
 def progress_text(r: RunInfo) -> str:
-    """``120/120 env steps``, ``4/6 updates`` (``?`` for an unknown total)."""
+    """``120/120 env steps``, ``4/6 updates`` (``?`` for an unknown total); an online run
+    ended early (``--end-env-steps``) adds ``(ended early; --env-steps N)``, one set to
+    end early ``(ends early; --env-steps N)``."""
     if r.kind == "?":
         return "?"
     total = "?" if r.total is None else f"{r.total:,d}"
-    return f"{r.done:,d}/{total} {r.unit}"
+    full = as_int(_derived(r.config or {}).get("total_env_steps")) if r.kind == "online" \
+        and (r.config or {}).get("end_env_steps") is not None else None
+    how = "ended early" if r.status == FINISHED else "ends early"
+    more = f" ({how}; --env-steps {full:,d})" if full is not None and r.total is not None \
+        and full > r.total else ""
+    return f"{r.done:,d}/{total} {r.unit}{more}"
 
 
 def eval_text(r: RunInfo) -> str:
