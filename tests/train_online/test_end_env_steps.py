@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_the_config_keeps_the_end_out_of_the_hash_and_of_config_json():
 
 
 def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run, tmp_path,
-                                                                 capsys):
+                                                                 capsys, caplog):
     _, _, full_dir, full = tiny_online_run
     store = Store(tmp_path).ensure_layout()
     run_dir = store.runs_dir / "ended"
@@ -65,8 +66,10 @@ def test_a_run_ended_on_resume_is_the_first_part_of_the_full_run(tiny_online_run
         "40: give an end above that, up to its --env-steps 120" in err
     assert len(err.strip().splitlines()) == 1
     assert (run_dir / "config.json").read_text() == before
-    assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(4 * T),
-                            "--no-progress"]) == 0
+    with caplog.at_level(logging.INFO, logger=online_loop.log.name):
+        assert online_cli.main(["--resume", str(run_dir), "--end-env-steps", str(4 * T),
+                                "--no-progress"]) == 0
+    assert "(40 env steps per seed; tick 42)" in caplog.text    # 2 rounds of T + 1 ticks
     info = read_run(run_dir)
     assert info.status == FINISHED and info.done == info.total == 4 * T
     assert progress_text(info) == "80/80 env steps (ended early; --env-steps 120)"

@@ -160,7 +160,8 @@ def run(rc: OnlineRunConfig, run_dir: Path, export: RunEpisodeExport | None, *,
             pending = _round_rows(rc, env)
             _write_rows(pending, 0, jax.tree.map(np.asarray, items.pop("pending")))
         carries = program.from_checkpoint_items(items)
-        log.info("resuming %s from %s (tick %d)", run_dir, ckpt.name, host.next_tick)
+        log.info("resuming %s from %s (%s env steps per seed; tick %d)", run_dir, ckpt.name,
+                 f"{env_steps_at_tick(host.next_tick, T, n_envs, ar):,d}", host.next_tick)
     # One placement for fresh and restored state: orbax returns arrays committed
     # to a device, jit outputs are uncommitted, and jit compiles each anew.
     carries = jax.device_put(carries, jax.devices()[0])
