@@ -26,8 +26,8 @@ from typing import Any
 
 import _mt19_bundle as bundle_lib
 from _compile_meter import CompileMeter
-from _mt19_plan import (GZIP_RATIO, Clock, bundle_mib, fresh_fit, measured_sps, model_speeds,
-                        run_cost, sps_for, task_cost)
+from _mt19_plan import (GZIP_RATIO, Clock, bundle_mib, fresh_fit, load_physics, measured_sps,
+                        model_speeds, sps_of, task_cost)
 from _mt19_tasks import (AGENT, FIT_STEP, RUN_PREFIX, Campaign, TaskState, load_record,
                          read_state, recorded_config, regeneration_env_steps,
                          regeneration_mismatch)
@@ -162,10 +162,8 @@ def choose(states: list[TaskState], campaign: Campaign, task: str | None,
 def _remaining_cost(task: str, env_steps: int, elapsed_s: float, args) -> tuple[float, float]:
     """(device seconds, speed) of ``env_steps`` more of a run in progress in the plan's
     model, each call compiling as a resumed one (``cached_compile_s``)."""
-    sps = sps_for(task, args.sps, getattr(args, "measured_sps", None),
-                  getattr(args, "prior_sps", None))
     resumed = argparse.Namespace(**{**vars(args), "compile_s": args.cached_compile_s})
-    return run_cost(env_steps / sps, Clock(elapsed_s, 0.0), resumed)[0], sps
+    return task_cost(task, env_steps, Clock(elapsed_s, 0.0), resumed)[0], sps_of(task, args)
 
 
 def finish_check(s: TaskState, elapsed_s: float, device_left_s: float | None, args,
@@ -611,6 +609,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                             "chip": chip, "jax": jax_version, "code_version": code,
                             "budget_s": args.budget_s, "pieces": [], "bundles": []}
     status = 0
+    physics = load_physics(Path(args.results))       # the plan's prices: read once a call
     try:
         while True:
             states = read_state(store.home, campaign, record)
@@ -619,7 +618,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             states = read_state(store.home, campaign, record)
             args.measured_sps = session_sps(record, store.home, campaign.eval_every,
                                             len(campaign.seeds))
-            args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
+            args.prior_sps = model_speeds(args.measured_sps, physics)
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)
             warning, end = (None, None) if s is None else finish_check(

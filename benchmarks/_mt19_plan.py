@@ -14,9 +14,10 @@ import math
 import re
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import _mt19_bundle as bundle_lib
+import mt19_physics as physics_lib
 from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
 
 SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0, "cheetah": 305.0}
@@ -30,11 +31,9 @@ cheetah: the campaign's cheetah-run run (wmx 3236489): 24.2 s training (414.1 pe
 SPS_DEFAULT = 160.0
 """A domain neither measured nor priced from its physics (`prior_sps`): about the slowest
 measured."""
-PHYSICS_FILE = "mt19_physics_cpu.json"
-"""The results folder's file of each task's physics cost (``benchmarks/mt19_physics.py``)."""
 PRIOR_MARGIN = 0.85
 """`prior_sps` prices a domain at this share of the speed its physics cost predicts: the
-fit's three domains leave it within 10% of their measured speeds, and a learned policy
+fit's three domains leave it within 4% of their measured speeds, and a learned policy
 can make more contacts than the random actions the cost was measured with; a run priced
 too fast may not finish in its session and is lost, one priced too slow only waits."""
 COMPILE_S = 120.0
@@ -134,37 +133,36 @@ def measured_sps(record: dict[str, Any] | None, seeds: int | None = None) -> dic
     return {d: v for d, (_, v) in newest.items()}
 
 
-def _physics_tasks(results: Path) -> dict[str, Any]:
-    """The ``tasks`` of ``results/PHYSICS_FILE``; {} when the file is absent, is not JSON or
-    not a ``wmx.mt19_physics/1`` file."""
-    try:
-        data = json.loads((Path(results) / PHYSICS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    tasks = data.get("tasks") if isinstance(data, dict) and data.get(
-        "schema") == "wmx.mt19_physics/1" else None
-    return {str(t): e for t, e in (tasks if isinstance(tasks, dict) else {}).items()
-            if isinstance(e, dict)}
+class Physics(NamedTuple):
+    """The physics costs of ``benchmarks/mt19_physics.py``'s file (`load_physics`):
+    ``costs`` {task: ms per agent step of the lanes together}, ``steps`` {task: MJX steps
+    per agent step}."""
+    costs: dict[str, float]
+    steps: dict[str, int]
 
 
-def load_physics(results: Path) -> dict[str, float]:
-    """Each task's physics cost, from ``results/PHYSICS_FILE`` (``benchmarks/mt19_physics.py``).
+def load_physics(results: Path) -> Physics:
+    """Each task's physics cost, from ``results/mt19_physics.FILE``, read once.
 
     Returns:
-        {task: ms per agent step of the lanes together}; {} when the file is absent, is
-        not JSON or not a ``wmx.mt19_physics/1`` file; an entry whose value is not a finite
-        positive number is left out.
+        `Physics`; both empty when the file is absent, is not JSON or not a
+        ``mt19_physics.SCHEMA`` file; a cost that is not a finite positive number, or a
+        step count that is not a positive whole number, is left out.
     """
-    return {t: float(e["ms_per_agent_step"]) for t, e in _physics_tasks(results).items()
-            if _positive(e.get("ms_per_agent_step"))}
-
-
-def load_mjx_steps(results: Path) -> dict[str, int]:
-    """Each task's MJX steps per agent step, from the same file (`load_physics`'s rules;
-    a value that is not a positive whole number is left out)."""
-    return {t: int(e["mjx_steps_per_agent_step"]) for t, e in _physics_tasks(results).items()
-            if _positive(e.get("mjx_steps_per_agent_step"))
-            and int(e["mjx_steps_per_agent_step"]) == e["mjx_steps_per_agent_step"]}
+    try:
+        data = json.loads((Path(results) / physics_lib.FILE).read_text())
+    except (OSError, ValueError):
+        return Physics({}, {})
+    tasks = data.get("tasks") if isinstance(data, dict) and data.get(
+        "schema") == physics_lib.SCHEMA else None
+    entries = {str(t): e for t, e in (tasks if isinstance(tasks, dict) else {}).items()
+               if isinstance(e, dict)}
+    return Physics(
+        {t: float(e["ms_per_agent_step"]) for t, e in entries.items()
+         if _positive(e.get("ms_per_agent_step"))},
+        {t: int(e["mjx_steps_per_agent_step"]) for t, e in entries.items()
+         if _positive(e.get("mjx_steps_per_agent_step"))
+         and int(e["mjx_steps_per_agent_step"]) == e["mjx_steps_per_agent_step"]})
 
 
 def prior_sps(known: dict[str, float], physics: dict[str, float],
@@ -184,8 +182,8 @@ def prior_sps(known: dict[str, float], physics: dict[str, float],
     Args:
         known: {domain: env steps/s per seed, evaluations included} (`measured_sps`, the
             `SPS_BY_DOMAIN` fallback under it).
-        physics: {task: ms per agent step} (`load_physics`).
-        mjx_steps: {task: MJX steps per agent step} (`load_mjx_steps`; None: none).
+        physics: {task: ms per agent step} (`Physics.costs`).
+        mjx_steps: {task: MJX steps per agent step} (`Physics.steps`; None: none).
 
     Returns:
         {domain: env steps/s per seed} for the domains with a cost that ``known`` lacks
@@ -211,13 +209,12 @@ def prior_sps(known: dict[str, float], physics: dict[str, float],
     if not (a > 0 and b > 0):
         return {}
     most_steps = max((steps[d] for d in known if d in steps), default=None)
+    fastest, slowest = max(known.values()), min(known.values())
     out = {}
     for d, c in sorted(cost.items()):
         if d in known:
             continue
-        cap = max(known.values())
-        if most_steps is not None and steps.get(d, 0) > most_steps:
-            cap = min(known.values())
+        cap = slowest if most_steps is not None and steps.get(d, 0) > most_steps else fastest
         price = round(min(cap, PRIOR_MARGIN / (a + b * c)), 1)
         if price >= 1.0:                # a cost so large it rounds to nothing: no price
             out[d] = price
@@ -249,11 +246,10 @@ def sps_for(task: str, override: float | None,
     return (prior or {}).get(dom, SPS_DEFAULT)
 
 
-def model_speeds(measured: dict[str, float], results: Path) -> dict[str, float]:
+def model_speeds(measured: dict[str, float], physics: Physics) -> dict[str, float]:
     """`prior_sps` for the plan's model: calibrated on ``measured`` over `SPS_BY_DOMAIN`,
-    with the physics costs and MJX steps of ``results``."""
-    return prior_sps({**SPS_BY_DOMAIN, **measured}, load_physics(results),
-                     load_mjx_steps(results))
+    with ``physics`` (`load_physics`)."""
+    return prior_sps({**SPS_BY_DOMAIN, **measured}, physics.costs, physics.steps)
 
 
 GZIP_RATIO = 0.91
@@ -324,10 +320,10 @@ def task_cost(task: str, steps: int, clock: Clock, args) -> tuple[float, int, Cl
     """`run_cost` of a task's run of ``steps`` env steps per seed at its speed
     (`sps_for`: ``args.sps``, else ``args.measured_sps``, the record's, else
     ``args.prior_sps``, from the physics costs)."""
-    return run_cost(steps / _sps(task, args), clock, args)
+    return run_cost(steps / sps_of(task, args), clock, args)
 
 
-def _sps(task: str, args) -> float:
+def sps_of(task: str, args) -> float:
     """`sps_for` with the flags' ``sps``, ``measured_sps`` and ``prior_sps`` (absent:
     none)."""
     return sps_for(task, args.sps, getattr(args, "measured_sps", None),
@@ -389,7 +385,7 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
             i = waiting[0]
             placed = (i, *fresh[i])
         i, steps, dev, calls, after, fits = placed
-        rows[i] = (steps, steps / _sps(targets[i][0], args), calls, dev, session, fits)
+        rows[i] = (steps, steps / sps_of(targets[i][0], args), calls, dev, session, fits)
         clock = after
         waiting.remove(i)
     return [rows[i] for i in range(len(targets))], session
@@ -440,7 +436,7 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          "longer budget")
     record = load_record(Path(args.results))
     args.measured_sps = measured_sps(record, len(campaign.seeds))
-    args.prior_sps = model_speeds(args.measured_sps, Path(args.results))
+    args.prior_sps = model_speeds(args.measured_sps, load_physics(Path(args.results)))
     speeds = {**SPS_BY_DOMAIN, **args.measured_sps, **args.prior_sps}
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
                                             archived_tasks(Path(args.results), record))}

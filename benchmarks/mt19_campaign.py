@@ -267,12 +267,12 @@ def build_command(args, campaign: Campaign) -> dict[str, Any]:
             name = None
     words += ["--sources"] + [f"{s.task}/{e['content_hash'][:12]}" for s in states
                               for e in s.recorded["episode_sets"]]
-    kept = {e["content_hash"] for s in states for e in s.recorded["episode_sets"]}
+    recorded = {e["content_hash"] for s in states for e in s.recorded["episode_sets"]}
     return {"words": words, "name": name,
             "episodes": sum(int(e["episodes"]) for s in states
                             for e in s.recorded["episode_sets"]),
             "others": sorted(m.content_hash for s in states for ms in s.groups.values()
-                             for m in ms if m.content_hash not in kept),
+                             for m in ms if m.content_hash not in recorded),
             "not_recorded": [s.task for s in every if s.recorded is None]}
 
 

@@ -8,8 +8,8 @@ Per task: `wmx.envs.playground.make_env`'s env (impl "jax", the task's action re
 agent steps of uniform-random actions in [-1, 1]; the median over ``--rounds`` calls after
 the compiling one, in ms per agent step of all lanes together. Also recorded: the MJX
 steps per agent step (Playground's substeps x the action repeat), the compile time and
-the lanes and steps, and the machine (backend, CPU model, load average, jax, wmx commit). About 15 s a task on 2 cores,
-mostly compiling:
+the lanes and steps, and the machine (backend, CPU model, load average, jax, wmx
+commit). About 15 s a task on 2 cores, mostly compiling:
 
     python benchmarks/mt19_physics.py                       # all 19 tasks
     python benchmarks/mt19_physics.py --tasks fish-swim hopper-hop
@@ -33,7 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SCHEMA = "wmx.mt19_physics/1"
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "mt19_physics_cpu.json"
+FILE = "mt19_physics_cpu.json"
+"""The results folder's file the campaign's plan reads (`_mt19_plan.load_physics`)."""
+DEFAULT_OUT = REPO / "benchmarks" / "results" / FILE
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from _machine import cpu_info
     from wmx.runs.host import write_json_atomic
     from wmx.version import code_version
+
     def refuse(why: str) -> int:
         print(f"mt19_physics: error: {args.out}: {why}; give another --out", file=sys.stderr)
         return 2

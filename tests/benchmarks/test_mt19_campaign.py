@@ -562,7 +562,6 @@ def test_a_run_that_cannot_finish_in_the_session_ends_early_and_regenerates_so(
     def cost(train_s, clock, args):
         return train_s, 1, plan_lib.Clock(clock.call_t, clock.session_used + train_s)
     monkeypatch.setattr(plan_lib, "run_cost", cost)
-    monkeypatch.setattr(next_lib, "run_cost", cost)
     h, results = tmp_path / "h", tmp_path / "results"
 
     def call(out, left, *flags, home=h):

@@ -86,29 +86,29 @@ def test_the_speed_order():
 @pytest.mark.parametrize("text", [None, "{", "[]", json.dumps({"schema": "other", "tasks": {}})])
 def test_an_absent_or_foreign_physics_file_is_no_physics(tmp_path, text):
     if text is not None:
-        (tmp_path / plan_lib.PHYSICS_FILE).write_text(text)
-    assert plan_lib.load_physics(tmp_path) == {}
+        (tmp_path / mt19_physics.FILE).write_text(text)
+    assert plan_lib.load_physics(tmp_path) == ({}, {})
 
 
 def test_odd_physics_entries_are_left_out(tmp_path):
     tasks = {"fish-swim": {"ms_per_agent_step": 1.2}, "a-1": {"ms_per_agent_step": -1},
              "a-2": {"ms_per_agent_step": "1"}, "a-3": {"ms_per_agent_step": math.nan},
              "a-4": {"ms_per_agent_step": True}, "a-5": 3.0, "a-6": {}}
-    (tmp_path / plan_lib.PHYSICS_FILE).write_text(
+    (tmp_path / mt19_physics.FILE).write_text(
         json.dumps({"schema": mt19_physics.SCHEMA, "tasks": tasks}))
-    assert plan_lib.load_physics(tmp_path) == {"fish-swim": 1.2}
+    assert plan_lib.load_physics(tmp_path).costs == {"fish-swim": 1.2}
     tasks = {"fish-swim": {"mjx_steps_per_agent_step": 40}, "a-1": {"mjx_steps_per_agent_step":
                                                                      2.5},
              "a-2": {"mjx_steps_per_agent_step": 0}, "a-3": {"mjx_steps_per_agent_step": "8"}}
-    (tmp_path / plan_lib.PHYSICS_FILE).write_text(
+    (tmp_path / mt19_physics.FILE).write_text(
         json.dumps({"schema": mt19_physics.SCHEMA, "tasks": tasks}))
-    assert plan_lib.load_mjx_steps(tmp_path) == {"fish-swim": 40}
+    assert plan_lib.load_physics(tmp_path).steps == {"fish-swim": 40}
 
 
 def test_plan_prices_the_domains_not_measured_from_their_physics(tmp_path, capsys):
     costs = {"reacher-easy": 0.17, "walker-walk": 2.7, "cheetah-run": 0.37,
              "fish-swim": 1.18, "acrobot-swingup": 0.03}
-    (tmp_path / plan_lib.PHYSICS_FILE).write_text(json.dumps(
+    (tmp_path / mt19_physics.FILE).write_text(json.dumps(
         {"schema": mt19_physics.SCHEMA,
          "tasks": {t: {"ms_per_agent_step": v} for t, v in costs.items()}}))
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
@@ -165,11 +165,11 @@ def test_odd_numbers_in_the_physics_file_give_no_price_and_no_crash(tmp_path, ca
              "cheetah-run": {"ms_per_agent_step": 0.37, "mjx_steps_per_agent_step": 2},
              "hopper-hop": {"ms_per_agent_step": 1e6, "mjx_steps_per_agent_step": 8},
              "fish-swim": {"ms_per_agent_step": 10 ** 400, "mjx_steps_per_agent_step": 10 ** 400}}
-    (tmp_path / plan_lib.PHYSICS_FILE).write_text(json.dumps(
+    (tmp_path / mt19_physics.FILE).write_text(json.dumps(
         {"schema": mt19_physics.SCHEMA, "tasks": tasks}))
-    assert "fish-swim" not in plan_lib.load_physics(tmp_path)
-    assert "fish-swim" not in plan_lib.load_mjx_steps(tmp_path)
-    assert "hopper" not in plan_lib.model_speeds({}, tmp_path)     # rounds to nothing
+    physics = plan_lib.load_physics(tmp_path)
+    assert "fish-swim" not in physics.costs and "fish-swim" not in physics.steps
+    assert "hopper" not in plan_lib.model_speeds({}, physics)      # rounds to nothing
     assert camp.main(["plan", "--home", str(tmp_path), "--results", str(tmp_path)]) == 0
     assert "hopper" not in capsys.readouterr().out.splitlines()[0]
 

@@ -111,12 +111,16 @@ class OnlineRunConfig:
             return agent.make_config(self.preset, over, task=self.task_spec)
         return probe
 
+    def _rounds_to(self, env_steps: int) -> int:
+        """Rounds of n_envs lockstep episodes that reach ``env_steps`` per seed."""
+        spec = self.task_spec
+        agent_steps = math.ceil(env_steps / spec.action_repeat)
+        return math.ceil(agent_steps / (spec.T * self.n_envs))
+
     @property
     def rounds(self) -> int:
         """Rounds of n_envs lockstep episodes in the run (rounded up)."""
-        spec = self.task_spec
-        agent_steps = math.ceil(self.env_steps / spec.action_repeat)
-        return math.ceil(agent_steps / (spec.T * self.n_envs))
+        return self._rounds_to(self.env_steps)
 
     @property
     def end_rounds(self) -> int:
@@ -124,9 +128,7 @@ class OnlineRunConfig:
         up to a whole round)."""
         if self.end_env_steps is None:
             return self.rounds
-        spec = self.task_spec
-        agent_steps = math.ceil(self.end_env_steps / spec.action_repeat)
-        return min(self.rounds, math.ceil(agent_steps / (spec.T * self.n_envs)))
+        return min(self.rounds, self._rounds_to(self.end_env_steps))
 
     @property
     def end_total_env_steps(self) -> int:
