@@ -149,3 +149,18 @@ def test_the_dry_run_counts_the_rounds_to_the_end(capsys):
     assert f"1 round x 1 env = {T} env steps per seed" in out
     assert "note: the run ends before its first update" in out and \
         "raise --end-env-steps or lower --seed-steps" in out
+
+
+def test_the_seed_phase_note_of_a_resumed_run_names_no_flag_resume_refuses(capsys):
+    """--resume keeps a run's seed phase (--seed-steps is refused there), so the note of a
+    resumed run that ends before its first update names only the end to raise."""
+    from tiny_runs import TINY_ONLINE_ARGV
+    from wmx.train_online.cli import _plan_notes, build_parser, config_from_args
+    rc = config_from_args(build_parser().parse_args([*TINY_ONLINE_ARGV,
+                                                     "--end-env-steps", str(T)]))
+    _plan_notes(rc, resumed=True)
+    out = capsys.readouterr().out
+    assert "note: the run ends before its first update" in out
+    assert out.rstrip().endswith("raise --end-env-steps") and "--seed-steps" not in out
+    _plan_notes(rc)
+    assert "raise --end-env-steps or lower --seed-steps" in capsys.readouterr().out

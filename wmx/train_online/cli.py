@@ -155,10 +155,12 @@ def _print_counts(rc) -> None:
                  rc.agent_module.param_counts(rc.agent_config))
 
 
-def _plan_notes(rc) -> None:
+def _plan_notes(rc, resumed: bool = False) -> None:
     """What the run will do that its flags do not show: --env-steps rounded up to whole
     rounds; a run that ends before its first update (TD-MPC2's seed phase and burst, which
-    waits for a whole first round: `wmx.agents.tdmpc2.schedule`)."""
+    waits for a whole first round: `wmx.agents.tdmpc2.schedule`). ``resumed``: the run is
+    continued with --resume, which keeps its seed phase (the note names only the flags a
+    resumed run takes)."""
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
@@ -174,10 +176,10 @@ def _plan_notes(rc) -> None:
     if burst is not None and burst >= rc.end_rounds * rc.ticks_per_round:
         end = rc.end_rounds * rc.task_spec.T * rc.n_envs
         flag = "--end-env-steps" if rc.end_env_steps is not None else "--env-steps"
+        fix = f"raise {flag}" + ("" if resumed else " or lower --seed-steps")
         print(f"note: the run ends before its first update: its {end:,d} agent "
               f"steps are all seed phase ({sched.seed_steps:,d} agent steps of random actions, "
-              f"then the updates after the first whole round); raise {flag} or lower "
-              "--seed-steps")
+              f"then the updates after the first whole round); {fix}")
 
 
 def make_export(store, rc, run_dir: Path, extended: bool = False):
@@ -307,7 +309,7 @@ def _main(args: argparse.Namespace) -> int:
         check_init_from(rc)
     if args.dry_run:
         _print_counts(rc)
-        _plan_notes(rc)
+        _plan_notes(rc, resumed=bool(args.resume))
         if rc.init_from:
             print(f"agents start from {rc.init_from}")
         from wmx.envs.playground import cached_env
@@ -324,7 +326,7 @@ def _main(args: argparse.Namespace) -> int:
         run_dir = create_run_dir(store.runs_dir, name, rc.to_json())
         hold_run_dir(args, run_dir)
         _print_counts(rc)
-    _plan_notes(rc)                      # a resumed (maybe extended) run's too
+    _plan_notes(rc, resumed=bool(args.resume))   # a resumed (maybe extended) run's too
     print(f"run directory: {run_dir}")
     sweep_stale(store, run_dir)
     args.resume_hint = f"continue with: train_online --resume {run_dir}"
