@@ -431,7 +431,7 @@ def check_finite(args) -> None:
         result["summary"][variant] = nonfinite
         log.say(f"{variant}: {json.dumps(nonfinite, default=str)[:800]}")
         log.save()
-        del agent
+        agent = None            # the variant's agent freed before the next one is built
         import gc
         gc.collect()
     if envs is not None:
