@@ -68,6 +68,15 @@ def _chip() -> tuple[str, str]:
     return device_label(), jax.__version__
 
 
+def _kind():
+    """This machine's kind (`_device_kinds`): by JAX's backend, the TPU's on the CPU (a
+    rehearsal) or another backend."""
+    import jax
+
+    from _device_kinds import DEFAULT, KINDS, kind_of_backend
+    return kind_of_backend(jax.default_backend()) or KINDS[DEFAULT]
+
+
 def choose(states: list[TaskState], campaign: Campaign, task: str | None,
            device_left_s: float | None, elapsed_s: float,
            args, regenerate: tuple[str, ...] = ()) -> tuple[TaskState | None, int, str]:
@@ -604,6 +613,9 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
     out.mkdir(parents=True, exist_ok=True)
     enable_compile_cache(store.home)
     chip, jax_version = _chip()
+    kind = _kind()
+    if args.device is None:             # a fresh session's device time: this machine's kind's
+        args.device = kind.name
     stop_at = t0 + args.budget_s - args.reserve_s
     call: dict[str, Any] = {"schema": "wmx.mt19_call/1", "command": _redact(argv),
                             "chip": chip, "jax": jax_version, "code_version": code,
@@ -654,8 +666,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                                         f"{piece['total_env_steps']:,} env steps",
                                 "env_steps": piece["total_env_steps"],
                                 "fitted": piece["fitted"],
-                                "how": "call again within 100 s (while the machine is "
-                                       "warm) with the same command"}
+                                "how": f"call again within {kind.warm_s:g} s (while the "
+                                       "machine is warm) with the same command"}
                 break
             if args.task is not None or piece["signal"]:
                 states = read_state(store.home, campaign, record)

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import _mt19_bundle as bundle_lib
 import mt19_physics as physics_lib
+from _device_kinds import KINDS
 from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
 
 SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0, "cheetah": 305.0}
@@ -267,6 +268,15 @@ class Clock:
     session_used: float
 
 
+def session_seconds(args) -> float:
+    """A session's device seconds in the model: ``--session-s``, else the ``--device``
+    kind's (`_device_kinds`; the TPU's when no kind is given)."""
+    from _device_kinds import DEFAULT
+    if getattr(args, "session_s", None) is not None:
+        return float(args.session_s)
+    return KINDS[getattr(args, "device", None) or DEFAULT].session_s
+
+
 def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:
     """Device seconds and calls a run of ``train_s`` training seconds takes from ``clock``.
 
@@ -332,7 +342,7 @@ def sps_of(task: str, args) -> float:
 
 def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock, bool]:
     """A task's run in a fresh session: the largest of ``sizes`` (env steps per seed,
-    largest first) whose run fits ``args.session_s`` from ``args.machine_start_s``.
+    largest first) whose run fits `session_seconds` from ``args.machine_start_s``.
 
     Returns:
         (env steps, device s, calls, the clock after it, fits); when no size fits, the
@@ -340,7 +350,7 @@ def fresh_fit(task: str, sizes: list[int], args) -> tuple[int, float, int, Clock
     """
     for steps in sizes:
         dev, calls, after = task_cost(task, steps, Clock(None, args.machine_start_s), args)
-        if after.session_used <= args.session_s:
+        if after.session_used <= session_seconds(args):
             return steps, dev, calls, after, True
     return steps, dev, calls, after, False
 
@@ -362,7 +372,7 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         targets: [(task, env steps per seed its run may train to, largest first)] in
             order.
         args: the model's flags (`run_cost`'s, ``sps`` (None: `sps_for`'s table),
-            ``session_s``, ``machine_start_s``).
+            ``session_s`` or ``device``: `session_seconds`; ``machine_start_s``).
 
     Returns:
         ([(env steps per seed planned, training s, calls, device s, session number, fits
@@ -377,7 +387,7 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
         for i in waiting:
             steps = fresh[i][0]
             dev, calls, after = task_cost(targets[i][0], steps, clock, args)
-            if after.session_used <= args.session_s:
+            if after.session_used <= session_seconds(args):
                 placed = (i, steps, dev, calls, after, True)
                 break
         if placed is None:              # nothing fits the session open: a new one
@@ -472,7 +482,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
           f"{args.budget_s:g} s: {args.startup_s:g} s start-up, {args.compile_s:g} s compile "
           f"({args.cached_compile_s:g} s in a run's later calls), {args.reserve_s:g} s reserve "
           f"at a stop, {args.finish_s:g} s to finish a run, {args.gap_s:g} s between calls. "
-          f"Sessions of {args.session_s / 60:g} device min with {args.machine_start_s:g} s "
+          f"Sessions of {session_seconds(args) / 60:g} device min ({KINDS[args.device].label}) "
+          f"with {args.machine_start_s:g} s "
           "machine start; a run never spans sessions (its replay stays on the machine): "
           "a task whose aim does not fit one is planned at the largest multiple of "
           f"{FIT_STEP:,} from its floor up that fits (AIM -> N; a fixed --target or "

@@ -410,20 +410,22 @@ def plot(data: dict[str, Any], tasks: list[str], path: Path) -> Path:
 
 
 # ---- how the record is made again -----------------------------------------------------
-def device_command(code: str) -> str:
+def device_command(code: str, kind: str = "tpu") -> str:
     """One device call's command. Its budget counts from the Python process's start:
     540 s leaves the first call's setup.sh (installing the wheels, ~15-40 s) and the
     stop's overrun inside the 600 s of a device command.
 
     Args:
         code: the commit the device's copy of the tree is (WMX_CODE_VERSION).
+        kind: the device machine's kind (`_device_kinds.KINDS`): its wheels' setup.sh.
 
     Returns:
         The command, with H for a folder in the device's /tmp and SECONDS for the
         session's device time left (the device tool's budget_left_s, less ~120 s when the
         call starts a machine).
     """
-    return (f"source .whl-tpu/setup.sh; WMX_CODE_VERSION={code} timeout -k 10 575 python "
+    from _device_kinds import KINDS
+    return (f"{KINDS[kind].setup()} WMX_CODE_VERSION={code} timeout -k 10 575 python "
             "benchmarks/mt19_campaign.py next --home H --out \"$OUT\" --budget-s 540 "
             "--device-left-s SECONDS")
 

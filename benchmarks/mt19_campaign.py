@@ -74,6 +74,7 @@ from _mt19_ingest import cmd_ingest, cmd_restore  # noqa: E402
 from _mt19_next import CALL_FILE, MAX_BUDGET_S, cmd_next  # noqa: E402,F401
 from _mt19_plan import (CACHED_COMPILE_S, COMPILE_S, SPS_DEFAULT, STARTUP_S,  # noqa: E402
                         cmd_plan)
+from _device_kinds import DEFAULT as DEFAULT_DEVICE, KINDS  # noqa: E402
 from _mt19_record import device_command  # noqa: E402
 from _mt19_tasks import (Campaign, add_campaign_args, archived_tasks,  # noqa: E402
                          campaign_of, load_record, read_state)
@@ -160,9 +161,12 @@ def cmd_status(args, campaign: Campaign) -> int:
         elif s is not None:
             print(f"next piece: {s.task}: {s.next_text()}")
         cv = code_version()
-        print("device command (carry .whl-tpu; H a folder in the device's /tmp; again within "
-              "100 s while a run is in progress):")
-        print(f"  {device_command(cv)}{_flags_text(args)}")
+        kind = KINDS[args.device]
+        print(f"device command on the {kind.label} machine (carry {kind.wheels}, made here by "
+              f"`{kind.made_by}`; H a folder in the device's /tmp; again within "
+              f"{kind.warm_s:g} s while a run is in progress; SECONDS: the device tool's "
+              "budget_left_s):")
+        print(f"  {device_command(cv, kind.name)}{_flags_text(args)}")
         if lost:
             print("  to train the missing sets again first, add: --regenerate "
                   + ",".join(lost))
@@ -322,8 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     from wmx.runs.cli_common import ArgumentParser, HelpFormatter
     p = ArgumentParser(prog="mt19_campaign.py", description=__doc__.split("\n\n")[0],
                        formatter_class=HelpFormatter,
-                       epilog="Workflow: plan; per device session: next (repeated within 100 s "
-                              "while a run is in progress), then ingest DIR here and commit "
+                       epilog="Workflow: plan; per device session: next (repeated while the "
+                              "machine is warm: 100 s on the TPU, 30 s on the H200, while a "
+                              "run is in progress), then ingest DIR here and commit "
                               "benchmarks/results/mt19_sources.json and its plot; on a new "
                               "data root, restore first.")
     sub = p.add_subparsers(dest="cmd", required=True,
@@ -383,6 +388,15 @@ def build_parser() -> argparse.ArgumentParser:
         add_campaign_args(q)
     for q in (st, pl, ing, rs, bd):
         q.add_argument("--home", default=None, help="data root (default $WMX_HOME or ~/.wmx)")
+    for q in (st, pl, nx):
+        q.add_argument("--device", choices=sorted(KINDS),
+                       default=None if q is nx else DEFAULT_DEVICE,
+                       help="the device machine's kind: its wheels in the device command "
+                            "(status), its session's device time (the --session-s "
+                            "default: " + ", ".join(f"{k.name} {k.session_s:g} s"
+                                                    for k in KINDS.values()) + ")"
+                            + ("; default: this machine's, by JAX's backend (the TPU's on "
+                               "the CPU)" if q is nx else f"; default {DEFAULT_DEVICE}"))
     nx.add_argument("--home", required=True, help="data root of the runs on the device "
                     "machine (a folder in its /tmp: kept while the machine is warm)")
     nx.add_argument("--out", required=True, help="folder whose files come back ($OUT)")
@@ -440,8 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a run's end takes: final evaluation, export, packing")
         q.add_argument("--gap-s", type=float, default=20.0,
                        help="device seconds between two calls (the machine is held)")
-        q.add_argument("--session-s", type=float, default=1800.0,
-                       help="device seconds of a session")
+        q.add_argument("--session-s", type=float, default=None,
+                       help="device seconds of a session (default: the --device kind's)")
         q.add_argument("--machine-start-s", type=float, default=120.0,
                        help="device seconds the machine's start takes in a session")
     pl.add_argument("--budget-s", type=float, default=540.0, help="seconds of one call")

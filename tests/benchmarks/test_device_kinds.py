@@ -1,0 +1,71 @@
+"""benchmarks/_device_kinds.py and what the mt19 campaign takes from it: the device command's
+wheels, the warm period in status, a session's device time in the plan, and ``next``'s kind
+by JAX's backend."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _device_kinds as kinds_lib  # noqa: E402
+import _mt19_next as next_lib  # noqa: E402
+import _mt19_plan as plan_lib  # noqa: E402
+import _mt19_record as record_lib  # noqa: E402
+import mt19_campaign as camp  # noqa: E402
+
+
+def test_each_kind_names_its_wheels_and_how_they_are_made():
+    assert set(kinds_lib.KINDS) == {"tpu", "h200"} and kinds_lib.DEFAULT == "tpu"
+    tpu, h200 = kinds_lib.KINDS["tpu"], kinds_lib.KINDS["h200"]
+    assert (tpu.warm_s, tpu.session_s, h200.warm_s, h200.session_s) == (100, 1800, 30, 900)
+    assert h200.setup() == "source .whl-h200/setup.sh;"
+    assert (ROOT / h200.made_by.split()[-1]).is_file()           # tools/h200_wheels.sh
+    assert f"/{h200.wheels}/" in (ROOT / ".gitignore").read_text().split()   # never committed
+    assert kinds_lib.kind_of_backend("tpu") is tpu
+    assert kinds_lib.kind_of_backend("gpu") is h200 and kinds_lib.kind_of_backend("cpu") is None
+
+
+def test_the_device_command_sources_the_kinds_wheels():
+    tpu = record_lib.device_command("abc")
+    h200 = record_lib.device_command("abc", "h200")
+    assert tpu.startswith("source .whl-tpu/setup.sh; WMX_CODE_VERSION=abc timeout")
+    assert h200 == tpu.replace(".whl-tpu", ".whl-h200")
+
+
+def test_status_prints_the_h200_command_and_its_warm_period(tmp_path, capsys):
+    assert camp.main(["status", "--device", "h200", "--home", str(tmp_path / "h"),
+                      "--results", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "device command on the NVIDIA H200 machine (carry .whl-h200, made here by " \
+           "`bash tools/h200_wheels.sh`" in out and "again within 30 s" in out
+    assert "  source .whl-h200/setup.sh; WMX_CODE_VERSION=" in out
+    assert camp.main(["status", "--home", str(tmp_path / "h"),
+                      "--results", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "carry .whl-tpu" in out and "again within 100 s" in out
+
+
+def test_a_session_is_the_kinds_unless_given():
+    parse = camp.build_parser().parse_args
+    assert plan_lib.session_seconds(parse(["plan"])) == 1800
+    assert plan_lib.session_seconds(parse(["plan", "--device", "h200"])) == 900
+    assert plan_lib.session_seconds(parse(["plan", "--device", "h200",
+                                           "--session-s", "1200"])) == 1200
+    nx = parse(["next", "--home", "h", "--out", "o", "--budget-s", "540"])
+    assert nx.device is None and plan_lib.session_seconds(nx) == 1800   # the TPU's
+    assert next_lib._kind() is kinds_lib.KINDS["tpu"]                   # on the CPU
+
+
+def test_the_plan_fits_a_run_to_the_h200_session(tmp_path, capsys):
+    """walker at 170.9 env steps/s per seed: 100,000 fits a 30-minute session, not a
+    15-minute one (two calls and the machine's start)."""
+    common = ["--home", str(tmp_path), "--results", str(tmp_path), "--sps", "170.9"]
+    assert camp.main(["plan", *common]) == 0
+    out = capsys.readouterr().out
+    walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
+    assert not walker.endswith("DOES NOT FIT ONE SESSION")
+    assert "Sessions of 30 device min (TPU v5e)" in out
+    assert camp.main(["plan", "--device", "h200", *common]) == 0
+    out = capsys.readouterr().out
+    walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
+    assert walker.endswith("DOES NOT FIT ONE SESSION")
+    assert "Sessions of 15 device min (NVIDIA H200)" in out
