@@ -1,20 +1,29 @@
 """tools/h200_wheels.sh and tools/h200_setup.sh, the recipe for the lent H200 machine
-(docs/accelerators.md, "On the lent H200 machine"), read as text: no network, nothing installed.
+(docs/accelerators.md, "On the lent H200 machine"), with no network: the scripts are read as text,
+and setup.sh is also sourced in bash, with a wheel made here installed under the test's folder.
 
 The wheels carried are pinned in requirements-lock.txt; with the image's packages they cover
 every third-party import of wmx/ and every unconditional requirement of a carried package,
 except those the script leaves out on purpose; jax and jaxlib are never carried (the image's
-CUDA 13 build is used); setup.sh puts the image's site-packages before the carried wheels.
+CUDA 13 build is used); setup.sh puts the image's site-packages before the carried wheels, each
+path once however often it is sourced, installs once per set of wheels, and says what went wrong.
 """
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import importlib.metadata as md
+import os
 import re
+import shutil
+import site
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +95,9 @@ def test_carried_packages_requirements_are_met_or_left_out_on_purpose():
     env = {"extra": "", "python_version": "3.12", "sys_platform": "linux",
            "platform_system": "Linux"}
     unmet = {}
+    pins = lock()
+    stale = {n: md.version(n) for n in carried() if md.version(n) != pins[n]}
+    assert not stale, f"installed here at other versions than the lock's (requirements read): {stale}"
     for name in carried():
         for spec in md.requires(name) or []:
             req = Requirement(spec)
@@ -96,18 +108,126 @@ def test_carried_packages_requirements_are_met_or_left_out_on_purpose():
     assert not unmet, f"requirements neither the image's, carried nor LEFT_OUT: {unmet}"
 
 
-def test_setup_puts_the_image_site_packages_before_the_carried_wheels():
+def test_setup_installs_once_and_exports_what_the_device_command_needs():
+    """The defaults that are not exercised below: the wheels go under /tmp/site unless
+    WMX_H200_SITE says otherwise, installed offline and without dependencies."""
     text = SETUP.read_text()
-    export = re.search(r"^export PYTHONPATH=(.*)$", text, re.M)[1]
-    parts = export.split(":")
-    img = next(i for i, p in enumerate(parts) if "_wmx_img" in p)
-    site = next(i for i, p in enumerate(parts) if "_wmx_site" in p)
-    root = next(i for i, p in enumerate(parts) if p == "$PWD")
-    assert img < site < root, export
-    assert "site.getsitepackages()" in text
-    assert re.search(r"^_wmx_site=/tmp/site$", text, re.M)
+    assert re.search(r"^_wmx_site=\$\{WMX_H200_SITE:-/tmp/site\}$", text, re.M)
     assert "--no-index --no-deps" in text and "WMX_HUGE_PAGES=0" in text
     assert "MUJOCO_GL" not in text          # training renders nothing
+
+
+def fake_wheel(folder: Path, name: str = "wmxfake") -> Path:
+    """A pure-Python wheel of one empty package, made here (no network).
+
+    Args:
+        folder: where the wheel is written.
+        name: the distribution's and the package's name.
+
+    Returns:
+        The wheel's path.
+    """
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": "",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest())
+        record.append(f"{path},sha256={digest.decode().rstrip('=')},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture
+def h200_root(tmp_path):
+    """A project root as the device machine gets it (wmx/, tools/h200_setup.sh and
+    .whl-h200/ with setup.sh and one wheel), ``python3`` this test's interpreter, the wheels'
+    folder under ``tmp_path`` and a PYTHONPATH already set.
+
+    Returns:
+        (root, env for `bash`, the wheels' install folder).
+    """
+    root = tmp_path / "root"
+    (root / "wmx").mkdir(parents=True)
+    (root / "wmx" / "__init__.py").write_text("")
+    (root / "tools").mkdir()
+    (root / ".whl-h200").mkdir()
+    shutil.copy(SETUP, root / "tools" / "h200_setup.sh")
+    shutil.copy(SETUP, root / ".whl-h200" / "setup.sh")
+    fake_wheel(root / ".whl-h200")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    site_dir = tmp_path / "site"
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path),
+           "WMX_H200_SITE": str(site_dir), "PYTHONPATH": "/keep"}
+    return root, env, site_dir
+
+
+def bash(script: str, root: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_setup_sourced_twice_under_strict_flags_installs_once_and_adds_each_path_once(
+        h200_root, tmp_path):
+    """Sourced twice from a symlinked root in a shell with ``set -euo pipefail`` and
+    PYTHONSAFEPATH (no "" on sys.path): one install, the caller's PYTHONPATH first, then the
+    image's site-packages, the wheels and the root, each once; no variable left behind."""
+    root, env, site_dir = h200_root
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    out = bash(f"""set -euo pipefail; export PYTHONSAFEPATH=1; cd "{link}"
+source .whl-h200/setup.sh; touch "$WMX_H200_SITE/sentinel"; source .whl-h200/setup.sh
+echo "PYTHONPATH=$PYTHONPATH"; compgen -v _wmx || echo "no _wmx variables"
+cd /; python3 -c 'import wmx, wmxfake; print("from", wmx.__file__, wmxfake.__file__)'
+""", root, env)
+    assert out.returncode == 0, out
+    assert out.stdout.count("h200 setup: python ") == 2 and "wmx from" not in out.stdout, out
+    assert (site_dir / "sentinel").exists(), "the second source installed again"
+    parts = re.search(r"^PYTHONPATH=(.*)$", out.stdout, re.M)[1].split(os.pathsep)
+    assert parts == ["/keep", *site.getsitepackages(), str(site_dir), str(link)], parts
+    assert "no _wmx variables" in out.stdout
+    assert f"from {link}/wmx/__init__.py {site_dir}/wmxfake/__init__.py" in out.stdout
+    assert (site_dir / "versions.txt").read_text().startswith("h200 setup: python ")
+
+
+def test_setup_installs_again_over_a_stale_marker_and_says_when_pip_fails(h200_root):
+    root, env, site_dir = h200_root
+    assert bash("source .whl-h200/setup.sh", root, env).returncode == 0
+    marker = site_dir / ".wmx-wheels"
+    wheels = marker.read_text()
+    marker.write_text("wmxfake-0.0-py3-none-any.whl \n")
+    (site_dir / "sentinel").touch()
+    assert bash("set -e; source .whl-h200/setup.sh", root, env).returncode == 0
+    assert marker.read_text() == wheels and not (site_dir / "sentinel").exists()
+    (root / ".whl-h200" / "broken-0.1-py3-none-any.whl").write_bytes(b"not a zip")
+    out = bash('source .whl-h200/setup.sh; echo "returned $?"', root, env)
+    assert f"installing the carried wheels into {site_dir} failed (ERROR: " in out.stdout
+    assert "bash tools/h200_wheels.sh" in out.stdout and "returned 1" in out.stdout, out
+    assert "Traceback" not in out.stderr and "No such file" not in out.stderr, out
+
+
+def test_setup_refuses_to_run_outside_the_root_or_as_a_script_and_warns_of_a_stale_copy(
+        h200_root):
+    root, env, site_dir = h200_root
+    out = bash("bash .whl-h200/setup.sh", root, env)
+    assert out.returncode == 2 and "do not run me" in out.stdout, out
+    out = bash("cd wmx; source ../.whl-h200/setup.sh; echo \"returned $?\"", root, env)
+    assert "source me from the project root" in out.stdout and "returned 2" in out.stdout
+    assert not site_dir.exists()
+    with open(root / "tools" / "h200_setup.sh", "a") as f:
+        f.write("# changed\n")
+    out = bash("source .whl-h200/setup.sh", root, env)
+    assert out.returncode == 0 and "copy it there again (cp tools/h200_setup.sh " \
+        ".whl-h200/setup.sh)" in out.stdout, out
 
 
 def test_wheels_script_copies_setup_refuses_outside_the_root_and_is_ignored(tmp_path):
