@@ -68,13 +68,33 @@ def _chip() -> tuple[str, str]:
     return device_label(), jax.__version__
 
 
-def _kind():
-    """This machine's kind (`_device_kinds`): by JAX's backend, the TPU's on the CPU (a
-    rehearsal) or another backend."""
-    import jax
+def _kind(device: str | None, backend: str | None = None):
+    """The device machine's kind (`_device_kinds`) that a call's session and warm period are
+    those of.
 
+    Args:
+        device: ``--device`` (None: by JAX's backend, the TPU's on the CPU, a rehearsal, or
+            another backend).
+        backend: JAX's backend (None: ``jax.default_backend()``).
+
+    Returns:
+        The kind.
+
+    Raises:
+        ValueError: ``device`` names another kind than the accelerator JAX runs on.
+    """
     from _device_kinds import DEFAULT, KINDS, kind_of_backend
-    return kind_of_backend(jax.default_backend()) or KINDS[DEFAULT]
+    if backend is None:
+        import jax
+        backend = jax.default_backend()
+    here = kind_of_backend(backend)
+    if device is None:
+        return here or KINDS[DEFAULT]
+    if here is not None and here.name != device:
+        raise ValueError(f"--device {device}, but JAX runs on {backend} here (the "
+                         f"{here.label} machine): give --device {here.name} or none "
+                         "(--session-s sets another session length)")
+    return KINDS[device]
 
 
 def choose(states: list[TaskState], campaign: Campaign, task: str | None,
@@ -613,9 +633,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
     out.mkdir(parents=True, exist_ok=True)
     enable_compile_cache(store.home)
     chip, jax_version = _chip()
-    kind = _kind()
-    if args.device is None:             # a fresh session's device time: this machine's kind's
-        args.device = kind.name
+    kind = _kind(args.device)           # a fresh session's device time, the warm period
+    args.device = kind.name
     stop_at = t0 + args.budget_s - args.reserve_s
     call: dict[str, Any] = {"schema": "wmx.mt19_call/1", "command": _redact(argv),
                             "chip": chip, "jax": jax_version, "code_version": code,

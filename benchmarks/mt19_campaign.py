@@ -396,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "default: " + ", ".join(f"{k.name} {k.session_s:g} s"
                                                     for k in KINDS.values()) + ")"
                             + ("; default: this machine's, by JAX's backend (the TPU's on "
-                               "the CPU)" if q is nx else f"; default {DEFAULT_DEVICE}"))
+                               "the CPU); on an accelerator, only its own" if q is nx
+                               else f"; default {DEFAULT_DEVICE}"))
     nx.add_argument("--home", required=True, help="data root of the runs on the device "
                     "machine (a folder in its /tmp: kept while the machine is warm)")
     nx.add_argument("--out", required=True, help="folder whose files come back ($OUT)")

@@ -4,6 +4,8 @@ by JAX's backend."""
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import _device_kinds as kinds_lib  # noqa: E402
@@ -11,6 +13,8 @@ import _mt19_next as next_lib  # noqa: E402
 import _mt19_plan as plan_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 import mt19_campaign as camp  # noqa: E402
+
+_KIND = next_lib._kind
 
 
 def test_each_kind_names_its_wheels_and_how_they_are_made():
@@ -52,7 +56,35 @@ def test_a_session_is_the_kinds_unless_given():
                                            "--session-s", "1200"])) == 1200
     nx = parse(["next", "--home", "h", "--out", "o", "--budget-s", "540"])
     assert nx.device is None and plan_lib.session_seconds(nx) == 1800   # the TPU's
-    assert next_lib._kind() is kinds_lib.KINDS["tpu"]                   # on the CPU
+    assert next_lib._kind(None) is kinds_lib.KINDS["tpu"]               # on the CPU
+
+
+def test_next_takes_the_kind_jax_runs_on_and_refuses_another():
+    """``next``'s session and 'call again within' are the flag's kind, the backend's when no
+    flag is given; on an accelerator a flag naming another kind is refused (on the CPU any
+    kind may be rehearsed)."""
+    kinds = kinds_lib.KINDS
+    assert next_lib._kind(None, "gpu") is kinds["h200"]
+    assert next_lib._kind(None, "tpu") is kinds["tpu"]
+    assert next_lib._kind("h200", "cpu") is kinds["h200"]
+    assert next_lib._kind("h200", "cuda") is kinds["h200"]
+    with pytest.raises(ValueError, match=r"^--device tpu, but JAX runs on gpu here \(the "
+                                         r"NVIDIA H200 machine\): give --device h200 or none"):
+        next_lib._kind("tpu", "gpu")
+    with pytest.raises(ValueError, match="give --device tpu or none"):
+        next_lib._kind("h200", "tpu")
+
+
+def test_next_refuses_a_device_flag_of_another_accelerator(tmp_path, capsys, monkeypatch):
+    """A refused --device stops the call before it writes its account or trains."""
+    monkeypatch.setattr(next_lib, "_kind", lambda device: _KIND(device, "gpu"))   # an H200
+    monkeypatch.setenv("WMX_CODE_VERSION", "0" * 40)
+    assert camp.main(["next", "--device", "tpu", "--home", str(tmp_path / "h"), "--out",
+                      str(tmp_path / "o"), "--budget-s", "60", "--results",
+                      str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mt19_campaign.py next: error: --device tpu, but JAX runs on gpu")
+    assert not (tmp_path / "o" / next_lib.CALL_FILE).exists()
 
 
 def test_the_plan_fits_a_run_to_the_h200_session(tmp_path, capsys):
