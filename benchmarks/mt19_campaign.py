@@ -36,9 +36,10 @@ calls are those of an uninterrupted one). A finished run is packed into DIR as
 ``<task>.tar.gz`` (cut into parts of under 16 MiB when larger) and, with time
 left, the next task starts. DIR also gets ``mt19_call.json``: what the call did,
 where it stopped and what comes next. Call again within the machine's warm
-period (100 s) with the same command to continue; the device has no git, so
-start the command with ``WMX_CODE_VERSION=<commit>`` (``status`` prints it),
-which the episode sets' producers record.
+period (`_device_kinds`: 100 s on the TPU, 30 s on the H200) with the same command
+to continue; the device has no git, so start the command with
+``WMX_CODE_VERSION=<commit>`` (``status`` prints it), which the episode sets' producers
+record.
 
 ``ingest`` (here) verifies the bundles (content hashes, file and record
 digests), moves their episode sets into the store and their runs into
@@ -344,7 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="The campaign's device time: per task the training minutes "
                                     "at --sps env steps/s per seed, the calls, the device "
                                     "minutes with their start-up and compile, the estimated "
-                                    "bundle size, and the 30-minute sessions it takes (done "
+                                    "bundle size, and the sessions it takes (--device's: "
+                                    + ", ".join(f"{k.session_s / 60:g} min on the {k.label}"
+                                                for k in KINDS.values()) + "; done "
                                     "tasks are left out; a task whose aim does not fit one "
                                     "session is planned at the largest multiple of 10,000 "
                                     "from its floor up that does, shown as AIM -> N).")

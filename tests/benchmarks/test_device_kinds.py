@@ -101,3 +101,6 @@ def test_the_plan_fits_a_run_to_the_h200_session(tmp_path, capsys):
     walker = next(r for r in out.splitlines() if r.startswith("walker-walk"))
     assert walker.endswith("DOES NOT FIT ONE SESSION")
     assert "Sessions of 15 device min (NVIDIA H200)" in out
+    about = camp.build_parser().subcommands["plan"].description
+    assert "sessions it takes (--device's: 30 min on the TPU v5e, 15 min on the NVIDIA H200;" \
+        in about, about
