@@ -97,7 +97,8 @@ def test_carried_packages_requirements_are_met_or_left_out_on_purpose():
     unmet = {}
     pins = lock()
     stale = {n: md.version(n) for n in carried() if md.version(n) != pins[n]}
-    assert not stale, f"installed here at other versions than the lock's (requirements read): {stale}"
+    assert not stale, f"installed here at other versions than the lock's (their requirements " \
+        f"are the ones read): {stale}"
     for name in carried():
         for spec in md.requires(name) or []:
             req = Requirement(spec)
