@@ -161,6 +161,25 @@ def test_the_seed_phase_note_of_a_resumed_run_names_no_flag_resume_refuses(capsy
     _plan_notes(rc, resumed=True)
     out = capsys.readouterr().out
     assert "note: the run ends before its first update" in out
-    assert out.rstrip().endswith("raise --end-env-steps") and "--seed-steps" not in out
+    assert out.rstrip().endswith(f"raise --end-env-steps (at most the run's --env-steps, "
+                                 f"{6 * T})") and "--seed-steps" not in out
     _plan_notes(rc)
     assert "raise --end-env-steps or lower --seed-steps" in capsys.readouterr().out
+
+
+def test_a_resumed_run_all_seed_phase_to_its_end_is_told_to_start_anew(capsys):
+    """A resumed TD-MPC2 run whose whole --env-steps is seed phase: --env-steps cannot
+    extend it (its replay is sized for the run: `_check_extension` refuses), nor can
+    --end-env-steps, which stops at --env-steps; the note says to start a new run."""
+    from tiny_runs import TINY_ONLINE_ARGV
+    from wmx.train_online.cli import _plan_notes, build_parser, config_from_args
+    argv = [*TINY_ONLINE_ARGV, "--seed-steps", str(20 * T)]
+    for extra in ([], ["--end-env-steps", str(T)]):
+        rc = config_from_args(build_parser().parse_args([*argv, *extra]))
+        _plan_notes(rc, resumed=True)
+        out = capsys.readouterr().out
+        assert "note: the run ends before its first update" in out
+        assert out.rstrip().endswith("; start a new run with more --env-steps or fewer "
+                                     "--seed-steps (a resumed run keeps its seed phase, and "
+                                     "--env-steps extends it only while its replay keeps its "
+                                     "size)"), out

@@ -158,9 +158,15 @@ def _print_counts(rc) -> None:
 def _plan_notes(rc, resumed: bool = False) -> None:
     """What the run will do that its flags do not show: --env-steps rounded up to whole
     rounds; a run that ends before its first update (TD-MPC2's seed phase and burst, which
-    waits for a whole first round: `wmx.agents.tdmpc2.schedule`). ``resumed``: the run is
-    continued with --resume, which keeps its seed phase (the note names only the flags a
-    resumed run takes)."""
+    waits for a whole first round: `wmx.agents.tdmpc2.schedule`).
+
+    Args:
+        rc: the run's config.
+        resumed: the run is continued with --resume, which keeps its seed phase and
+            extends --env-steps only while its replay keeps its size (TD-MPC2's is sized
+            for the run): the note names --end-env-steps when raising it (up to
+            --env-steps) gets past the seed phase, else a new run.
+    """
     if rc.total_env_steps != rc.env_steps:
         per_round = rc.total_env_steps // rc.rounds
         print(f"--env-steps {rc.env_steps:,d} rounds up to {rc.total_env_steps:,d} per seed: "
@@ -176,7 +182,13 @@ def _plan_notes(rc, resumed: bool = False) -> None:
     if burst is not None and burst >= rc.end_rounds * rc.ticks_per_round:
         end = rc.end_rounds * rc.task_spec.T * rc.n_envs
         flag = "--end-env-steps" if rc.end_env_steps is not None else "--env-steps"
-        fix = f"raise {flag}" + ("" if resumed else " or lower --seed-steps")
+        fix = f"raise {flag} or lower --seed-steps"
+        if resumed and rc.end_env_steps is not None and burst < rc.rounds * rc.ticks_per_round:
+            fix = f"raise --end-env-steps (at most the run's --env-steps, {rc.env_steps:,d})"
+        elif resumed:
+            fix = ("start a new run with more --env-steps or fewer --seed-steps (a resumed run "
+                   "keeps its seed phase, and --env-steps extends it only while its replay "
+                   "keeps its size)")
         print(f"note: the run ends before its first update: its {end:,d} agent "
               f"steps are all seed phase ({sched.seed_steps:,d} agent steps of random actions, "
               f"then the updates after the first whole round); {fix}")
