@@ -286,7 +286,7 @@ def _calls_path(home: Path, run: str) -> Path:
 
 
 def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int,
-                seeds: int) -> dict[str, float]:
+                seeds: int, backends: tuple[str, ...] | None = None) -> dict[str, float]:
     """The plan's speeds for ``next``: `measured_sps` of the record's runs and of the runs
     whose calls this data root holds (``<home>/campaign/<run>.calls.json``: this machine's
     session, so a second task of a domain first trained in it is planned at the speed just
@@ -297,6 +297,8 @@ def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int,
         home: the data root of the runs.
         eval_every: the campaign's env steps between evaluations.
         seeds: the campaign's seeds per run (record runs of another count are left out).
+        backends: this machine's kind's platforms: a record run on such a chip first
+            (`measured_sps`; None: any chip alike).
 
     Returns:
         {domain: env steps/s per seed}.
@@ -308,7 +310,7 @@ def session_sps(record: dict[str, Any] | None, home: Path, eval_every: int,
         if pieces:
             here["tasks"][f"{pieces[0]['task']} {f.name}"] = {"calls": pieces,
                                                              "eval_every": eval_every}
-    out = measured_sps(record, seeds)
+    out = measured_sps(record, seeds, backends)
     for dom, v in measured_sps(here).items():
         out[dom] = min(out.get(dom, v), v)
     return out
@@ -648,7 +650,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                                              code)
             states = read_state(store.home, campaign, record)
             args.measured_sps = session_sps(record, store.home, campaign.eval_every,
-                                            len(campaign.seeds))
+                                            len(campaign.seeds), kind.backends)
             args.prior_sps = model_speeds(args.measured_sps, physics)
             s, n, why = choose(states, campaign, args.task, args.device_left_s,
                                time.monotonic() - t0, args, regenerate)

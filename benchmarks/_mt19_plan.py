@@ -107,30 +107,36 @@ def run_sps(entry: dict[str, Any]) -> float | None:
     return round(1.0 / per_step, 1)
 
 
-def measured_sps(record: dict[str, Any] | None, seeds: int | None = None) -> dict[str, float]:
+def measured_sps(record: dict[str, Any] | None, seeds: int | None = None,
+                 backends: tuple[str, ...] | None = None) -> dict[str, float]:
     """Env steps per second per seed, evaluations included, per domain: `run_sps` of the
     domain's newest recorded run (its ``ingested`` time; the code a domain's older runs
-    ran may have been slower or faster), among runs of ``seeds`` seeds.
+    ran may have been slower or faster), among runs of ``seeds`` seeds; with ``backends``,
+    the newest run on such a chip (its ``chip``, ``"<platform>: <kind>"``), else the newest
+    on any.
 
     Args:
         record: the campaign's record (None: none), or any {"tasks": {name: entry}} whose
             names start with the task's domain.
         seeds: count only runs of this many seeds (None: any).
+        backends: the platforms of the chip planned for (`_device_kinds.DeviceKind.backends`;
+            None: any chip alike).
 
     Returns:
         {domain: env steps/s per seed}; a domain with no measured run is absent.
     """
     tasks = (record or {}).get("tasks") if isinstance(record, dict) else None
-    newest: dict[str, tuple[str, float]] = {}
+    newest: dict[str, tuple[tuple[bool, str], float]] = {}
     for task, e in (tasks if isinstance(tasks, dict) else {}).items():
         if not isinstance(e, dict) or (seeds is not None and isinstance(e.get("seeds"), list)
                                        and len(e["seeds"]) != seeds):
             continue
         v = run_sps(e)
-        when = str(e.get("ingested") or "")
+        platform = str(e.get("chip") or "").split(":")[0].strip()
+        rank = (backends is not None and platform in backends, str(e.get("ingested") or ""))
         dom = str(task).split("-")[0]
-        if v is not None and (dom not in newest or when >= newest[dom][0]):
-            newest[dom] = (when, v)
+        if v is not None and (dom not in newest or rank >= newest[dom][0]):
+            newest[dom] = (rank, v)
     return {d: v for d, (_, v) in newest.items()}
 
 
@@ -445,7 +451,7 @@ def cmd_plan(args, campaign: Campaign) -> int:
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
     record = load_record(Path(args.results))
-    args.measured_sps = measured_sps(record, len(campaign.seeds))
+    args.measured_sps = measured_sps(record, len(campaign.seeds), KINDS[args.device].backends)
     args.prior_sps = model_speeds(args.measured_sps, load_physics(Path(args.results)))
     speeds = {**SPS_BY_DOMAIN, **args.measured_sps, **args.prior_sps}
     states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,

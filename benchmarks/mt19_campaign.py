@@ -442,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--sps", type=float, default=None,
                        help="env steps per second per seed, evaluations included, of every "
                             "task (default: per domain, the speed of its newest recorded "
-                            "run, else _mt19_plan.SPS_BY_DOMAIN, else the speed its "
+                            "run on the --device kind's chip, else on any chip, else "
+                            "_mt19_plan.SPS_BY_DOMAIN, else the speed its "
                             "physics cost predicts (benchmarks/mt19_physics.py), else "
                             f"{SPS_DEFAULT:g}; the model of plan and of next's "
                             "--device-left-s)")

@@ -104,3 +104,27 @@ def test_the_plan_fits_a_run_to_the_h200_session(tmp_path, capsys):
     about = camp.build_parser().subcommands["plan"].description
     assert "sessions it takes (--device's: 30 min on the TPU v5e, 15 min on the NVIDIA H200;" \
         in about, about
+
+
+def test_the_speeds_are_the_kinds_own_runs_first(monkeypatch):
+    """A domain recorded on both chips is priced, for a kind, from its newest run on that
+    kind's chip, however new the other chip's run; a domain recorded on one chip only is
+    priced from it for both; without a kind, from the newest run on any chip."""
+    monkeypatch.setattr(plan_lib, "run_sps", lambda e: e["sps"])
+    tpu, gpu = "tpu: TPU v5 lite", "gpu: NVIDIA H200"
+    rec = {"tasks": {
+        "walker-walk": {"chip": tpu, "ingested": "2026-01-01", "seeds": [0, 1], "sps": 170.0},
+        "walker-run": {"chip": gpu, "ingested": "2026-01-02", "seeds": [0, 1], "sps": 300.0},
+        "cheetah-run": {"chip": tpu, "ingested": "2026-01-02", "seeds": [0, 1], "sps": 264.0},
+        "cheetah-x": {"chip": gpu, "ingested": "2026-01-01", "seeds": [0, 1], "sps": 250.0},
+        "reacher-easy": {"chip": tpu, "ingested": "2026-01-01", "seeds": [0, 1], "sps": 302.0},
+    }}
+    kinds = kinds_lib.KINDS
+    assert plan_lib.measured_sps(rec, 2) == {"walker": 300.0, "cheetah": 264.0,
+                                             "reacher": 302.0}
+    assert plan_lib.measured_sps(rec, 2, kinds["tpu"].backends) == {
+        "walker": 170.0, "cheetah": 264.0, "reacher": 302.0}
+    assert plan_lib.measured_sps(rec, 2, kinds["h200"].backends) == {
+        "walker": 300.0, "cheetah": 250.0, "reacher": 302.0}
+    assert next_lib.session_sps(rec, Path("no-such-home"), 10_000, 2,
+                                kinds["h200"].backends)["cheetah"] == 250.0
