@@ -164,8 +164,9 @@ def h200_root(tmp_path):
     fake_wheel(root / ".whl-h200")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
+    for name in ("python3", "python"):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        (bin_dir / name).chmod(0o755)
     site_dir = tmp_path / "site"
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path),
            "WMX_H200_SITE": str(site_dir), "PYTHONPATH": "/keep"}
@@ -198,6 +199,7 @@ cd /; python3 -c 'import wmx, wmxfake; print("from", wmx.__file__, wmxfake.__fil
     assert "no _wmx variables" in out.stdout
     assert f"from {link}/wmx/__init__.py {site_dir}/wmxfake/__init__.py" in out.stdout
     assert (site_dir / "versions.txt").read_text().startswith("h200 setup: python ")
+    assert "python here is not python3" not in out.stdout
 
 
 def test_setup_installs_again_over_a_stale_marker_and_says_when_pip_fails(h200_root):
@@ -229,6 +231,15 @@ def test_setup_refuses_to_run_outside_the_root_or_as_a_script_and_warns_of_a_sta
     out = bash("source .whl-h200/setup.sh", root, env)
     assert out.returncode == 0 and "copy it there again (cp tools/h200_setup.sh " \
         ".whl-h200/setup.sh)" in out.stdout, out
+
+
+def test_setup_says_when_python_is_not_the_python3_it_set_up(h200_root, tmp_path):
+    """The device commands run ``python``; the wheels and PYTHONPATH are python3's."""
+    root, env, _ = h200_root
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\necho another interpreter\n")
+    out = bash("source .whl-h200/setup.sh", root, env)
+    assert out.returncode == 0 and "h200 setup: python here is not python3 (the interpreter " \
+        "set up): start the command's Python with python3" in out.stdout, out
 
 
 def test_wheels_script_copies_setup_refuses_outside_the_root_and_is_ignored(tmp_path):

@@ -20,6 +20,10 @@ fi
 if [ -f tools/h200_setup.sh ] && [ "$(cat tools/h200_setup.sh)" != "$(cat .whl-h200/setup.sh)" ]; then
   echo "h200 setup: .whl-h200/setup.sh is not this tree's tools/h200_setup.sh; copy it there again (cp tools/h200_setup.sh .whl-h200/setup.sh) before the next call"
 fi
+_wmx_py='import sys; print(sys.prefix, sys.version)'
+if [ "$(python -c "$_wmx_py" 2>/dev/null)" != "$(python3 -c "$_wmx_py")" ]; then
+  echo "h200 setup: python here is not python3 (the interpreter set up): start the command's Python with python3"
+fi
 _wmx_site=${WMX_H200_SITE:-/tmp/site}
 _wmx_log=$_wmx_site-pip.log
 _wmx_rc=0
@@ -69,5 +73,5 @@ try:
 except OSError:                             # no wheels installed: the line above says so
     pass
 EOF
-unset _wmx_site _wmx_log _wmx_wheels
+unset _wmx_site _wmx_log _wmx_wheels _wmx_py
 eval "unset _wmx_rc; return $_wmx_rc"
