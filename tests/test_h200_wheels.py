@@ -218,6 +218,25 @@ def test_setup_installs_again_over_a_stale_marker_and_says_when_pip_fails(h200_r
     assert "Traceback" not in out.stderr and "No such file" not in out.stderr, out
 
 
+def test_a_later_call_may_carry_setup_alone_a_first_call_may_not(h200_root):
+    """A later call on the warm machine carries .whl-h200/setup.sh alone: the wheels an
+    earlier call installed stay and are used; on a fresh machine that is refused (1)."""
+    root, env, site_dir = h200_root
+    assert bash("source .whl-h200/setup.sh", root, env).returncode == 0
+    marker = (site_dir / ".wmx-wheels").read_text()
+    for w in (root / ".whl-h200").glob("*.whl"):
+        w.unlink()
+    out = bash("set -euo pipefail; source .whl-h200/setup.sh; "
+               "python3 -c 'import wmxfake; print(\"imported\")'", root, env)
+    assert out.returncode == 0 and "no wheels carried; using those an earlier call " \
+        f"installed in {site_dir}" in out.stdout and "imported" in out.stdout, out
+    assert (site_dir / ".wmx-wheels").read_text() == marker
+    shutil.rmtree(site_dir)
+    out = bash('source .whl-h200/setup.sh; echo "returned $?"', root, env)
+    assert "carry the whole .whl-h200 in this machine's first call" in out.stdout
+    assert "returned 1" in out.stdout and not site_dir.exists(), out
+
+
 def test_setup_refuses_to_run_outside_the_root_or_as_a_script_and_warns_of_a_stale_copy(
         h200_root):
     root, env, site_dir = h200_root

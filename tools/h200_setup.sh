@@ -3,12 +3,13 @@
 # (tools/h200_wheels.sh copies me into .whl-h200/ beside the wheels; docs/accelerators.md,
 # "On the lent H200 machine".) Installs the carried wheels under /tmp/site ($WMX_H200_SITE
 # when set) once per machine (about 15 s; a marker names the wheels installed, so later calls
-# skip it), then puts on PYTHONPATH, after what it already held, the machine's own
+# skip it, and a later call on the warm machine may carry .whl-h200/setup.sh alone: 30 MB
+# less), then puts on PYTHONPATH, after what it already held, the machine's own
 # site-packages, the carried wheels and the project root, in that order, each once however
 # often I am sourced: the image's JAX 0.11.2, numpy, flax, optax... are the ones imported, the
 # carried wheels only add what the image lacks. Prints one line with the versions found and
-# where each comes from. Returns 1 when the wheels could not be installed (the line says why),
-# 2 outside the project root.
+# where each comes from. Returns 1 when the wheels could not be installed or none are there
+# (the line says why), 2 outside the project root.
 if [ -n "${BASH_VERSION:-}" ] && [ "${BASH_SOURCE:-}" = "$0" ]; then
   echo "h200 setup: source me (source .whl-h200/setup.sh; python ...), do not run me: a child shell's PYTHONPATH is lost"
   exit 2
@@ -27,8 +28,15 @@ fi
 _wmx_site=${WMX_H200_SITE:-/tmp/site}
 _wmx_log=$_wmx_site-pip.log
 _wmx_rc=0
-_wmx_wheels=$(cd .whl-h200 && printf '%s ' *.whl)
-if [ "$(cat "$_wmx_site/.wmx-wheels" 2>/dev/null)" != "$_wmx_wheels" ]; then
+_wmx_wheels=$(cd .whl-h200 && for w in *.whl; do if [ -f "$w" ]; then printf '%s ' "$w"; fi; done)
+if [ -z "$_wmx_wheels" ]; then      # a later call may carry setup.sh alone (.whl-h200/setup.sh)
+  if [ -f "$_wmx_site/.wmx-wheels" ]; then
+    echo "h200 setup: no wheels carried; using those an earlier call installed in $_wmx_site"
+  else
+    _wmx_rc=1
+    echo "h200 setup: no wheels carried and none installed in $_wmx_site (a fresh machine): carry the whole .whl-h200 in this machine's first call"
+  fi
+elif [ "$(cat "$_wmx_site/.wmx-wheels" 2>/dev/null)" != "$_wmx_wheels" ]; then
   rm -rf "$_wmx_site"
   if PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
       --no-compile --no-cache-dir --disable-pip-version-check --target "$_wmx_site" \
