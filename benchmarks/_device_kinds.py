@@ -4,8 +4,9 @@ between calls (a run continues across calls only then), and a session's device t
 
 A device machine has no package registry: wmx's dependencies travel as wheels in a
 folder the call carries (``carry``), made here by ``made_by``, and every command starts
-with ``source <wheels>/setup.sh;`` (it installs them once per machine and puts them and
-the checkout on PYTHONPATH). The TPU v5e machine has the lock's JAX (0.10.2); the H200
+with ``source <wheels>/setup.sh &&`` (it installs them once per machine and puts them and
+the checkout on PYTHONPATH; the H200's returns 1 when it could not, and the command then
+stops before Python runs without them). The TPU v5e machine has the lock's JAX (0.10.2); the H200
 machine has its own JAX (0.11.2 with its CUDA 13 plugin, on Python 3.12), which the
 H200 wheels go beside (docs/accelerators.md).
 """
@@ -37,8 +38,8 @@ class DeviceKind:
     backends: tuple[str, ...]
 
     def setup(self) -> str:
-        """The command's first words: ``source <wheels>/setup.sh;``."""
-        return f"source {self.wheels}/setup.sh;"
+        """The command's first words: ``source <wheels>/setup.sh &&``."""
+        return f"source {self.wheels}/setup.sh &&"
 
 
 KINDS = {

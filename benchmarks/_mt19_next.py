@@ -626,8 +626,9 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                          "tasks again, --task one task not done)")
     code = code_version()
     if not CODE.match(code):
-        raise ValueError(f"the code version here is {code!r} (no git checkout): start the "
-                         "command with WMX_CODE_VERSION=<the commit of the tree sent> "
+        raise ValueError(f"the code version here is {code!r}, not a full 40-hex commit (no "
+                         "git checkout, or WMX_CODE_VERSION abbreviated): start the command "
+                         "with WMX_CODE_VERSION=<the full commit of the tree sent> "
                          "(mt19_campaign.py status prints the command) so the episode sets "
                          "name their code")
     store = Store(args.home).ensure_layout()

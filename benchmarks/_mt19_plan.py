@@ -427,6 +427,42 @@ def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
     return seeds * episodes * per_ep * ratio / 2 ** 20
 
 
+def campaign_timeline(args, campaign: Campaign, home: Path) -> tuple[
+        list[str], list[tuple[str, list[int]]], dict[str, tuple], int]:
+    """The plan's timeline of what is left: the regenerations (tasks done whose recorded
+    sets ``home`` lacks, unarchived) first, then the tasks not done, as ``next`` fills the
+    sessions (`simulate`).
+
+    Args:
+        args: the model's flags (`run_cost`'s, ``sps``, ``device``, ``session_s``,
+            ``machine_start_s``, ``results``); ``measured_sps`` and ``prior_sps`` are set
+            on it (the record's, on the ``device`` kind's chip first).
+        campaign: the campaign.
+        home: the data root.
+
+    Returns:
+        (the regenerations, [(task, sizes)] in the order simulated, {task: `simulate`'s
+        row}, sessions).
+    """
+    record = load_record(Path(args.results))
+    args.measured_sps = measured_sps(record, len(campaign.seeds), KINDS[args.device].backends)
+    args.prior_sps = model_speeds(args.measured_sps, load_physics(Path(args.results)))
+    states = {s.task: s for s in read_state(home, campaign, record,
+                                            archived_tasks(Path(args.results), record))}
+    regen = [t for t in campaign.tasks if states[t].needs_regeneration]
+    todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
+        (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
+    timeline, sessions = simulate(todo, args)
+    return regen, todo, dict(zip([t for t, _ in todo], timeline)), sessions
+
+
+def first_fitting(todo: list[tuple[str, list[int]]], at: dict[str, tuple],
+                  tasks: set[str] | None = None) -> str | None:
+    """The task a fresh session's first call trains (`next` in a fresh session): the first
+    of ``todo`` (of ``tasks`` when given) whose run fits one session; None when none does."""
+    return next((t for t, _ in todo if (tasks is None or t in tasks) and at[t][5]), None)
+
+
 def cmd_plan(args, campaign: Campaign) -> int:
     """Print the campaign's device time per task and the sessions it takes (tasks done
     are left out of the timeline, except those whose recorded episode sets the data root
@@ -450,18 +486,9 @@ def cmd_plan(args, campaign: Campaign) -> int:
         raise ValueError(f"--budget-s {args.budget_s:g} leaves no time to train after "
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
-    record = load_record(Path(args.results))
-    args.measured_sps = measured_sps(record, len(campaign.seeds), KINDS[args.device].backends)
-    args.prior_sps = model_speeds(args.measured_sps, load_physics(Path(args.results)))
+    regen, todo, at, sessions = campaign_timeline(args, campaign, Store(args.home).home)
     speeds = {**SPS_BY_DOMAIN, **args.measured_sps, **args.prior_sps}
-    states = {s.task: s for s in read_state(Store(args.home).home, campaign, record,
-                                            archived_tasks(Path(args.results), record))}
-    regen = [t for t in campaign.tasks if states[t].needs_regeneration]
-    todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
-        (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
-    timeline, sessions = simulate(todo, args)
-    at = dict(zip([t for t, _ in todo], timeline))
-    rows, total, fitted = [], 0.0, 0
+    rows, total, fitted, misfits = [], 0.0, 0, []
     for t in campaign.tasks:
         aim = campaign.aim(t)
         steps = at[t][0] if t in at else aim
@@ -474,6 +501,7 @@ def cmd_plan(args, campaign: Campaign) -> int:
         steps, train, calls, dev, session, fits = at[t]
         total += dev
         fitted += steps < aim
+        misfits += [] if fits else [t]
         rows.append((t + (" (regenerate)" if t in regen else ""),
                      f"{aim:,}" + (f" -> {steps:,}" if steps < aim else ""),
                      f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,
@@ -502,4 +530,9 @@ def cmd_plan(args, campaign: Campaign) -> int:
           + (f"; {len(regen)} of them done tasks whose recorded episode sets this data root "
              "lacks, trained again first (next --regenerate " + ",".join(regen) + ")"
              if regen else ""))
+    if misfits:
+        print(f"{len(misfits)} of them do not fit one {session_seconds(args) / 60:g}-minute "
+              f"session at these speeds, not even at their floor ({', '.join(misfits)}): "
+              "next leaves each for a session with the time (a longer session, or a faster "
+              "chip's measured speed)")
     return 0

@@ -154,19 +154,26 @@ def cmd_status(args, campaign: Campaign) -> int:
               "sets: `next --regenerate` trains them again on the device, first, and ingest "
               "compares the new sets' content hashes with the recorded ones")
     if todo or lost:
-        s = next((x for x in todo if x.active() is not None), todo[0] if todo else None)
+        fits = _fresh_session_firsts(args, campaign, home, set(lost))
+        s = next((x for x in todo if x.active() is not None), None) or next(
+            (x for x in todo if x.task == fits[1]), todo[0] if todo else None)
         if lost:
-            print(f"next piece: {lost[0]}: trained again (with --regenerate, below, as plan "
+            again = fits[0] or lost[0]
+            print(f"next piece: {again}: trained again (with --regenerate, below, as plan "
                   "counts it first)" + (f"; without it, {s.task}: {s.next_text()}"
                                          if s is not None else ""))
         elif s is not None:
             print(f"next piece: {s.task}: {s.next_text()}")
+        if fits[0] is None and fits[1] is None and (todo or lost):
+            print(f"note: at the plan's speeds no task left fits one "
+                  f"{KINDS[args.device].session_s / 60:g}-minute session of the "
+                  f"{KINDS[args.device].label} (plan --device {args.device})")
         cv = code_version()
         kind = KINDS[args.device]
         print(f"device command on the {kind.label} machine (carry {kind.wheels}, made here by "
               f"`{kind.made_by}`; H a folder in the device's /tmp; again within "
               f"{kind.warm_s:g} s while a run is in progress; SECONDS: the device tool's "
-              "budget_left_s):")
+              "budget_left_s, less ~120 s when the call starts a machine):")
         print(f"  {device_command(cv, kind.name)}{_flags_text(args)}")
         if lost:
             print("  to train the missing sets again first, add: --regenerate "
@@ -175,6 +182,19 @@ def cmd_status(args, campaign: Campaign) -> int:
             print("note: the checkout has uncommitted changes; commit before the device calls, "
                   "so that the episode sets name a commit")
     return 0
+
+
+def _fresh_session_firsts(args, campaign: Campaign, home: Path,
+                          lost: set[str]) -> tuple[str | None, str | None]:
+    """What a fresh session of the ``--device`` kind trains first, at the plan's default
+    model (`_mt19_plan.campaign_timeline`): (the first regeneration whose run fits one
+    session, the first task not done whose run fits); None where none fits."""
+    from _mt19_plan import campaign_timeline, first_fitting
+    model = build_parser().parse_args(["plan", "--device", args.device])
+    model.results = args.results
+    _, todo, at, _ = campaign_timeline(model, campaign, home)
+    return (first_fitting(todo, at, lost) if lost else None,
+            first_fitting(todo, at, {t for t, _ in todo} - lost))
 
 
 def _place_text(args) -> str:

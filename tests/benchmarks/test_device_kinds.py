@@ -21,7 +21,7 @@ def test_each_kind_names_its_wheels_and_how_they_are_made():
     assert set(kinds_lib.KINDS) == {"tpu", "h200"} and kinds_lib.DEFAULT == "tpu"
     tpu, h200 = kinds_lib.KINDS["tpu"], kinds_lib.KINDS["h200"]
     assert (tpu.warm_s, tpu.session_s, h200.warm_s, h200.session_s) == (100, 1800, 30, 900)
-    assert h200.setup() == "source .whl-h200/setup.sh;"
+    assert h200.setup() == "source .whl-h200/setup.sh &&"
     assert (ROOT / h200.made_by.split()[-1]).is_file()           # tools/h200_wheels.sh
     assert f"/{h200.wheels}/" in (ROOT / ".gitignore").read_text().split()   # never committed
     assert kinds_lib.kind_of_backend("tpu") is tpu
@@ -31,7 +31,7 @@ def test_each_kind_names_its_wheels_and_how_they_are_made():
 def test_the_device_command_sources_the_kinds_wheels():
     tpu = record_lib.device_command("abc")
     h200 = record_lib.device_command("abc", "h200")
-    assert tpu.startswith("source .whl-tpu/setup.sh; WMX_CODE_VERSION=abc timeout")
+    assert tpu.startswith("source .whl-tpu/setup.sh && WMX_CODE_VERSION=abc timeout")
     assert h200 == tpu.replace(".whl-tpu", ".whl-h200")
 
 
@@ -41,7 +41,7 @@ def test_status_prints_the_h200_command_and_its_warm_period(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "device command on the NVIDIA H200 machine (carry .whl-h200, made here by " \
            "`bash tools/h200_wheels.sh`" in out and "again within 30 s" in out
-    assert "  source .whl-h200/setup.sh; WMX_CODE_VERSION=" in out
+    assert "  source .whl-h200/setup.sh && WMX_CODE_VERSION=" in out
     assert camp.main(["status", "--home", str(tmp_path / "h"),
                       "--results", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
@@ -128,3 +128,26 @@ def test_the_speeds_are_the_kinds_own_runs_first(monkeypatch):
         "walker": 300.0, "cheetah": 250.0, "reacher": 302.0}
     assert next_lib.session_sps(rec, Path("no-such-home"), 10_000, 2,
                                 kinds["h200"].backends)["cheetah"] == 250.0
+
+
+def test_status_names_the_piece_a_fresh_session_of_the_kind_trains(tmp_path, capsys):
+    """On the committed record with an empty data root, four recorded tasks are to be
+    trained again: a TPU session takes walker-stand first; the H200's 15 minutes fit none
+    of the walker runs at the plan's speeds, so its first is reacher-hard (as next picks)."""
+    assert camp.main(["status", "--home", str(tmp_path)]) == 0
+    assert "next piece: walker-stand: trained again" in capsys.readouterr().out
+    assert camp.main(["status", "--device", "h200", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "next piece: reacher-hard: trained again" in out
+    assert "no task left fits" not in out
+    assert camp.main(["plan", "--device", "h200", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "do not fit one 15-minute session at these speeds, not even at their floor " \
+           "(walker-stand, walker-walk, walker-run, " in out
+
+
+def test_status_says_when_no_task_fits_a_session(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(plan_lib, "session_seconds", lambda args: 300.0)
+    assert camp.main(["status", "--device", "h200", "--home", str(tmp_path)]) == 0
+    assert "note: at the plan's speeds no task left fits one 15-minute session of the " \
+           "NVIDIA H200 (plan --device h200)" in capsys.readouterr().out
