@@ -52,6 +52,9 @@ CALLS_SCHEMA = "wmx.mt19_offline_calls/1"
 SKIPPED = ("checkpoints", "processes", "report", "run.lock", CALLS_DIR)
 """Entries of a run folder a tarball never carries (the checkpoints stay on the device;
 ingest builds the report)."""
+PAPER_MODEL_SIZE = {"tdmpc2": "5", "dreamerv3": None}
+"""``--model-size`` by agent when not given: TD-MPC2's size 5 (5.4M parameters, the mt19
+issue's), DreamerV3's preset's (``paper``: 12m)."""
 OWN_FLAGS = ("--name", "--resume", "--home", "--dataset", "--updates", "--no-progress",
              "--agent", "--preset", "--model-size", "--batch-size", "--eval-every")
 """train_offline flags that `train` sets itself (refused after ``--``)."""
@@ -211,8 +214,9 @@ def trainer_command(args, run_dir: Path, resume: bool) -> list[str]:
     """
     cmd = [*TRAINER, "--agent", args.agent, "--preset", args.preset, "--dataset", args.ref,
            "--home", str(args.home), "--updates", str(args.updates), "--no-progress"]
-    if args.model_size not in (None, "", "none"):
-        cmd += ["--model-size", str(args.model_size)]
+    size = args.model_size if args.model_size is not None else PAPER_MODEL_SIZE[args.agent]
+    if size not in (None, "", "none"):
+        cmd += ["--model-size", str(size)]
     if args.batch_size is not None:
         cmd += ["--batch-size", str(args.batch_size)]
     if args.eval_every is not None:

@@ -37,7 +37,7 @@ refused in one line, exit 2, with nothing stored and no temporary left
 (`_mt19_offline_unpack`, which also holds the parts' names and schema).
 
 ``train`` (once the dataset is stored) runs ``train_offline --agent tdmpc2 --preset paper
---model-size 5`` on it as ``H/runs/R``: new when R has no config.json, else resumed; it
+--model-size 5`` (``--agent dreamerv3``: its ``paper`` preset's 12m) on it as ``H/runs/R``: new when R has no config.json, else resumed; it
 asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) early
 enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
 evaluations it has seen, then writes ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run
@@ -67,6 +67,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
 import _mt19_bundle as bundle_lib  # noqa: E402
+from _mt19_offline_run import PAPER_MODEL_SIZE  # noqa: E402
 from _mt19_offline_unpack import (MIB, PARTS_SUFFIX, SCHEMA, CarryError,  # noqa: E402
                                   base_name, cmd_unpack, is_carried_file, part_name)
 
@@ -317,11 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=count, default=None,
                     help="updates between evaluations (default train_offline's)")
     tr.add_argument("--batch-size", type=count, default=None,
-                    help="slices per update (default the agent's: 1024)")
-    tr.add_argument("--model-size", default="5", help="TD-MPC2 model size ('none': the "
-                    "preset's)")
+                    help="slices (TD-MPC2) or windows (DreamerV3) per update (default the "
+                         "preset's: paper TD-MPC2 1024, DreamerV3 16)")
+    tr.add_argument("--model-size", default=None,
+                    help="the agent's model size ('none': the preset's; default: "
+                         + ", ".join(f"{a} {s or 'the preset' + chr(39) + 's'}"
+                                     for a, s in PAPER_MODEL_SIZE.items()) + ")")
     tr.add_argument("--preset", default="paper", help="agent preset")
-    tr.add_argument("--agent", default="tdmpc2", help="agent")
+    tr.add_argument("--agent", default="tdmpc2", choices=sorted(PAPER_MODEL_SIZE),
+                    help="agent")
     ig.add_argument("tarballs", metavar="TARGZ", nargs="+",
                     help="tarballs train calls returned, each ingested in turn (a later "
                          "call's replaces an earlier one's, not the other way round)")

@@ -252,6 +252,22 @@ def test_bad_flags_are_one_line(tmp_path):
     assert rc == 2 and "no such file" in err
 
 
+def test_the_trainer_gets_each_agents_paper_model_size_unless_given(tmp_path):
+    """TD-MPC2 trains at size 5 and DreamerV3 at its preset's size (12m at ``paper``)
+    unless --model-size says otherwise ('none': the preset's for either)."""
+    def cmd(*flags):
+        args = off.build_parser().parse_args(["train", "d@latest", "--home", str(tmp_path),
+                                              "--run-name", "r", "--updates", "10",
+                                              "--budget-s", "100", "--out", "o", *flags])
+        args.ref, args.extra = "d@latest", []
+        got = run_lib.trainer_command(args, tmp_path / "r", False)
+        return got[got.index("--model-size") + 1] if "--model-size" in got else None
+    assert cmd() == "5" and cmd("--model-size", "none") is None
+    assert cmd("--agent", "dreamerv3") is None
+    assert cmd("--agent", "dreamerv3", "--model-size", "25m") == "25m"
+    assert cmd("--model-size", "1") == "1"
+
+
 def _pacer(**kw) -> run_lib.Pacer:
     p = run_lib.Pacer(started=0.0, stop_by=100.0, eval_s=20.0, log_every=10, eval_every=100,
                       updates=1000)
