@@ -276,6 +276,29 @@ def test_ratios_over_the_sources_final_return_per_run(tmp_path):
     assert "- b: 1 of 2 (50%); below: cartpole-balance" in md
 
 
+def test_the_source_share_counted_is_the_flags(tmp_path, capsys):
+    """--source-share 0.5 (the DreamerV3 offline criterion's share) counts cheetah-run's
+    0.6 as reached; it is refused with --run and when not above 0."""
+    src = {"cartpole-balance": 1000.0, "cheetah-run": 500.0}
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 82.0, "cheetah-run": 30.0}, sources=src)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 40.0, "cheetah-run": 26.0}, sources=src)
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2,
+                     "--source-share", 0.5]) == 0
+    c = json.loads((out / "compare.json").read_text())
+    assert {lab: (s["at_least"], s["reached"], s["below"]) for lab, s in
+            c["ratio_summary"].items()} == {"a": (0.5, 2, []), "b": (0.5, 1, ["cartpole-balance"])}
+    md = (out / "compare.md").read_text()
+    assert "Tasks at >= 0.5 x the source's final return" in md and "- a: 2 of 2 (100%)" in md
+    for bad in (["--runs", a, b, "--out", tmp_path / "x", "--source-share", 0],
+                ["--runs", a, b, "--out", tmp_path / "y", "--source-share", "nan"],
+                ["--run", a, "--source-share", 0.5]):
+        capsys.readouterr()
+        assert cli.main([str(x) for x in bad]) == 2
+        assert "--source-share" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
 def test_runs_on_other_sources_keep_their_own_ratios(tmp_path):
     """Runs whose reports differ on a task's source return (other datasets): the source
     column is empty there, each ratio is over the run's own sources, and the md says so;

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data root holding the dataset and episode sets (default: the run's "
                         "<home> when RUN_DIR is <home>/runs/<name>, else $WMX_HOME or ~/.wmx)")
     p.add_argument("--force", action="store_true", help="replace an existing report directory")
+    p.add_argument("--source-share", type=float, default=None, metavar="X",
+                   help="with --runs: count, per run, the tasks whose source learned that reach "
+                        "X times the source's final return (default 0.8)")
     p.add_argument("--video", type=int, default=0, metavar="N",
                    help="with --run: render the first N evaluation episodes of the run's first "
                         "seed per task to <out>/videos/<task>_seed<k>_ep<i>.mp4, linked from "
@@ -224,6 +228,9 @@ def run_path(ref: str, home: str | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> Path:
+    if args.source_share is not None:
+        raise UsageError("--source-share applies to --runs only (a comparison's count of "
+                         "tasks near their source); give it with --runs")
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     return evaluate_to_report(args.run, episodes=episodes, tasks=args.tasks,
                               seeds_from_checkpoint=args.seeds_from_checkpoint, out=args.out,
@@ -265,8 +272,8 @@ def _runs(args: argparse.Namespace) -> Path:
     """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
     evaluation; then the runs without a report are evaluated and the comparison written."""
     from wmx.checkpoint import newest_intact
-    from wmx.evaluate.compare import (NOT_EVALUATED, check_shared_tasks, label_names,
-                                      report_mismatch, write_comparison)
+    from wmx.evaluate.compare import (NOT_EVALUATED, SOURCE_SHARE, check_shared_tasks,
+                                      label_names, report_mismatch, write_comparison)
     from wmx.evaluate.report import load_report
     from wmx.evaluate.runs import POLICY_ITEMS, RunError, open_run
     if args.out is None:
@@ -279,6 +286,9 @@ def _runs(args: argparse.Namespace) -> Path:
                          "with `evaluate --run RUN_DIR --video N` first, then compare")
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    share = SOURCE_SHARE if args.source_share is None else args.source_share
+    if not (math.isfinite(share) and share > 0):
+        raise UsageError(f"--source-share must be a number above 0, got {args.source_share}")
     resolved = [Path(r).expanduser().resolve() for r in args.runs]
     given = dict(zip(resolved, args.runs))     # a link under <home>/runs names the home
     twice = sorted({str(r) for r in resolved if resolved.count(r) > 1})
@@ -326,7 +336,7 @@ def _runs(args: argparse.Namespace) -> Path:
                                seeds_from_checkpoint=args.seeds_from_checkpoint,
                                home=args.home, compile_cache=not args.no_compile_cache)
             reports[run_dir] = load_report(run_dir / "report")
-    return write_comparison([reports[r] for r in resolved], out, args.force)
+    return write_comparison([reports[r] for r in resolved], out, args.force, share)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,8 @@ Ratio: a run's return over the source agents' final return of the task
 (`report.source_ratio`, from each report's ``return_mean`` and
 ``source_return``); per run, how many of the tasks with a ratio whose source learned
 (`run_learned`: source final return >= the uniform-random policy's + LEARNED_MARGIN)
-reach SOURCE_SHARE of the source (`ratio_summary`); the others are listed as left out.
+reach SOURCE_SHARE of the source, or ``evaluate --runs --source-share``'s share
+(`ratio_summary`); the others are listed as left out.
 
 A comparison is per task: every run must share a task with another run
 (`check_shared_tasks`), a task a run did not evaluate shows as "not
@@ -126,8 +127,9 @@ def report_mismatch(report: dict, *, episodes: int, keys: str,
 
 
 def ratio_summary(ratios: Mapping[str, float | None],
-                  learned: Mapping[str, bool | None]) -> dict[str, Any]:
-    """How many of a run's tasks whose source learned reach SOURCE_SHARE of its return.
+                  learned: Mapping[str, bool | None],
+                  share: float = SOURCE_SHARE) -> dict[str, Any]:
+    """How many of a run's tasks whose source learned reach ``share`` of its return.
 
     Args:
       ratios: task -> the run's ratio on it (`report.source_ratio`; None where the
@@ -135,19 +137,21 @@ def ratio_summary(ratios: Mapping[str, float | None],
       learned: task -> whether the task's source learned it
         (`random_policy.source_learned`; None where unknown); only the tasks with True
         are counted.
+      share: the ratio a task must reach (default SOURCE_SHARE; ``evaluate --runs
+        --source-share``).
     Returns:
-      {"at_least": SOURCE_SHARE, "over": what is counted, "reached": the counted tasks
-      with a ratio >= SOURCE_SHARE (int), "total": the counted tasks (int), "share":
+      {"at_least": share, "over": what is counted, "reached": the counted tasks
+      with a ratio >= share (int), "total": the counted tasks (int), "share":
       reached / total (None when total is 0), "below": the counted tasks under
-      SOURCE_SHARE, "not_learned": the tasks with a ratio left out because their
+      share, "not_learned": the tasks with a ratio left out because their
       source did not learn them, "learned_unknown": those left out because it is
       unknown whether it did}.
     """
     rated = {t: r for t, r in ratios.items() if r is not None}
     counted = {t: r for t, r in rated.items() if learned.get(t) is True}
-    below = [t for t, r in counted.items() if r < SOURCE_SHARE]
+    below = [t for t, r in counted.items() if r < share]
     reached = len(counted) - len(below)
-    return {"at_least": SOURCE_SHARE,
+    return {"at_least": share,
             "over": f"tasks with a ratio whose source learned (source final return >= "
                     f"the uniform-random policy's + {LEARNED_MARGIN:g})",
             "reached": reached, "total": len(counted),
@@ -189,8 +193,9 @@ def _source_returns(reports: Sequence[dict], tasks: Sequence[str]
     return out, differ
 
 
-def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
-    """The comparison dict of ``reports`` (report dicts, in the runs' order).
+def build_comparison(reports: Sequence[dict], share: float = SOURCE_SHARE) -> dict[str, Any]:
+    """The comparison dict of ``reports`` (report dicts, in the runs' order); ``share``: the
+    ratio `ratio_summary` counts tasks at.
 
     Returns:
       runs (label, dir, kind, agent, report created, checkpoint step, episodes,
@@ -246,7 +251,8 @@ def build_comparison(reports: Sequence[dict]) -> dict[str, Any]:
         "source_differs": differ,
         "ratios": ratios,
         "learned": learned,
-        "ratio_summary": {lab: ratio_summary(ratios[lab], learned[lab]) for lab in labels},
+        "ratio_summary": {lab: ratio_summary(ratios[lab], learned[lab], share)
+                          for lab in labels},
     }
 
 
@@ -314,7 +320,9 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
                  for lab in labels]
         lines.append(f"| {t} | {'-' if src is None else f'{src:.1f}'} | "
                      + " | ".join(cells) + " |")
-    lines += ["", f"Tasks at >= {SOURCE_SHARE:g} x the source's final return, of the tasks "
+    at = next(iter(c["ratio_summary"].values()))["at_least"] if c["ratio_summary"] else \
+        SOURCE_SHARE
+    lines += ["", f"Tasks at >= {at:g} x the source's final return, of the tasks "
                   "with a ratio whose source learned (its final return at least "
                   f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
                   "`source_learned`); the others are left out and listed:", ""]
@@ -369,10 +377,12 @@ def _fill(c: dict, d: Path) -> None:
     (d / "compare.md").write_text(_markdown(c))
 
 
-def write_comparison(reports: Sequence[dict], out: Path, force: bool = False) -> Path:
-    """Write the comparison of ``reports`` into ``out`` atomically; returns out/compare.md.
-    Raises FileExistsError when ``out`` exists and not ``force``."""
+def write_comparison(reports: Sequence[dict], out: Path, force: bool = False,
+                     share: float = SOURCE_SHARE) -> Path:
+    """Write the comparison of ``reports`` into ``out`` atomically (tasks counted at
+    ``share`` of their source); returns out/compare.md. Raises FileExistsError when
+    ``out`` exists and not ``force``."""
     out = Path(out).expanduser().resolve()
-    c = build_comparison(reports)
+    c = build_comparison(reports, share)
     write_dir_atomically(out, lambda d: _fill(c, d), force)
     return out / "compare.md"
