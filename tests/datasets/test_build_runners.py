@@ -121,6 +121,51 @@ def test_direct_runner_is_the_fnapi_runner_and_never_tries_prism(home, monkeypat
     assert direct_runner.DirectRunner is SwitchingDirectRunner
 
 
+def test_multi_processing_workers_start_quietly_and_stop_on_terminate(home, capfd):
+    """The multi_processing workers run wmx.pipelines.sdk_worker: Beam's worker without its
+    start-up lines on standard error (their process's, not captured by capsys), and the
+    build's SIGTERM to the workers (`interrupt.terminate_sdk_workers`) finds them by it."""
+    import subprocess
+    import time
+
+    from wmx.pipelines import sdk_worker
+    from wmx.pipelines.interrupt import terminate_sdk_workers
+    r = run_build_result(make_plan(home, taskset_of("tst", TASKS), num_shards=2),
+                         ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert validate_dataset(r.path).ok
+    err = capfd.readouterr().err
+    for line in ("Logging handler created", "semi_persistent_directory",
+                 "Discarding unparseable args", "apitools not found"):
+        assert line not in err, err
+    assert sdk_worker.COMMAND.endswith(" -m wmx.pipelines.sdk_worker")
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              "wmx.pipelines.sdk_worker"])
+    try:
+        time.sleep(0.5)
+        assert terminate_sdk_workers() == 1
+        assert child.wait(timeout=10) == -15
+    finally:
+        child.kill()
+
+
+def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked(
+        monkeypatch):
+    import logging
+
+    from apache_beam.runners.worker import sdk_worker_main
+    from wmx.pipelines import sdk_worker
+    ran = []
+    monkeypatch.setattr(sdk_worker_main, "main", lambda argv: ran.append(list(argv)))
+    root = logging.getLogger()
+    for asked, added in (("", 1), ("1", 0)):
+        monkeypatch.setattr(root, "handlers", [])
+        monkeypatch.setenv("WMX_BEAM_LOGS", asked)
+        sdk_worker.main()
+        assert len(root.handlers) == added and len(ran) == 1 + (asked == "1")
+        assert all(h.level == logging.ERROR for h in root.handlers)
+
+
 def test_default_runner_is_direct_and_args_pass_through():
     ra = parse_runner_args(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert ra.name == "DirectRunner" and ra.dask_workers is None

@@ -11,13 +11,19 @@ always: the FnApiRunner with the pipeline's options provisioned to its SDK
 workers (``--direct_running_mode=multi_processing`` starts them as
 subprocesses, which read their options from there), as the switching runner
 builds it. ``--direct_num_workers`` and ``--direct_running_mode`` keep their
-meaning. Imported by Beam through its dotted path (`wmx.pipelines.runners`).
+meaning; the multi_processing workers run `wmx.pipelines.sdk_worker` (Beam's worker
+without its start-up lines on standard error). Imported by Beam through its dotted path
+(`wmx.pipelines.runners`).
 """
 from __future__ import annotations
 
+from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+from wmx.pipelines import sdk_worker
+from wmx.pipelines.interrupt import SDK_WORKER
 
 PATH = "wmx.pipelines.direct_runner.FnApiDirectRunner"
 """The dotted path Beam imports for `--runner=direct`."""
@@ -34,3 +40,12 @@ class FnApiDirectRunner(fn_runner.FnApiRunner):
                 pipeline_options=JobServiceHandle.encode_pipeline_options(
                     options.get_all_options())))
         return super().run_pipeline(pipeline, options)
+
+    def run_via_runner_api(self, pipeline_proto, options):
+        """Run the pipeline proto, its multi_processing workers' command (Beam's worker
+        module) replaced by `sdk_worker.COMMAND`'s; returns the RunnerResult."""
+        for env in pipeline_proto.components.environments.values():
+            if env.urn == python_urns.SUBPROCESS_SDK and \
+                    env.payload.decode("utf-8", "replace").endswith(f"-m {SDK_WORKER}"):
+                env.payload = sdk_worker.COMMAND.encode("utf-8")
+        return super().run_via_runner_api(pipeline_proto, options)

@@ -39,16 +39,19 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 SDK_WORKER = "apache_beam.runners.worker.sdk_worker_main"
 """The module Beam's multi_processing SDK worker processes run."""
+SDK_WORKERS = (SDK_WORKER, "wmx.pipelines.sdk_worker")
+"""The modules such a worker process runs: Beam's, or wmx's quiet start of it
+(`wmx.pipelines.sdk_worker`, what `wmx.pipelines.direct_runner` runs)."""
 
 
 def terminate_sdk_workers() -> int:
-    """Send SIGTERM to this process's descendants that run Beam's SDK worker (`SDK_WORKER`);
+    """Send SIGTERM to this process's descendants that run Beam's SDK worker (`SDK_WORKERS`);
     returns how many. Processes that end meanwhile or cannot be read are skipped."""
     import psutil
     n = 0
     for proc in psutil.Process().children(recursive=True):
         try:
-            if any(SDK_WORKER in part for part in proc.cmdline()):
+            if any(m in part for part in proc.cmdline() for m in SDK_WORKERS):
                 proc.terminate()
                 n += 1
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
