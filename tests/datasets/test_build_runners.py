@@ -149,6 +149,37 @@ def test_multi_processing_workers_start_quietly_and_stop_on_terminate(home, capf
         child.kill()
 
 
+def test_multi_processing_workers_import_the_launchers_wmx_from_a_checkout(home, tmp_path):
+    """``python <checkout>/pipelines/build_taskset.py`` run from another folder by a Python
+    with Beam but without wmx installed (the job puts its checkout on its own sys.path):
+    the multi_processing workers, started as ``python -m wmx.pipelines.sdk_worker``, import
+    wmx from where the launcher did and the build completes, instead of the workers
+    exiting at start and the build waiting for them forever."""
+    import site
+    import subprocess
+    import venv
+    bare = tmp_path / "bare-python"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    py = str(bare / "bin" / "python")
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # this interpreter's packages without their .pth files (an editable wmx is one)
+    Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["JAX_PLATFORMS"] = "cpu"
+    assert subprocess.run([py, "-c", "import wmx"], cwd=tmp_path, env=env,
+                          capture_output=True).returncode != 0
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("tst", TASKS).to_json())
+    r = subprocess.run([py, str(REPO / "pipelines" / "build_taskset.py"), "--taskset", str(spec),
+                        "--home", str(home), "--num_shards", "2", "--direct_num_workers=2",
+                        "--direct_running_mode=multi_processing"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (ds,) = Store(home).list_datasets()
+    assert "No module named" not in r.stderr
+
+
 def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked(
         monkeypatch):
     import logging

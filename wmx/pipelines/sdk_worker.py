@@ -11,14 +11,35 @@ so that none is configured; the worker's records still reach the launching proce
 Beam's own logging channel (the FnApi log handler the worker adds), and an error still
 prints here. Then Beam's ``main`` runs as it would. ``$WMX_BEAM_LOGS`` (which asks for
 Beam's own logging, `wmx.pipelines.options`) leaves standard error as Beam has it.
+
+The workers run `command`: the folder the launching process imported wmx from comes
+first on their ``PYTHONPATH``, so that ``-m wmx.pipelines.sdk_worker`` (and the build's
+steps, which the workers unpickle) find wmx there also where it is not installed (a job
+run from a checkout puts the checkout on its own sys.path only): Beam waits forever for
+a worker that exits at its start, so the build would hang.
 """
 from __future__ import annotations
 
 import logging
+import os
+import shlex
 import sys
 
 COMMAND = f"{sys.executable} -m {__name__}"
-"""The worker command line (the SDK environment's payload)."""
+"""The worker's interpreter and module (`command` runs them)."""
+
+
+def command() -> str:
+    """The worker command line, the SDK environment's payload (run by a POSIX shell).
+
+    Returns:
+        ``PYTHONPATH=<the folder holding this wmx>[:$PYTHONPATH] <python> -m
+        wmx.pipelines.sdk_worker`` (`COMMAND`, the interpreter quoted), the
+        ``PYTHONPATH`` as this process has it now.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    return f"PYTHONPATH={shlex.quote(path)} {shlex.quote(sys.executable)} -m {__name__}"
 
 
 def main() -> None:
