@@ -180,7 +180,7 @@ def test_multi_processing_workers_import_the_launchers_wmx_from_a_checkout(home,
     assert "No module named" not in r.stderr
 
 
-def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked(
+def test_the_quiet_worker_adds_its_handler_unless_beam_logs_are_asked(
         monkeypatch):
     import logging
 
@@ -194,7 +194,43 @@ def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked
         monkeypatch.setenv("WMX_BEAM_LOGS", asked)
         sdk_worker.main()
         assert len(root.handlers) == added and len(ran) == 1 + (asked == "1")
-        assert all(h.level == logging.ERROR for h in root.handlers)
+        assert all(h.level == logging.WARNING for h in root.handlers)
+
+
+def test_the_quiet_worker_prints_warnings_but_not_beams_start_up_lines(monkeypatch, capsys):
+    """A worker's warnings (a step's, Beam's about a stuck bundle) and errors print on its
+    standard error as ``LEVEL:logger:message``: the launcher drops the forwarded copies
+    below ERROR (`options.quiet_beam_logs`), so the worker's own line is the only one.
+    Beam's start-up lines do not print."""
+    import logging
+
+    from apache_beam.runners.worker import sdk_worker_main
+    from wmx.pipelines import sdk_worker
+
+    def worker_main(argv):
+        logging.getLogger().warning("apitools not found, and bigquery client libraries are "
+                                    "not available")
+        beam_main = logging.getLogger("apache_beam.runners.worker.sdk_worker_main")
+        beam_main.info("Logging handler created.")
+        beam_main.warning("No semi_persistent_directory found: ...")
+        logging.getLogger("apache_beam.options.pipeline_options").warning(
+            "Discarding unparseable args: %s", ["--pipeline_type_check"])
+        logging.getLogger("wmx.pipelines").warning("a step's warning")
+        logging.getLogger("apache_beam.runners.worker.sdk_worker").warning(
+            "Operation ongoing in step s for at least 300.00 seconds")
+        logging.getLogger("apache_beam.runners.common").error("a step failed")
+    monkeypatch.setattr(sdk_worker_main, "main", worker_main)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    monkeypatch.delenv("WMX_BEAM_LOGS", raising=False)
+    sdk_worker.main()
+    err = capsys.readouterr().err
+    assert "WARNING:wmx.pipelines:a step's warning" in err, err
+    assert "WARNING:apache_beam.runners.worker.sdk_worker:Operation ongoing" in err
+    assert "ERROR:apache_beam.runners.common:a step failed" in err
+    for line in ("apitools", "Logging handler", "semi_persistent", "Discarding"):
+        assert line not in err, err
 
 
 def test_default_runner_is_direct_and_args_pass_through():
