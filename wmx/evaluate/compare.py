@@ -322,7 +322,7 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
                      + " | ".join(cells) + " |")
     at = next(iter(c["ratio_summary"].values()))["at_least"] if c["ratio_summary"] else \
         SOURCE_SHARE
-    lines += ["", f"Tasks at >= {at:g} x the source's final return, of the tasks "
+    lines += ["", f"Tasks at >= {at:.15g} x the source's final return, of the tasks "
                   "with a ratio whose source learned (its final return at least "
                   f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
                   "`source_learned`); the others are left out and listed:", ""]
