@@ -313,6 +313,16 @@ def test_compare_md_names_the_share_counted_at_exactly(tmp_path):
     assert "- a: 1 of 2 (50%); below: cartpole-balance" in md
 
 
+def test_ratio_summary_refuses_a_share_that_counts_nothing(tmp_path):
+    """A share that is not a number above 0 (nan would count every task as reached) is a
+    ValueError naming it, from the Python entries as from the flag."""
+    ratios, learned = {"cartpole-balance": 0.1}, {"cartpole-balance": True}
+    assert ratio_summary(ratios, learned, 0.5)["reached"] == 0
+    for bad in (float("nan"), float("inf"), 0.0, -0.5):
+        with pytest.raises(ValueError, match="share"):
+            ratio_summary(ratios, learned, bad)
+
+
 def test_runs_on_other_sources_keep_their_own_ratios(tmp_path):
     """Runs whose reports differ on a task's source return (other datasets): the source
     column is empty there, each ratio is over the run's own sources, and the md says so;

@@ -146,7 +146,14 @@ def ratio_summary(ratios: Mapping[str, float | None],
       share, "not_learned": the tasks with a ratio left out because their
       source did not learn them, "learned_unknown": those left out because it is
       unknown whether it did}.
+    Raises:
+      ValueError: ``share`` is not a finite number above 0 (nan would count every task as
+        reached, 0 or less every task with a ratio).
     """
+    if not (math.isfinite(share) and share > 0):
+        raise ValueError(f"the share a task must reach must be a finite number above 0 (a "
+                         f"fraction of its source's final return, e.g. {SOURCE_SHARE}), got "
+                         f"{share!r}")
     rated = {t: r for t, r in ratios.items() if r is not None}
     counted = {t: r for t, r in rated.items() if learned.get(t) is True}
     below = [t for t, r in counted.items() if r < share]
