@@ -37,8 +37,8 @@ refused in one line, exit 2, with nothing stored and no temporary left
 (`_mt19_offline_unpack`, which also holds the parts' names and schema).
 
 ``train`` (once the dataset is stored) runs ``train_offline --agent tdmpc2 --preset paper
---model-size 5`` (``--agent dreamerv3``: its ``paper`` preset's 12m) on it as ``H/runs/R``: new when R has no config.json, else resumed; it
-asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) early
+--model-size 5`` (``--agent dreamerv3``: its ``paper`` preset's 12m) on it as
+``H/runs/R``: new when R has no config.json, else resumed; it asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) early
 enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
 evaluations it has seen, then writes ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run
 without checkpoints/, and each call's record and log) and prints one line: updates done
@@ -318,8 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=count, default=None,
                     help="updates between evaluations (default train_offline's)")
     tr.add_argument("--batch-size", type=count, default=None,
-                    help="slices (TD-MPC2) or windows (DreamerV3) per update (default the "
-                         "preset's: paper TD-MPC2 1024, DreamerV3 16)")
+                    help="slices (TD-MPC2) or windows (DreamerV3) per update (default "
+                         "train_offline's: TD-MPC2 1024 at any preset, DreamerV3 its "
+                         "preset's, 16 at paper)")
     tr.add_argument("--model-size", default=None,
                     help="the agent's model size ('none': the preset's; default: "
                          + ", ".join(f"{a} {s or 'the preset' + chr(39) + 's'}"

@@ -268,6 +268,15 @@ def test_the_trainer_gets_each_agents_paper_model_size_unless_given(tmp_path):
     assert cmd("--model-size", "1") == "1"
 
 
+def test_the_batch_size_help_names_train_offlines_defaults(capsys):
+    """TD-MPC2's offline batch is train_offline's 1024 at every preset (not the preset's:
+    ``cpu`` has 256), DreamerV3's its preset's."""
+    with pytest.raises(SystemExit):
+        off.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "TD-MPC2 1024 at any preset, DreamerV3 its preset's, 16 at paper" in text, text
+
+
 def _pacer(**kw) -> run_lib.Pacer:
     p = run_lib.Pacer(started=0.0, stop_by=100.0, eval_s=20.0, log_every=10, eval_every=100,
                       updates=1000)

@@ -149,7 +149,38 @@ def test_multi_processing_workers_start_quietly_and_stop_on_terminate(home, capf
         child.kill()
 
 
-def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked(
+def test_multi_processing_workers_import_the_launchers_wmx_from_a_checkout(home, tmp_path):
+    """``python <checkout>/pipelines/build_taskset.py`` run from another folder by a Python
+    with Beam but without wmx installed (the job puts its checkout on its own sys.path):
+    the multi_processing workers, started as ``python -m wmx.pipelines.sdk_worker``, import
+    wmx from where the launcher did and the build completes, instead of the workers
+    exiting at start and the build waiting for them forever."""
+    import site
+    import subprocess
+    import venv
+    bare = tmp_path / "bare-python"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    py = str(bare / "bin" / "python")
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # this interpreter's packages without their .pth files (an editable wmx is one)
+    Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["JAX_PLATFORMS"] = "cpu"
+    assert subprocess.run([py, "-c", "import wmx"], cwd=tmp_path, env=env,
+                          capture_output=True).returncode != 0
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("tst", TASKS).to_json())
+    r = subprocess.run([py, str(REPO / "pipelines" / "build_taskset.py"), "--taskset", str(spec),
+                        "--home", str(home), "--num_shards", "2", "--direct_num_workers=2",
+                        "--direct_running_mode=multi_processing"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (ds,) = Store(home).list_datasets()
+    assert "No module named" not in r.stderr
+
+
+def test_the_quiet_worker_adds_its_handler_unless_beam_logs_are_asked(
         monkeypatch):
     import logging
 
@@ -163,7 +194,43 @@ def test_the_quiet_worker_adds_its_error_only_handler_unless_beam_logs_are_asked
         monkeypatch.setenv("WMX_BEAM_LOGS", asked)
         sdk_worker.main()
         assert len(root.handlers) == added and len(ran) == 1 + (asked == "1")
-        assert all(h.level == logging.ERROR for h in root.handlers)
+        assert all(h.level == logging.WARNING for h in root.handlers)
+
+
+def test_the_quiet_worker_prints_warnings_but_not_beams_start_up_lines(monkeypatch, capsys):
+    """A worker's warnings (a step's, Beam's about a stuck bundle) and errors print on its
+    standard error as ``LEVEL:logger:message``: the launcher drops the forwarded copies
+    below ERROR (`options.quiet_beam_logs`), so the worker's own line is the only one.
+    Beam's start-up lines do not print."""
+    import logging
+
+    from apache_beam.runners.worker import sdk_worker_main
+    from wmx.pipelines import sdk_worker
+
+    def worker_main(argv):
+        logging.getLogger().warning("apitools not found, and bigquery client libraries are "
+                                    "not available")
+        beam_main = logging.getLogger("apache_beam.runners.worker.sdk_worker_main")
+        beam_main.info("Logging handler created.")
+        beam_main.warning("No semi_persistent_directory found: ...")
+        logging.getLogger("apache_beam.options.pipeline_options").warning(
+            "Discarding unparseable args: %s", ["--pipeline_type_check"])
+        logging.getLogger("wmx.pipelines").warning("a step's warning")
+        logging.getLogger("apache_beam.runners.worker.sdk_worker").warning(
+            "Operation ongoing in step s for at least 300.00 seconds")
+        logging.getLogger("apache_beam.runners.common").error("a step failed")
+    monkeypatch.setattr(sdk_worker_main, "main", worker_main)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    monkeypatch.delenv("WMX_BEAM_LOGS", raising=False)
+    sdk_worker.main()
+    err = capsys.readouterr().err
+    assert "WARNING:wmx.pipelines:a step's warning" in err, err
+    assert "WARNING:apache_beam.runners.worker.sdk_worker:Operation ongoing" in err
+    assert "ERROR:apache_beam.runners.common:a step failed" in err
+    for line in ("apitools", "Logging handler", "semi_persistent", "Discarding"):
+        assert line not in err, err
 
 
 def test_default_runner_is_direct_and_args_pass_through():

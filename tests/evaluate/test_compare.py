@@ -299,6 +299,30 @@ def test_the_source_share_counted_is_the_flags(tmp_path, capsys):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
+def test_compare_md_names_the_share_counted_at_exactly(tmp_path):
+    """compare.md names the share as given: at --source-share 0.8000001 a task at 0.8 of
+    its source is below it, and the line says 0.8000001, not 0.8."""
+    src = {"cartpole-balance": 1000.0, "cheetah-run": 500.0}
+    a = fake_run(tmp_path, "a", {"cartpole-balance": 80.0, "cheetah-run": 45.0}, sources=src)
+    b = fake_run(tmp_path, "b", {"cartpole-balance": 90.0, "cheetah-run": 45.0}, sources=src)
+    out = tmp_path / "cmp"
+    assert cli.main(["--runs", a, b, "--out", out, "--episodes", 2,
+                     "--source-share", "0.8000001"]) == 0
+    md = (out / "compare.md").read_text()
+    assert "Tasks at >= 0.8000001 x the source's final return" in md, md
+    assert "- a: 1 of 2 (50%); below: cartpole-balance" in md
+
+
+def test_ratio_summary_refuses_a_share_that_counts_nothing(tmp_path):
+    """A share that is not a number above 0 (nan would count every task as reached) is a
+    ValueError naming it, from the Python entries as from the flag."""
+    ratios, learned = {"cartpole-balance": 0.1}, {"cartpole-balance": True}
+    assert ratio_summary(ratios, learned, 0.5)["reached"] == 0
+    for bad in (float("nan"), float("inf"), 0.0, -0.5):
+        with pytest.raises(ValueError, match="share"):
+            ratio_summary(ratios, learned, bad)
+
+
 def test_runs_on_other_sources_keep_their_own_ratios(tmp_path):
     """Runs whose reports differ on a task's source return (other datasets): the source
     column is empty there, each ratio is over the run's own sources, and the md says so;

@@ -146,7 +146,14 @@ def ratio_summary(ratios: Mapping[str, float | None],
       share, "not_learned": the tasks with a ratio left out because their
       source did not learn them, "learned_unknown": those left out because it is
       unknown whether it did}.
+    Raises:
+      ValueError: ``share`` is not a finite number above 0 (nan would count every task as
+        reached, 0 or less every task with a ratio).
     """
+    if not (math.isfinite(share) and share > 0):
+        raise ValueError(f"the share a task must reach must be a finite number above 0 (a "
+                         f"fraction of its source's final return, e.g. {SOURCE_SHARE}), got "
+                         f"{share!r}")
     rated = {t: r for t, r in ratios.items() if r is not None}
     counted = {t: r for t, r in rated.items() if learned.get(t) is True}
     below = [t for t, r in counted.items() if r < share]
@@ -322,7 +329,7 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
                      + " | ".join(cells) + " |")
     at = next(iter(c["ratio_summary"].values()))["at_least"] if c["ratio_summary"] else \
         SOURCE_SHARE
-    lines += ["", f"Tasks at >= {at:g} x the source's final return, of the tasks "
+    lines += ["", f"Tasks at >= {at:.15g} x the source's final return, of the tasks "
                   "with a ratio whose source learned (its final return at least "
                   f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
                   "`source_learned`); the others are left out and listed:", ""]

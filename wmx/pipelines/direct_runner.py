@@ -43,9 +43,9 @@ class FnApiDirectRunner(fn_runner.FnApiRunner):
 
     def run_via_runner_api(self, pipeline_proto, options):
         """Run the pipeline proto, its multi_processing workers' command (Beam's worker
-        module) replaced by `sdk_worker.COMMAND`'s; returns the RunnerResult."""
+        module) replaced by `sdk_worker.command`'s; returns the RunnerResult."""
         for env in pipeline_proto.components.environments.values():
             if env.urn == python_urns.SUBPROCESS_SDK and \
                     env.payload.decode("utf-8", "replace").endswith(f"-m {SDK_WORKER}"):
-                env.payload = sdk_worker.COMMAND.encode("utf-8")
+                env.payload = sdk_worker.command().encode("utf-8")
         return super().run_via_runner_api(pipeline_proto, options)
