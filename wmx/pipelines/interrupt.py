@@ -15,7 +15,8 @@ renames the finished dataset into place, and while a Dask cluster or client is s
 (`deferred_signals`), the guard only records.
 
 The DirectRunner's SDK workers (``--direct_running_mode=multi_processing``:
-subprocesses running ``apache_beam.runners.worker.sdk_worker_main``) get a terminal's
+subprocesses running Beam's ``apache_beam.runners.worker.sdk_worker_main``, through
+`wmx.pipelines.sdk_worker` under wmx's direct runner) get a terminal's
 Ctrl-C themselves, but not a SIGTERM sent to the launcher, and Beam's teardown waits
 for a worker in the middle of a bundle forever; so from the first signal until the
 guard ends, those workers (also one Beam starts meanwhile) are sent SIGTERM every
