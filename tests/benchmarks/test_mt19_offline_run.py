@@ -28,6 +28,10 @@ import _mt19_offline_run as run_lib  # noqa: E402
 import mt19_offline as off  # noqa: E402
 
 from tiny_runs import build_offline_dataset  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+"""The trainer and the stand-ins run as child processes; an xdist worker that imported JAX
+for an earlier file warns at the fork (the pytest process's threads, not the child's)."""
 from wmx.runs.listing import read_metrics  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "benchmarks" / "stand_in_train_offline.py"
