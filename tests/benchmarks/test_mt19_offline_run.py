@@ -29,10 +29,11 @@ import mt19_offline as off  # noqa: E402
 
 from tiny_runs import build_offline_dataset  # noqa: E402
 
+from wmx.runs.listing import read_metrics  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 """The trainer and the stand-ins run as child processes; an xdist worker that imported JAX
 for an earlier file warns at the fork (the pytest process's threads, not the child's)."""
-from wmx.runs.listing import read_metrics  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "benchmarks" / "stand_in_train_offline.py"
 N, LOG_EVERY, BUDGET, RESERVE = 100, 2, 600.0, 300.0
