@@ -28,7 +28,6 @@ import _mt19_offline_run as run_lib  # noqa: E402
 import mt19_offline as off  # noqa: E402
 
 from tiny_runs import build_offline_dataset  # noqa: E402
-
 from wmx.runs.listing import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
