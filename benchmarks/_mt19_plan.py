@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import _mt19_bundle as bundle_lib
 import mt19_physics as physics_lib
-from _device_kinds import KINDS
+from _device_kinds import DEFAULT as DEFAULT_DEVICE, KINDS
 from _mt19_tasks import FIT_STEP, Campaign, archived_tasks, load_record, read_state
 
 SPS_BY_DOMAIN = {"reacher": 302.0, "walker": 170.0, "cheetah": 305.0}
@@ -277,10 +277,9 @@ class Clock:
 def session_seconds(args) -> float:
     """A session's device seconds in the model: ``--session-s``, else the ``--device``
     kind's (`_device_kinds`; the TPU's when no kind is given)."""
-    from _device_kinds import DEFAULT
     if getattr(args, "session_s", None) is not None:
         return float(args.session_s)
-    return KINDS[getattr(args, "device", None) or DEFAULT].session_s
+    return KINDS[getattr(args, "device", None) or DEFAULT_DEVICE].session_s
 
 
 def run_cost(train_s: float, clock: Clock, args) -> tuple[float, int, Clock]:

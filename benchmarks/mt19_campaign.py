@@ -164,7 +164,7 @@ def cmd_status(args, campaign: Campaign) -> int:
                                          if s is not None else ""))
         elif s is not None:
             print(f"next piece: {s.task}: {s.next_text()}")
-        if fits[0] is None and fits[1] is None and (todo or lost):
+        if fits == (None, None):
             print(f"note: at the plan's speeds no task left fits one "
                   f"{KINDS[args.device].session_s / 60:g}-minute session of the "
                   f"{KINDS[args.device].label} (plan --device {args.device})")

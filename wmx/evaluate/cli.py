@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 from pathlib import Path
@@ -272,8 +271,9 @@ def _runs(args: argparse.Namespace) -> Path:
     """``evaluate --runs``: every check (runs, reports, shared tasks, --out) before any
     evaluation; then the runs without a report are evaluated and the comparison written."""
     from wmx.checkpoint import newest_intact
-    from wmx.evaluate.compare import (NOT_EVALUATED, SOURCE_SHARE, check_shared_tasks,
-                                      label_names, report_mismatch, write_comparison)
+    from wmx.evaluate.compare import (NOT_EVALUATED, SOURCE_SHARE, check_share,
+                                      check_shared_tasks, label_names, report_mismatch,
+                                      write_comparison)
     from wmx.evaluate.report import load_report
     from wmx.evaluate.runs import POLICY_ITEMS, RunError, open_run
     if args.out is None:
@@ -287,8 +287,11 @@ def _runs(args: argparse.Namespace) -> Path:
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     share = SOURCE_SHARE if args.source_share is None else args.source_share
-    if not (math.isfinite(share) and share > 0):
-        raise UsageError(f"--source-share must be a number above 0, got {args.source_share}")
+    try:
+        check_share(share)
+    except ValueError:
+        raise UsageError(f"--source-share must be a number above 0, got "
+                         f"{args.source_share}") from None
     resolved = [Path(r).expanduser().resolve() for r in args.runs]
     given = dict(zip(resolved, args.runs))     # a link under <home>/runs names the home
     twice = sorted({str(r) for r in resolved if resolved.count(r) > 1})

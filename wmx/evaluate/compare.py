@@ -126,6 +126,16 @@ def report_mismatch(report: dict, *, episodes: int, keys: str,
     return out
 
 
+def check_share(share: float) -> None:
+    """Raise ValueError (one line) unless ``share``, the ratio a task must reach, is a
+    finite number above 0 (nan would count every task as reached, 0 or less every task
+    with a ratio)."""
+    if not (math.isfinite(share) and share > 0):
+        raise ValueError(f"the share a task must reach must be a finite number above 0 (a "
+                         f"fraction of its source's final return, e.g. {SOURCE_SHARE}), got "
+                         f"{share!r}")
+
+
 def ratio_summary(ratios: Mapping[str, float | None],
                   learned: Mapping[str, bool | None],
                   share: float = SOURCE_SHARE) -> dict[str, Any]:
@@ -147,13 +157,9 @@ def ratio_summary(ratios: Mapping[str, float | None],
       source did not learn them, "learned_unknown": those left out because it is
       unknown whether it did}.
     Raises:
-      ValueError: ``share`` is not a finite number above 0 (nan would count every task as
-        reached, 0 or less every task with a ratio).
+      ValueError: ``share`` is not a finite number above 0 (`check_share`).
     """
-    if not (math.isfinite(share) and share > 0):
-        raise ValueError(f"the share a task must reach must be a finite number above 0 (a "
-                         f"fraction of its source's final return, e.g. {SOURCE_SHARE}), got "
-                         f"{share!r}")
+    check_share(share)
     rated = {t: r for t, r in ratios.items() if r is not None}
     counted = {t: r for t, r in rated.items() if learned.get(t) is True}
     below = [t for t, r in counted.items() if r < share]
@@ -217,10 +223,12 @@ def build_comparison(reports: Sequence[dict], share: float = SOURCE_SHARE) -> di
       runs' reports differ on it), source_differs (the tasks where they differ),
       ratios[label][task] (the run's return over its own report's source return,
       `report.source_ratio`; None where it has none), learned[label][task]
-      (`run_learned`; None where unknown) and ratio_summary[label] (`ratio_summary`
-      of the run's ratios, over the tasks its sources learned).
+      (`run_learned`; None where unknown), source_share (``share``) and
+      ratio_summary[label] (`ratio_summary` of the run's ratios at ``share``, over the
+      tasks its sources learned).
     Raises:
-      ValueError: a run shares no task with the others (`check_shared_tasks`).
+      ValueError: a run shares no task with the others (`check_shared_tasks`), or
+        ``share`` is not a finite number above 0 (`check_share`).
     """
     labels = run_labels(reports)
     own = {lab: [t["task"] for t in r["per_task"]] for lab, r in zip(labels, reports)}
@@ -258,6 +266,7 @@ def build_comparison(reports: Sequence[dict], share: float = SOURCE_SHARE) -> di
         "source_differs": differ,
         "ratios": ratios,
         "learned": learned,
+        "source_share": share,
         "ratio_summary": {lab: ratio_summary(ratios[lab], learned[lab], share)
                           for lab in labels},
     }
@@ -327,9 +336,8 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
                  for lab in labels]
         lines.append(f"| {t} | {'-' if src is None else f'{src:.1f}'} | "
                      + " | ".join(cells) + " |")
-    at = next(iter(c["ratio_summary"].values()))["at_least"] if c["ratio_summary"] else \
-        SOURCE_SHARE
-    lines += ["", f"Tasks at >= {at:.15g} x the source's final return, of the tasks "
+    lines += ["", f"Tasks at >= {c['source_share']:.15g} x the source's final return, of the "
+                  "tasks "
                   "with a ratio whose source learned (its final return at least "
                   f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
                   "`source_learned`); the others are left out and listed:", ""]

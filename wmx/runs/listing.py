@@ -326,8 +326,8 @@ def read_run(run_dir: Path) -> RunInfo:
     else:
         kind, unit, step_col, target = "online", "env steps", "env_steps", str(cfg.get("task", "?"))
         # the run's own total: --env-steps rounded up to whole rounds (config "derived")
-        total = as_int(_derived(cfg).get("end_total_env_steps",
-                                         _derived(cfg).get("total_env_steps")))
+        derived = _derived(cfg)
+        total = as_int(derived.get("end_total_env_steps", derived.get("total_env_steps")))
         if total is None:
             total = as_int(cfg.get("env_steps"))
     rows = read_metrics(run_dir / "metrics.csv")

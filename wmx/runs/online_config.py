@@ -131,10 +131,15 @@ class OnlineRunConfig:
         return min(self.rounds, self._rounds_to(self.end_env_steps))
 
     @property
+    def end_total_agent_steps(self) -> int:
+        """Agent steps per seed the run trains (`end_rounds` whole rounds)."""
+        return self.end_rounds * self.task_spec.T * self.n_envs
+
+    @property
     def end_total_env_steps(self) -> int:
         """Env steps per seed the run trains (`end_rounds` whole rounds): `total_env_steps`
         unless ``end_env_steps`` ends it earlier."""
-        return self.end_rounds * self.task_spec.T * self.n_envs * self.task_spec.action_repeat
+        return self.end_total_agent_steps * self.task_spec.action_repeat
 
     @property
     def total_agent_steps(self) -> int:

@@ -180,7 +180,6 @@ def _plan_notes(rc, resumed: bool = False) -> None:
     sched = rc.agent_module.schedule(rc.agent_config, rc.task_spec.T, rc.n_envs).inner
     burst = getattr(sched, "burst_tick", None)
     if burst is not None and burst >= rc.end_rounds * rc.ticks_per_round:
-        end = rc.end_rounds * rc.task_spec.T * rc.n_envs
         flag = "--end-env-steps" if rc.end_env_steps is not None else "--env-steps"
         fix = f"raise {flag} or lower --seed-steps"
         if resumed and rc.end_env_steps is not None and burst < rc.rounds * rc.ticks_per_round:
@@ -189,9 +188,9 @@ def _plan_notes(rc, resumed: bool = False) -> None:
             fix = ("start a new run with more --env-steps or fewer --seed-steps (a resumed run "
                    "keeps its seed phase, and --env-steps extends it only while its replay "
                    "keeps its size)")
-        print(f"note: the run ends before its first update: its {end:,d} agent "
-              f"steps are all seed phase ({sched.seed_steps:,d} agent steps of random actions, "
-              f"then the updates after the first whole round); {fix}")
+        print(f"note: the run ends before its first update: its {rc.end_total_agent_steps:,d} "
+              f"agent steps are all seed phase ({sched.seed_steps:,d} agent steps of random "
+              f"actions, then the updates after the first whole round); {fix}")
 
 
 def make_export(store, rc, run_dir: Path, extended: bool = False):
