@@ -1,5 +1,5 @@
 # Source me first in every command on the lent H200 machine, from the project root:
-#   source .whl-h200/setup.sh; python -m wmx.train_online.cli ...
+#   source .whl-h200/setup.sh && python -m wmx.train_online.cli ...
 # (tools/h200_wheels.sh copies me into .whl-h200/ beside the wheels; docs/accelerators.md,
 # "On the lent H200 machine".) Installs the carried wheels under /tmp/site ($WMX_H200_SITE
 # when set) once per machine (about 15 s; a marker names the wheels installed, so later calls
@@ -11,7 +11,7 @@
 # where each comes from. Returns 1 when the wheels could not be installed or none are there
 # (the line says why), 2 outside the project root.
 if [ -n "${BASH_VERSION:-}" ] && [ "${BASH_SOURCE:-}" = "$0" ]; then
-  echo "h200 setup: source me (source .whl-h200/setup.sh; python ...), do not run me: a child shell's PYTHONPATH is lost"
+  echo "h200 setup: source me (source .whl-h200/setup.sh && python ...), do not run me: a child shell's PYTHONPATH is lost"
   exit 2
 fi
 if [ ! -f .whl-h200/setup.sh ] || [ ! -d wmx ]; then

@@ -8,7 +8,7 @@
 # only the packages the image does not have are carried.
 # How: run from the project root on a machine that reaches PyPI: bash tools/h200_wheels.sh
 # Then carry .whl-h200 in every device call and start each command there with
-#   source .whl-h200/setup.sh; python ...
+#   source .whl-h200/setup.sh && python ...
 # (docs/accelerators.md, "On the lent H200 machine"). Re-run after the lock changes.
 set -euo pipefail
 [ -f requirements-lock.txt ] && [ -f tools/h200_setup.sh ] || {
@@ -38,4 +38,4 @@ cp tools/h200_setup.sh .whl-h200/setup.sh
 ls .whl-h200
 du -sh .whl-h200
 echo "left out:" $LEFT_OUT
-echo "carry .whl-h200 in every device call; start each command there with: source .whl-h200/setup.sh;"
+echo "carry .whl-h200 in every device call; start each command there with: source .whl-h200/setup.sh &&"

@@ -137,7 +137,7 @@ def test_multi_processing_workers_start_quietly_and_stop_on_terminate(home, capf
     for line in ("Logging handler created", "semi_persistent_directory",
                  "Discarding unparseable args", "apitools not found"):
         assert line not in err, err
-    assert sdk_worker.COMMAND.endswith(" -m wmx.pipelines.sdk_worker")
+    assert sdk_worker.command().endswith(" -m wmx.pipelines.sdk_worker")
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                               "wmx.pipelines.sdk_worker"])

@@ -31,16 +31,13 @@ START_UP = ("apitools not found", "Logging handler created",
             "No semi_persistent_directory found", "Discarding unparseable args")
 """How the worker's start-up lines begin: Beam's, on every build, not printed."""
 
-COMMAND = f"{sys.executable} -m {__name__}"
-"""The worker's interpreter and module (`command` runs them)."""
-
 
 def command() -> str:
     """The worker command line, the SDK environment's payload (run by a POSIX shell).
 
     Returns:
         ``PYTHONPATH=<the folder holding this wmx>[:$PYTHONPATH] <python> -m
-        wmx.pipelines.sdk_worker`` (`COMMAND`, the interpreter quoted), the
+        wmx.pipelines.sdk_worker`` (this interpreter, quoted), the
         ``PYTHONPATH`` as this process has it now.
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
