@@ -600,7 +600,8 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
 
     Returns:
         0, or 143 when a signal stopped the run. ``<out>/mt19_call.json`` says what was
-        trained, packed and comes next.
+        trained, packed and comes next; it is written after every piece and every packing,
+        so a call killed in a later piece keeps the account of the earlier ones.
 
     Raises:
         ValueError: bad input (one line; nothing written): the budget, ``--task``, no
@@ -644,11 +645,19 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
                             "budget_s": args.budget_s, "pieces": [], "bundles": []}
     status = 0
     physics = load_physics(Path(args.results))       # the plan's prices: read once a call
+
+    def save() -> None:
+        """Write the account so far: a call killed later (the device's limit, a second
+        SIGTERM during a compile) keeps what its finished pieces and bundles did."""
+        call["wall_s"] = round(time.monotonic() - t0, 1)
+        write_json_atomic(out / CALL_FILE, call)
+
     try:
         while True:
             states = read_state(store.home, campaign, record)
             call["bundles"] += pack_finished(store, campaign, states, out, chip, jax_version,
                                              code)
+            save()
             states = read_state(store.home, campaign, record)
             args.measured_sps = session_sps(record, store.home, campaign.eval_every,
                                             len(campaign.seeds), kind.backends)
@@ -680,6 +689,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
             piece = train_piece(store, campaign, s, n, stop_at, argv, args.progress, t0,
                                 regenerate=s.task in regenerate)
             call["pieces"].append(piece)
+            save()
             if piece["signal"]:              # SIGTERM or Ctrl-C: this call goes no further
                 status = 143
             if not piece["finished"]:
@@ -702,8 +712,7 @@ def cmd_next(args, campaign: Campaign, argv: list[str], t0: float) -> int:
         call["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         raise
     finally:
-        call["wall_s"] = round(time.monotonic() - t0, 1)
-        write_json_atomic(out / CALL_FILE, call)
+        save()
     nxt = call.get("next", {})
     print(f"mt19_campaign next: {len(call['pieces'])} piece(s), {len(call['bundles'])} "
           f"bundle(s) in {call['wall_s']:.0f} s; next: {nxt.get('what', '?')}"

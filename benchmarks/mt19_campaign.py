@@ -458,7 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--min-start-s", type=float, default=150.0,
                        help="start or resume a run only with at least this many seconds "
                             "left before the stop (its compile included); 0: always (a run "
-                            "past its stop time trains one chunk)")
+                            "past its stop time trains one chunk, and a new run starts "
+                            "however little time is left unless --device-left-s says it "
+                            "does not fit)")
         q.add_argument("--sps", type=float, default=None,
                        help="env steps per second per seed, evaluations included, of every "
                             "task (default: per domain, the speed of its newest recorded "

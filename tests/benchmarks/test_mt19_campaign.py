@@ -717,3 +717,27 @@ def test_a_regeneration_that_does_not_fit_leaves_the_time_to_one_that_does(tmp_p
     assert (task, n) == (None, 0)
     assert why.startswith("--regenerate walker-stand: its run of 100,000 env steps needs ")
     assert why.endswith("end the session") and "no task left fits" in why
+
+
+def test_the_account_is_written_after_every_piece(tmp_path, monkeypatch):
+    """A call killed in a later piece (the device's limit; a second SIGTERM in a compile exits
+    at once) keeps the account of the pieces it finished: mt19_call.json is on disk with the
+    first piece before the second starts."""
+    seen = []
+
+    def piece(store, campaign, s, n, stop_at, argv, progress, t0, regenerate=False):
+        if seen:                                            # the second piece: read, then die
+            seen.append(json.loads((tmp_path / "o" / camp.CALL_FILE).read_text()))
+            raise KeyboardInterrupt
+        seen.append(None)
+        return {"task": s.task, "run": "r1", "action": "new", "finished": True,
+                "signal": False, "env_steps_to": n}
+
+    monkeypatch.setattr(next_lib, "train_piece", piece)
+    with pytest.raises(KeyboardInterrupt):
+        camp.main(["next", *TINY, "--home", str(tmp_path / "h"), "--out", str(tmp_path / "o"),
+                   "--budget-s", "500", "--reserve-s", "0", "--min-start-s", "0",
+                   "--results", str(tmp_path / "results")])
+    assert [p["run"] for p in seen[1]["pieces"]] == ["r1"] and seen[1]["wall_s"] >= 0
+    final = json.loads((tmp_path / "o" / camp.CALL_FILE).read_text())
+    assert [p["run"] for p in final["pieces"]] == ["r1"] and final["error"] == "KeyboardInterrupt: "
