@@ -93,7 +93,10 @@ def _run(taskset, args, beam_args) -> int:
     print(f"building {plan.name}: {counted(len(plan.sources), 'episode set')}, "
           f"{counted(n - dups, 'episode')}, {counted(plan.num_shards, 'shard')}, {ra.name}{where}" +
           (f" ({counted(dups, 'duplicate episode')} dropped, listed in the manifest's "
-           "builder.duplicates)" if dups else ""), flush=True)
+           "builder.duplicates)" if dups else "") +
+          (f" ({counted(len(plan.shared), 'episode')} held by several tasks' sets, pooled "
+           "under each, listed in the manifest's builder.shared)" if plan.shared else ""),
+          flush=True)
     # Beam logs a failing step's traceback before it re-raises; the failure is reported
     # below instead: one line for an expected one, the traceback for any other
     beam_log = logging.getLogger("apache_beam.runners.common")

@@ -178,6 +178,56 @@ def test_build_pools_an_episode_held_by_two_sets_once(tmp_path, capsys):
     assert validate_dataset(entry.path).ok
 
 
+def test_build_pools_an_episode_two_tasks_share_under_each(tmp_path, capsys):
+    """Tasks of one embodiment can record the same episode (reacher-easy and reacher-hard,
+    seeded alike, while neither reward fires): it is pooled under each task, listed in the
+    manifest's builder.shared, and validation counts it once per task, not as a duplicate."""
+    from wmx.envs.registry import get_task
+    from wmx.schemas.taskset import TaskInfo
+    swing = TaskInfo.from_spec(get_task("cartpole-swingup").replace(T=CART.episode_length))
+    assert (swing.obs_dim, swing.action_dim) == (CART.obs_dim, CART.action_dim)
+    rng = np.random.default_rng(7)
+    eps = [episode(rng, CART) for _ in range(4)]
+    a = write_set(tmp_path, CART, eps[:3], 0)
+    b = write_set(tmp_path, swing, eps[2:], 0)           # eps[2] is in both tasks' sets
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("two", [CART, swing]).to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "5 episodes" in out and "1 episode held by several tasks' sets" in out
+    (entry,) = Store(tmp_path).list_datasets()
+    man = DatasetManifest.load(entry.path)
+    assert {t: s.episodes for t, s in man.per_task.items()} == {CART.name: 3, swing.name: 2}
+    assert "duplicates" not in man.builder
+    assert man.builder["shared"] == [{"digest": schema.episode_digest(eps[2]),
+                                      "tasks": [f"{CART.name}/{a.name}#2",
+                                                f"{swing.name}/{b.name}#0"]}]
+    assert sorted(man.episode_digests).count(schema.episode_digest(eps[2])) == 2
+    assert validate_dataset(entry.path).ok
+    from wmx.cli.demo import find_dataset       # by its episodes, counted once per task
+    c = write_set(tmp_path, CART, eps[:1], 1)   # other sources, the same pooled episodes
+    assert find_dataset(tmp_path, "two", [a, b, c]) == f"two@{entry.path.name}"
+
+
+def test_a_shard_orders_one_episode_of_two_tasks_by_its_bytes(tmp_path):
+    """Records of one digest (an episode two tasks share) are written in the order of their
+    bytes, whatever order the shard's group arrives in: the shard file is the same."""
+    from wmx.pipelines.transforms import WriteShardFn
+    plan = type("P", (), {"staging_dir": None, "num_shards": 1})()
+    items = [("d" * 64, b"task 1", {"task": "b", "return": 1.0}),
+             ("d" * 64, b"task 0", {"task": "a", "return": 1.0}),
+             ("c" * 64, b"other", {"task": "a", "return": 0.0})]
+    files = []
+    for k, order in enumerate((items, items[::-1])):
+        plan.staging_dir = str(tmp_path / str(k))
+        Path(plan.staging_dir).mkdir()
+        (stats,) = WriteShardFn(plan).process((0, list(order)))
+        assert stats["tasks"] == ["a", "a", "b"]
+        files.append(stats["digest"])
+    assert files[0] == files[1]
+
+
 def test_sources_deduped_to_a_stored_dataset_find_it_by_its_episodes(tmp_path):
     """A build whose sources dedupe to the episodes of a stored dataset keeps that
     dataset (its manifest names the first build's sources); the lookup after a build

@@ -229,14 +229,16 @@ def find_dataset(home: Path, name: str, set_dirs: Sequence[Path],
     None: any), else None. Unreadable manifests in the store are skipped.
 
     A dataset built from these sets (its manifest's ``sources``) matches first; else one
-    holding the same episodes (the manifests' episode digests, duplicates counted once):
+    holding the same episodes (the manifests' episode digests, duplicates counted once per
+    task, as the build pools them):
     a build from another list of sets whose episodes dedupe to the same content keeps the
     dataset already stored, whose manifest names the first build's sources."""
     from wmx.schemas.taskset import TaskSet
     mans = [json.loads((Path(d) / "manifest.json").read_text()) for d in set_dirs]
     want = sorted(m["content_hash"] for m in mans)
-    episodes = (sorted({dg for m in mans for dg in m["episode_digests"]})
-                if all("episode_digests" in m for m in mans) else None)
+    episodes = (sorted(dg for _, dg in {(m["task"]["name"], dg) for m in mans
+                                        for dg in m["episode_digests"]})
+                if all("episode_digests" in m and "task" in m for m in mans) else None)
     stored = []
     for path in sorted((home / "datasets" / name).glob("*/manifest.json")):
         if path.parent.name.startswith("."):

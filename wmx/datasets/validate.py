@@ -59,7 +59,7 @@ FIXES = {
                     "name its content: rebuild it from its sources and remove this copy",
     "name": "the dataset was moved or renamed after it was built: rebuild it, or move it back "
             "under datasets/<its manifest's name>/",
-    "duplicate": "rebuild the dataset with this wmx (a build pools each episode once)",
+    "duplicate": "rebuild the dataset with this wmx (a build pools each episode once per task)",
 }
 """The fix of each check when no more specific one is known (record checks name the
 source episode set, see `_record_fix`)."""
@@ -299,8 +299,7 @@ def validate_dataset(ref, home=None, max_failures_per_check: int = 20) -> Valida
 
     O, A = taskset.max_obs_dim, taskset.max_action_dim
     digests, rets = [], {t: [] for t in taskset.names}
-    where_is: dict[str, list[str]] = {}
-    task_of: dict[str, str] = {}
+    where_is: dict[tuple[str, str], list[str]] = {}    # (task, digest): its records
     for name, s in shards:
         p = path / name
         if not p.is_file():
@@ -375,14 +374,13 @@ def validate_dataset(ref, home=None, max_failures_per_check: int = 20) -> Valida
             if ep is None:
                 continue
             digests.append(digest)
-            where_is.setdefault(digest, []).append(f"{name} record {j}")
-            task_of[digest] = task.name
+            where_is.setdefault((task.name, digest), []).append(f"{name} record {j}")
             rets[task.name].append(schema.episode_return(ep))
-    for dg, places in where_is.items():
+    for (tname, dg), places in where_is.items():   # one episode in two tasks is two records
         if len(places) > 1:
             held = sources.holding(dg)
             add("dataset", "duplicate",
-                f"episode {dg[:16]}... (task {task_of[dg]}) is stored {len(places)} times: "
+                f"episode {dg[:16]}... (task {tname}) is stored {len(places)} times: "
                 f"{', '.join(places)}",
                 FIXES["duplicate"] + (f"; the copies come from source episode "
                                       f"{noun_for(len(held), 'set')} "

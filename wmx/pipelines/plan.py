@@ -39,7 +39,9 @@ class BuildPlan:
     dict (goes into the manifest and the content hash); num_shards >= 1;
     duplicates: the episodes found more than once in the sources, each
     {"digest", "task", "kept", "dropped"} (source refs ``<task>/<set id>#<index>``),
-    pooled once and listed in the manifest's builder; runner: the runner's name
+    pooled once and listed in the manifest's builder; shared: the episodes held by
+    sets of several tasks, each {"digest", "tasks": [refs, one per task]}, pooled
+    under each task and listed in the manifest's builder; runner: the runner's name
     ("DirectRunner", "DaskRunner", ...), runner_class: the dotted path of the runner
     class that runs the build (both recorded in the manifest's builder)."""
     name: str
@@ -56,6 +58,7 @@ class BuildPlan:
     runner: str = "DirectRunner"
     duplicates: tuple = ()
     runner_class: str = ""
+    shared: tuple = ()
 
     @property
     def max_obs_dim(self) -> int:

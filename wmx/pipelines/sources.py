@@ -199,16 +199,17 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
               num_shards: int | None = None, runner: str = "DirectRunner") -> BuildPlan:
     """BuildPlan for pooling `taskset`'s episode sets from store `home`.
 
-    An episode held by more than one source is pooled once (`find_duplicates`;
-    the plan and the manifest's builder list them). num_shards default:
+    An episode held by more than one source of a task is pooled once for it, and
+    one held by sources of several tasks under each (`find_duplicates`; the plan
+    and the manifest's builder list both). num_shards default:
     ceil(episodes / 512), at least 1. The dataset is named after the TaskSet (a
     `--tasks` subset is its own TaskSet with its own name). The staging
     directory is `<home>/datasets/.staging/<name>~<host>~<pid>~<hex>` (owned by
     this process, `wmx.temporaries`; not created here). Raises BuildInputError
-    (see select_sources, find_duplicates) and ValueError for num_shards < 1."""
+    (see select_sources) and ValueError for num_shards < 1."""
     home = Path(home)
     chosen = select_sources(home, taskset, sources)
-    skips, duplicates = find_duplicates(chosen)
+    skips, duplicates, shared = find_duplicates(chosen)
     n_eps = sum(m.episode_count for _, m in chosen) - sum(len(v) for v in skips.values())
     if num_shards is None:
         num_shards = max(1, math.ceil(n_eps / 512))
@@ -228,44 +229,52 @@ def make_plan(home, taskset, sources: Sequence[str] | None = None,
         sources=srcs, num_shards=int(num_shards),
         staging_dir=str(root / ".staging" / temporaries.owned_name(taskset.name, prefix="")),
         datasets_root=str(root), code_version=code_version(), runner=runner,
-        duplicates=duplicates)
+        duplicates=duplicates, shared=shared)
 
 
-def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...]]:
+def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...], tuple[dict, ...]]:
     """The episodes found more than once among the chosen sets (by episode digest, from
-    their manifests): ``({set content hash: [indices to skip]}, duplicates)``.
+    their manifests): ``({set content hash: [indices to skip]}, duplicates, shared)``.
 
-    The first record in (task, content hash, index) order is kept; duplicates lists
-    each repeated episode once as {"digest", "task", "kept", "dropped"} with
-    ``<task>/<set id>#<index>`` references, and is logged. Raises BuildInputError
-    when one episode appears under two different tasks."""
-    seen: dict[str, tuple[str, str]] = {}
+    Within a task, the first record in (task, content hash, index) order is kept;
+    duplicates lists each repeated episode once as {"digest", "task", "kept", "dropped"}
+    with ``<task>/<set id>#<index>`` references, and is logged. An episode held by sets
+    of two or more tasks is pooled under each of them: tasks of one embodiment record the
+    same episode when their rewards agree on it (reacher-easy and reacher-hard, seeded
+    alike, in a seed phase that never reached the small target); shared lists each such
+    episode once as {"digest", "tasks": [<task>/<set id>#<index>, one per task]}, logged."""
+    seen: dict[tuple[str, str], str] = {}
+    holders: dict[str, dict[str, str]] = {}
     skips: dict[str, list[int]] = {}
     dups: dict[str, dict] = {}
     for d, m in sorted(chosen, key=lambda dm: (dm[1].task.name, dm[1].content_hash)):
         for i, dg in enumerate(m.episode_digests):
             ref = f"{m.task.name}/{d.name}#{i}"
-            if dg not in seen:
-                seen[dg] = (m.task.name, ref)
+            if (m.task.name, dg) not in seen:
+                seen[m.task.name, dg] = ref
+                holders.setdefault(dg, {})[m.task.name] = ref
                 continue
-            task, kept = seen[dg]
-            if task != m.task.name:
-                raise BuildInputError(
-                    f"episode {dg[:16]}... is in episode sets of two tasks, {kept} and {ref}; "
-                    "one of them was exported under the wrong task: remove it from the store "
-                    "or leave it out with --sources")
             skips.setdefault(m.content_hash, []).append(i)
-            dups.setdefault(dg, {"digest": dg, "task": task, "kept": kept, "dropped": []}
+            dups.setdefault(dg, {"digest": dg, "task": m.task.name,
+                                 "kept": seen[m.task.name, dg], "dropped": []}
                             )["dropped"].append(ref)
     out = tuple(dups[k] for k in sorted(dups))
+    log = logging.getLogger("wmx.pipelines")
     if out:
         n = sum(len(x["dropped"]) for x in out)
-        logging.getLogger("wmx.pipelines").warning(
+        log.warning(
             "%s in the sources %s pooled once: %s", counted(n, "duplicate episode"),
             noun_for(n, "is", "are"),
             "; ".join(f"{x['kept']} also as {', '.join(x['dropped'])}" for x in out[:5])
             + (" ..." if len(out) > 5 else ""))
-    return skips, out
+    shared = tuple({"digest": dg, "tasks": list(holders[dg].values())}
+                   for dg in sorted(holders) if len(holders[dg]) > 1)
+    if shared:
+        log.info("%s held by the sets of several tasks, pooled under each: %s",
+                 counted(len(shared), "episode"),
+                 "; ".join(" and ".join(x["tasks"]) for x in shared[:5])
+                 + (" ..." if len(shared) > 5 else ""))
+    return skips, out, shared
 
 
 def build_failure(err: BaseException) -> str | None:

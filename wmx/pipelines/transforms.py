@@ -153,7 +153,8 @@ def writer_id() -> str:
 
 
 class WriteShardFn(beam.DoFn):
-    """Write one shard: records sorted by digest (ties: identical bytes),
+    """Write one shard: records sorted by digest, then bytes (an episode that
+    several tasks share has one record per task; they differ in the task id),
     `write_shard_file` into the staging dir. Yields the shard's stats {index,
     file, digest, bytes, episodes, digests, tasks, returns, writer}."""
 
@@ -162,7 +163,7 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, element):
         index, items = element
-        items = sorted((x for x in items if x is not None), key=lambda x: x[0])
+        items = sorted((x for x in items if x is not None), key=lambda x: x[:2])
         name = shard_name(index, self.plan.num_shards)
         final = os.path.join(self.plan.staging_dir, name)
         write_shard_file(final, (rec for _, rec, _ in items))
@@ -179,7 +180,8 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
     """The pooled dataset's DatasetManifest (wmx.schemas.manifest) from all
     shards' stats: TaskSet, per-task counts and return statistics, shard
     digests, sorted pooled-record digests, source set content hashes, builder
-    (with the plan's duplicates, when there were any)."""
+    (with the plan's duplicates and the episodes several tasks share, when
+    there were any)."""
     from wmx.schemas.hashing import dataset_content_hash
     from wmx.schemas.manifest import DatasetManifest, FileEntry, TaskStats, utc_now_iso
     from wmx.schemas.taskset import TaskSet
@@ -198,6 +200,8 @@ def build_manifest(plan: BuildPlan, shards: list[dict], created: str | None = No
                                 "episodes": s.num_episodes} for s in plan.sources]}
     if plan.duplicates:
         builder["duplicates"] = [dict(d) for d in plan.duplicates]
+    if plan.shared:
+        builder["shared"] = [dict(d) for d in plan.shared]
     return DatasetManifest(
         name=plan.name, taskset=taskset, per_task=per_task,
         shards=tuple(FileEntry(name=s["file"], sha256=s["digest"], size_bytes=s["bytes"],
