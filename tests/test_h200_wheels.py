@@ -269,3 +269,38 @@ def test_wheels_script_copies_setup_refuses_outside_the_root_and_is_ignored(tmp_
     assert out.returncode == 2 and out.stdout.count("\n") == 1, out
     assert not (tmp_path / ".whl-h200").exists()
     assert "/.whl-h200/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.parametrize("download", ["fails", "works"])
+def test_wheels_are_renamed_into_place_only_once_downloaded(tmp_path, download):
+    """h200_wheels.sh downloads beside the folder and renames it into place at the end: a
+    download that fails part-way (here: pip writes one wheel, then exits 1) leaves the
+    previous .whl-h200 as it was and no partial folder; one that works replaces it, with
+    setup.sh beside the wheels."""
+    root = tmp_path / "root"
+    (root / "tools").mkdir(parents=True)
+    shutil.copy(WHEELS, root / "tools" / "h200_wheels.sh")
+    shutil.copy(SETUP, root / "tools" / "h200_setup.sh")
+    shutil.copy(ROOT / "requirements-lock.txt", root / "requirements-lock.txt")
+    (root / ".whl-h200").mkdir()
+    (root / ".whl-h200" / "setup.sh").write_text("old\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    rc = 1 if download == "fails" else 0
+    (bin_dir / "python3").write_text(f"""#!/bin/sh
+while [ "$#" -gt 0 ]; do [ "$1" = "-d" ] && dest="$2"; shift; done
+touch "$dest/mujoco-0-cp312-none-any.whl"
+exit {rc}
+""")
+    (bin_dir / "python3").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path)}
+    out = subprocess.run(["bash", "tools/h200_wheels.sh"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == rc, out
+    assert not (root / ".whl-h200.partial").exists()
+    got = sorted(p.name for p in (root / ".whl-h200").iterdir())
+    if download == "fails":
+        assert got == ["setup.sh"] and (root / ".whl-h200" / "setup.sh").read_text() == "old\n"
+    else:
+        assert got == ["mujoco-0-cp312-none-any.whl", "setup.sh"]
+        assert (root / ".whl-h200" / "setup.sh").read_text() == SETUP.read_text()

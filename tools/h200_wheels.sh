@@ -29,12 +29,18 @@ for n in $NAMES; do
   [ -n "$pin" ] || { echo "h200_wheels.sh: $n has no pin in requirements-lock.txt"; exit 1; }
   want+=("$pin")
 done
-rm -rf .whl-h200 && mkdir -p .whl-h200
+# Downloaded beside, then renamed into place: an interrupted run leaves the previous
+# .whl-h200 as it was (or none), never a folder of some wheels without setup.sh.
+part=.whl-h200.partial
+rm -rf "$part" && mkdir -p "$part"
+trap 'rm -rf "$part"' EXIT
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-  --platform any -d .whl-h200 "${want[@]}"
-cp tools/h200_setup.sh .whl-h200/setup.sh
+  --platform any -d "$part" "${want[@]}"
+cp tools/h200_setup.sh "$part/setup.sh"
+rm -rf .whl-h200 && mv "$part" .whl-h200
+trap - EXIT
 ls .whl-h200
 du -sh .whl-h200
 echo "left out:" $LEFT_OUT
