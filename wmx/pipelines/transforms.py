@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from typing import Iterable
 
 import apache_beam as beam
 import numpy as np
