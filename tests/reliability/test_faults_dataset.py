@@ -210,6 +210,49 @@ def test_build_pools_an_episode_two_tasks_share_under_each(tmp_path, capsys):
     assert find_dataset(tmp_path, "two", [a, b, c]) == f"two@{entry.path.name}"
 
 
+def test_an_episode_repeated_within_two_tasks_is_listed_once_per_task(tmp_path):
+    """An episode that two sets of each of two tasks hold: builder.duplicates has one entry
+    per task, each naming that task's kept and dropped copies (not one entry under the
+    first task listing the other task's copy as dropped from it); builder.shared names it
+    once with each task's kept copy; a duplicate that validation finds names only the sets
+    of its task."""
+    from wmx.envs.registry import get_task
+    from wmx.schemas.taskset import TaskInfo
+    swing = TaskInfo.from_spec(get_task("cartpole-swingup").replace(T=CART.episode_length))
+    rng = np.random.default_rng(8)
+    eps = [episode(rng, CART) for _ in range(3)]
+    a1, a2 = write_set(tmp_path, CART, eps[:2], 0), write_set(tmp_path, CART, eps[1:2], 1)
+    b1, b2 = write_set(tmp_path, swing, eps[1:], 0), write_set(tmp_path, swing, eps[1:2], 1)
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("two", [CART, swing]).to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
+    (entry,) = Store(tmp_path).list_datasets()
+    man = DatasetManifest.load(entry.path)
+    assert {t: s.episodes for t, s in man.per_task.items()} == {CART.name: 2, swing.name: 2}
+    dg = schema.episode_digest(eps[1])
+    ref = {a1: 1, a2: 0, b1: 0, b2: 0}
+    want = []
+    for info, sets in ((CART, (a1, a2)), (swing, (b1, b2))):
+        kept, dropped = (f"{info.name}/{d.name}#{ref[d]}" for d in sorted(sets, key=lambda d: d.name))
+        want.append({"digest": dg, "task": info.name, "kept": kept, "dropped": [dropped]})
+    assert man.builder["duplicates"] == want
+    assert man.builder["shared"] == [{"digest": dg, "tasks": [want[0]["kept"], want[1]["kept"]]}]
+    assert validate_dataset(entry.path).ok
+
+    def twice(shards):       # swingup's copy relabelled as cartpole-balance's
+        for recs in shards.values():
+            for r in recs:
+                if int(r["task_id"]) == 1 and schema.episode_digest(
+                        schema.unpad_episode(r)[1]) == dg:
+                    r["task_id"] = np.asarray(0, np.int32)
+                    return
+    rep = validate_dataset(forge(entry.path, tmp_path / "forged", records=twice),
+                           home=tmp_path / "forged")
+    (fail,) = [f for f in rep.failures if f.check == "duplicate"]
+    assert CART.name in fail.fix and swing.name not in fail.fix
+
+
 def test_a_shard_orders_one_episode_of_two_tasks_by_its_bytes(tmp_path):
     """Records of one digest (an episode two tasks share) are written in the order of their
     bytes, whatever order the shard's group arrives in: the shard file is the same."""

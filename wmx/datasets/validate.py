@@ -377,8 +377,8 @@ def validate_dataset(ref, home=None, max_failures_per_check: int = 20) -> Valida
             where_is.setdefault((task.name, digest), []).append(f"{name} record {j}")
             rets[task.name].append(schema.episode_return(ep))
     for (tname, dg), places in where_is.items():   # one episode in two tasks is two records
-        if len(places) > 1:
-            held = sources.holding(dg)
+        if len(places) > 1:   # the sets of this task that hold it
+            held = [h for h in sources.holding(dg) if h.startswith(f"{tname}@")]
             add("dataset", "duplicate",
                 f"episode {dg[:16]}... (task {tname}) is stored {len(places)} times: "
                 f"{', '.join(places)}",

@@ -237,16 +237,18 @@ def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...], tup
     their manifests): ``({set content hash: [indices to skip]}, duplicates, shared)``.
 
     Within a task, the first record in (task, content hash, index) order is kept;
-    duplicates lists each repeated episode once as {"digest", "task", "kept", "dropped"}
-    with ``<task>/<set id>#<index>`` references, and is logged. An episode held by sets
-    of two or more tasks is pooled under each of them: tasks of one embodiment record the
-    same episode when their rewards agree on it (reacher-easy and reacher-hard, seeded
-    alike, in a seed phase that never reached the small target); shared lists each such
-    episode once as {"digest", "tasks": [<task>/<set id>#<index>, one per task]}, logged."""
+    duplicates lists each episode repeated within a task once per such task (sorted by
+    digest, then task) as {"digest", "task", "kept", "dropped"} with
+    ``<task>/<set id>#<index>`` references of that task's sets, and is logged. An
+    episode held by sets of two or more tasks is pooled under each of them: tasks of one
+    embodiment record the same episode when their rewards agree on it (reacher-easy and
+    reacher-hard, seeded alike, in a seed phase that never reached the small target);
+    shared lists each such episode once as {"digest", "tasks": [<task>/<set id>#<index>,
+    one per task]}, logged."""
     seen: dict[tuple[str, str], str] = {}
     holders: dict[str, dict[str, str]] = {}
     skips: dict[str, list[int]] = {}
-    dups: dict[str, dict] = {}
+    dups: dict[tuple[str, str], dict] = {}       # (digest, task): one entry per task
     for d, m in sorted(chosen, key=lambda dm: (dm[1].task.name, dm[1].content_hash)):
         for i, dg in enumerate(m.episode_digests):
             ref = f"{m.task.name}/{d.name}#{i}"
@@ -255,8 +257,8 @@ def find_duplicates(chosen) -> tuple[dict[str, list[int]], tuple[dict, ...], tup
                 holders.setdefault(dg, {})[m.task.name] = ref
                 continue
             skips.setdefault(m.content_hash, []).append(i)
-            dups.setdefault(dg, {"digest": dg, "task": m.task.name,
-                                 "kept": seen[m.task.name, dg], "dropped": []}
+            dups.setdefault((dg, m.task.name), {"digest": dg, "task": m.task.name,
+                                                "kept": seen[m.task.name, dg], "dropped": []}
                             )["dropped"].append(ref)
     out = tuple(dups[k] for k in sorted(dups))
     log = logging.getLogger("wmx.pipelines")
