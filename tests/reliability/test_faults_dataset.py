@@ -156,58 +156,64 @@ def test_build_refuses_a_source_with_an_impossible_reward(tmp_path, capsys, capl
     assert not list((tmp_path / "datasets" / ".staging").iterdir())
 
 
+def _build_all(home: Path, name: str, infos) -> tuple[Path, DatasetManifest]:
+    """Build every episode set of the store at ``home`` into the TaskSet ``name`` of
+    ``infos`` with the real job (exit 0 asserted); the dataset's path and manifest."""
+    spec = home / "ts.json"
+    spec.write_text(taskset_of(name, list(infos)).to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(home)]) == 0
+    (entry,) = Store(home).list_datasets()
+    return entry.path, DatasetManifest.load(entry.path)
+
+
+def _swingup():
+    """cartpole-swingup at the fixtures' T: CART's embodiment, so its dims."""
+    from wmx.envs.registry import get_task
+    from wmx.schemas.taskset import TaskInfo
+    return TaskInfo.from_spec(get_task("cartpole-swingup").replace(T=CART.episode_length))
+
+
 def test_build_pools_an_episode_held_by_two_sets_once(tmp_path, capsys):
     rng = np.random.default_rng(4)
     eps = [episode(rng, CART) for _ in range(5)]
     a = write_set(tmp_path, CART, eps[:3], 0)
     b = write_set(tmp_path, CART, eps[2:], 1)            # eps[2] is in both sets
-    spec = tmp_path / "ts.json"
-    spec.write_text(taskset_of("one", [CART]).to_json())
-    job = str(REPO / "pipelines" / "build_taskset.py")
-    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
+    path, man = _build_all(tmp_path, "one", [CART])
     out = capsys.readouterr().out
     assert "5 episodes" in out and "1 duplicate episode dropped" in out
-    (entry,) = Store(tmp_path).list_datasets()
-    man = DatasetManifest.load(entry.path)
     assert man.episode_count == 5
     (dup,) = man.builder["duplicates"]
     digest = schema.episode_digest(eps[2])
     first, second = sorted([a, b], key=lambda d: d.name)
     assert dup["digest"] == digest and dup["kept"].startswith(f"{CART.name}/{first.name}#")
     assert dup["dropped"] == [f"{CART.name}/{second.name}#{0 if second == b else 2}"]
-    assert validate_dataset(entry.path).ok
+    assert validate_dataset(path).ok
 
 
 def test_build_pools_an_episode_two_tasks_share_under_each(tmp_path, capsys):
     """Tasks of one embodiment can record the same episode (reacher-easy and reacher-hard,
     seeded alike, while neither reward fires): it is pooled under each task, listed in the
     manifest's builder.shared, and validation counts it once per task, not as a duplicate."""
-    from wmx.envs.registry import get_task
-    from wmx.schemas.taskset import TaskInfo
-    swing = TaskInfo.from_spec(get_task("cartpole-swingup").replace(T=CART.episode_length))
+    swing = _swingup()
     assert (swing.obs_dim, swing.action_dim) == (CART.obs_dim, CART.action_dim)
     rng = np.random.default_rng(7)
     eps = [episode(rng, CART) for _ in range(4)]
     a = write_set(tmp_path, CART, eps[:3], 0)
     b = write_set(tmp_path, swing, eps[2:], 0)           # eps[2] is in both tasks' sets
-    spec = tmp_path / "ts.json"
-    spec.write_text(taskset_of("two", [CART, swing]).to_json())
-    job = str(REPO / "pipelines" / "build_taskset.py")
-    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
+    path, man = _build_all(tmp_path, "two", [CART, swing])
     out = capsys.readouterr().out
     assert "5 episodes" in out and "1 episode held by several tasks' sets" in out
-    (entry,) = Store(tmp_path).list_datasets()
-    man = DatasetManifest.load(entry.path)
     assert {t: s.episodes for t, s in man.per_task.items()} == {CART.name: 3, swing.name: 2}
     assert "duplicates" not in man.builder
     assert man.builder["shared"] == [{"digest": schema.episode_digest(eps[2]),
                                       "tasks": [f"{CART.name}/{a.name}#2",
                                                 f"{swing.name}/{b.name}#0"]}]
     assert sorted(man.episode_digests).count(schema.episode_digest(eps[2])) == 2
-    assert validate_dataset(entry.path).ok
+    assert validate_dataset(path).ok
     from wmx.cli.demo import find_dataset       # by its episodes, counted once per task
     c = write_set(tmp_path, CART, eps[:1], 1)   # other sources, the same pooled episodes
-    assert find_dataset(tmp_path, "two", [a, b, c]) == f"two@{entry.path.name}"
+    assert find_dataset(tmp_path, "two", [a, b, c]) == f"two@{path.name}"
 
 
 def test_an_episode_repeated_within_two_tasks_is_listed_once_per_task(tmp_path):
@@ -216,29 +222,23 @@ def test_an_episode_repeated_within_two_tasks_is_listed_once_per_task(tmp_path):
     first task listing the other task's copy as dropped from it); builder.shared names it
     once with each task's kept copy; a duplicate that validation finds names only the sets
     of its task."""
-    from wmx.envs.registry import get_task
-    from wmx.schemas.taskset import TaskInfo
-    swing = TaskInfo.from_spec(get_task("cartpole-swingup").replace(T=CART.episode_length))
+    swing = _swingup()
     rng = np.random.default_rng(8)
     eps = [episode(rng, CART) for _ in range(3)]
     a1, a2 = write_set(tmp_path, CART, eps[:2], 0), write_set(tmp_path, CART, eps[1:2], 1)
     b1, b2 = write_set(tmp_path, swing, eps[1:], 0), write_set(tmp_path, swing, eps[1:2], 1)
-    spec = tmp_path / "ts.json"
-    spec.write_text(taskset_of("two", [CART, swing]).to_json())
-    job = str(REPO / "pipelines" / "build_taskset.py")
-    assert beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path)]) == 0
-    (entry,) = Store(tmp_path).list_datasets()
-    man = DatasetManifest.load(entry.path)
+    path, man = _build_all(tmp_path, "two", [CART, swing])
     assert {t: s.episodes for t, s in man.per_task.items()} == {CART.name: 2, swing.name: 2}
     dg = schema.episode_digest(eps[1])
     ref = {a1: 1, a2: 0, b1: 0, b2: 0}
     want = []
     for info, sets in ((CART, (a1, a2)), (swing, (b1, b2))):
-        kept, dropped = (f"{info.name}/{d.name}#{ref[d]}" for d in sorted(sets, key=lambda d: d.name))
+        kept, dropped = (f"{info.name}/{d.name}#{ref[d]}"
+                         for d in sorted(sets, key=lambda d: d.name))
         want.append({"digest": dg, "task": info.name, "kept": kept, "dropped": [dropped]})
     assert man.builder["duplicates"] == want
     assert man.builder["shared"] == [{"digest": dg, "tasks": [want[0]["kept"], want[1]["kept"]]}]
-    assert validate_dataset(entry.path).ok
+    assert validate_dataset(path).ok
 
     def twice(shards):       # swingup's copy relabelled as cartpole-balance's
         for recs in shards.values():
@@ -247,7 +247,7 @@ def test_an_episode_repeated_within_two_tasks_is_listed_once_per_task(tmp_path):
                         schema.unpad_episode(r)[1]) == dg:
                     r["task_id"] = np.asarray(0, np.int32)
                     return
-    rep = validate_dataset(forge(entry.path, tmp_path / "forged", records=twice),
+    rep = validate_dataset(forge(path, tmp_path / "forged", records=twice),
                            home=tmp_path / "forged")
     (fail,) = [f for f in rep.failures if f.check == "duplicate"]
     assert CART.name in fail.fix and swing.name not in fail.fix
