@@ -253,6 +253,38 @@ def test_an_episode_repeated_within_two_tasks_is_listed_once_per_task(tmp_path):
     assert CART.name in fail.fix and swing.name not in fail.fix
 
 
+def test_a_build_with_the_stored_episodes_under_other_tasks_is_refused(tmp_path, capsys):
+    """The content hash covers the episodes, not which task holds each: a second build that
+    puts the stored dataset's episodes under other tasks of equal dims has its hash. It is
+    refused in one line (exit 2) instead of silently handing back the stored assignment,
+    and leaves nothing: the stored dataset as it was, no staging."""
+    swing = _swingup()
+    rng = np.random.default_rng(9)
+    e0, e1 = (episode(rng, CART) for _ in range(2))
+    first = [write_set(tmp_path, CART, [e0, e1], 0), write_set(tmp_path, swing, [e1], 0)]
+    other = [write_set(tmp_path, CART, [e1], 1), write_set(tmp_path, swing, [e0, e1], 1)]
+    spec = tmp_path / "ts.json"
+    spec.write_text(taskset_of("two", [CART, swing]).to_json())
+    job = str(REPO / "pipelines" / "build_taskset.py")
+
+    def build(sets):
+        return beam_main(["run", job, "--taskset", str(spec), "--home", str(tmp_path),
+                          "--sources", *(f"{d.parent.name}/{d.name}" for d in sets)])
+    assert build(first) == 0
+    (entry,) = Store(tmp_path).list_datasets()
+    before = {p.name: file_digest(p) for p in entry.path.iterdir()}
+    capsys.readouterr()
+    assert build(other) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"error: the data root holds two@{entry.path.name[:10]} with the same episodes but "
+        f"others under task {CART.name} (2 episodes there, 1 in this build)"), err
+    assert [e.path for e in Store(tmp_path).list_datasets()] == [entry.path]
+    assert {p.name: file_digest(p) for p in entry.path.iterdir()} == before
+    assert not list((tmp_path / "datasets" / ".staging").iterdir())
+    assert build(first) == 0                               # the same build again: kept
+
+
 def test_a_shard_orders_one_episode_of_two_tasks_by_its_bytes(tmp_path):
     """Records of one digest (an episode two tasks share) are written in the order of their
     bytes, whatever order the shard's group arrives in: the shard file is the same."""

@@ -409,13 +409,49 @@ def place_dataset(plan: BuildPlan, dest: str) -> Path:
     """Rename the finished dataset in the plan's staging folder to ``dest``
     (``<datasets_root>/<name>/<content hash>``, from the pipeline's ``.result``); when that
     dataset exists already (the same content hash), the staging folder is removed and the
-    existing one kept. Returns ``dest``."""
+    existing one kept. Returns ``dest``.
+
+    The content hash covers the TaskSet and the episodes' digests, not which task holds
+    each episode: two builds that put the same episodes under different tasks of equal
+    dims share it. So an existing dataset whose per-task counts or return statistics
+    differ from the new build's is refused with BuildInputError (the caller removes the
+    staging folder): keeping it would hand the new build's user the other assignment."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     if os.path.exists(dest):
+        _check_same_tasks(Path(plan.staging_dir), Path(dest))
         shutil.rmtree(plan.staging_dir)
     else:
         os.rename(plan.staging_dir, dest)
     return Path(dest)
+
+
+def _check_same_tasks(staged: Path, stored: Path) -> None:
+    """Raise BuildInputError when the staged and the stored manifests of one content hash
+    differ in ``per_task`` (episode counts exactly, return statistics beyond 1e-9), naming
+    the first task that differs; an unreadable stored manifest is left to `wmx dataset
+    validate`."""
+    try:
+        old = json.loads((stored / "manifest.json").read_text())["per_task"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    new = json.loads((staged / "manifest.json").read_text())["per_task"]
+
+    def same(a: dict | None, b: dict) -> bool:       # counts exactly, returns to 1e-9
+        return a is not None and a.get("episodes") == b.get("episodes") and all(
+            (a.get(k) is None and b.get(k) is None) or (
+                a.get(k) is not None and b.get(k) is not None
+                and math.isclose(a[k], b[k], rel_tol=1e-9, abs_tol=1e-9))
+            for k in ("return_mean", "return_std", "return_min", "return_max"))
+    task = next((t for t in new if not same(old.get(t), new[t])), None)
+    if task is None:
+        return
+    raise BuildInputError(
+        f"the data root holds {stored.parent.name}@{stored.name[:10]} with the same episodes "
+        f"but others under task {task} ({(old.get(task) or {}).get('episodes')} episodes "
+        f"there, {new[task].get('episodes')} in this build): a content hash does not say "
+        "which task holds an episode, so one of the two builds took sets exported under "
+        "the wrong task; check the sources' tasks, then remove the stored dataset or build "
+        "under another TaskSet name")
 
 
 @contextlib.contextmanager
