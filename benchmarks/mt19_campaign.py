@@ -157,11 +157,16 @@ def cmd_status(args, campaign: Campaign) -> int:
         fits = _fresh_session_firsts(args, campaign, home, set(lost))
         s = next((x for x in todo if x.active() is not None), None) or next(
             (x for x in todo if x.task == fits[1]), todo[0] if todo else None)
-        if lost:
+        kind = KINDS[args.device]
+        if lost and (fits[0] is not None or s is None):
             again = fits[0] or lost[0]
             print(f"next piece: {again}: trained again (with --regenerate, below, as plan "
                   "counts it first)" + (f"; without it, {s.task}: {s.next_text()}"
                                          if s is not None else ""))
+        elif lost:                      # no run to train again fits: next takes a todo task
+            print(f"next piece: {s.task}: {s.next_text()} (with --regenerate too: "
+                  f"{', '.join(lost)} to train again fit no fresh {kind.session_s / 60:g}-"
+                  f"minute session of the {kind.label} at the plan's speeds)")
         elif s is not None:
             print(f"next piece: {s.task}: {s.next_text()}")
         if fits == (None, None):
@@ -169,7 +174,6 @@ def cmd_status(args, campaign: Campaign) -> int:
                   f"{KINDS[args.device].session_s / 60:g}-minute session of the "
                   f"{KINDS[args.device].label} (plan --device {args.device})")
         cv = code_version()
-        kind = KINDS[args.device]
         print(f"device command on the {kind.label} machine (carry {kind.wheels}, made here by "
               f"`{kind.made_by}`; H a folder in the device's /tmp; again within "
               f"{kind.warm_s:g} s while a run is in progress; SECONDS: the device tool's "

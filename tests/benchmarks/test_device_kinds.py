@@ -1,6 +1,8 @@
 """benchmarks/_device_kinds.py and what the mt19 campaign takes from it: the device command's
 wheels, the warm period in status, a session's device time in the plan, and ``next``'s kind
 by JAX's backend."""
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import _mt19_next as next_lib  # noqa: E402
 import _mt19_plan as plan_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
 import mt19_campaign as camp  # noqa: E402
+import mt19_physics as physics_lib  # noqa: E402
 
 _KIND = next_lib._kind
 
@@ -130,20 +133,46 @@ def test_the_speeds_are_the_kinds_own_runs_first(monkeypatch):
                                 kinds["h200"].backends)["cheetah"] == 250.0
 
 
+def _results(tmp_path: Path, keep: tuple[str, ...]) -> Path:
+    """A results folder outside git holding the committed record with only ``keep``'s
+    entries (their sets in no data root and not archived here: to be trained again), and
+    the committed physics costs; the campaign's other tasks are not done."""
+    results = tmp_path / "results"
+    results.mkdir(parents=True)
+    committed = ROOT / "benchmarks" / "results"
+    record = json.loads((committed / record_lib.FILE).read_text())
+    assert set(keep) <= set(record["tasks"])
+    record["tasks"] = {t: e for t, e in record["tasks"].items() if t in keep}
+    (results / record_lib.FILE).write_text(json.dumps(record))
+    shutil.copy(committed / physics_lib.FILE, results / physics_lib.FILE)
+    return results
+
+
 def test_status_names_the_piece_a_fresh_session_of_the_kind_trains(tmp_path, capsys):
-    """On the committed record with an empty data root, four recorded tasks are to be
-    trained again: a TPU session takes walker-stand first; the H200's 15 minutes fit none
-    of the walker runs at the plan's speeds, so its first is reacher-hard (as next picks)."""
-    assert camp.main(["status", "--home", str(tmp_path)]) == 0
+    """Three walker tasks and cheetah-run recorded, their sets lost: a TPU session trains
+    walker-stand again first; the H200's 15 minutes fit none of the walker runs at the
+    plan's speeds, so its first is cheetah-run's (as next picks); with the walker tasks
+    alone to train again, it names the first task not done that fits, and why."""
+    walkers = ("walker-stand", "walker-walk", "walker-run")
+    flags = ["--home", str(tmp_path / "h"), "--results", str(_results(tmp_path, walkers +
+                                                                      ("cheetah-run",)))]
+    assert camp.main(["status", *flags]) == 0
     assert "next piece: walker-stand: trained again" in capsys.readouterr().out
-    assert camp.main(["status", "--device", "h200", "--home", str(tmp_path)]) == 0
+    assert camp.main(["status", "--device", "h200", *flags]) == 0
     out = capsys.readouterr().out
-    assert "next piece: reacher-hard: trained again" in out
+    assert "next piece: cheetah-run: trained again" in out
     assert "no task left fits" not in out
-    assert camp.main(["plan", "--device", "h200", "--home", str(tmp_path)]) == 0
+    assert camp.main(["plan", "--device", "h200", *flags]) == 0
     out = capsys.readouterr().out
     assert "do not fit one 15-minute session at these speeds, not even at their floor " \
            "(walker-stand, walker-walk, walker-run, " in out
+    only = ["--home", str(tmp_path / "h"), "--results", str(_results(tmp_path / "w", walkers))]
+    assert camp.main(["status", "--device", "h200", *only]) == 0
+    out = capsys.readouterr().out
+    line = next(r for r in out.splitlines() if r.startswith("next piece: "))
+    assert "trained again" not in line and line.endswith(
+        "(with --regenerate too: walker-stand, walker-walk, walker-run to train again fit no "
+        "fresh 15-minute session of the NVIDIA H200 at the plan's speeds)"), line
 
 
 def test_status_says_when_no_task_fits_a_session(tmp_path, capsys, monkeypatch):
