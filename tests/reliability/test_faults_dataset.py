@@ -189,6 +189,9 @@ def test_build_pools_an_episode_held_by_two_sets_once(tmp_path, capsys):
     assert dup["digest"] == digest and dup["kept"].startswith(f"{CART.name}/{first.name}#")
     assert dup["dropped"] == [f"{CART.name}/{second.name}#{0 if second == b else 2}"]
     assert validate_dataset(path).ok
+    assert wmx_main(["dataset", "info", f"one@{path.name}", "--home", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "  1 duplicate episode in the sources pooled once (builder.duplicates)"
 
 
 def test_build_pools_an_episode_two_tasks_share_under_each(tmp_path, capsys):
@@ -211,6 +214,10 @@ def test_build_pools_an_episode_two_tasks_share_under_each(tmp_path, capsys):
                                                 f"{swing.name}/{b.name}#0"]}]
     assert sorted(man.episode_digests).count(schema.episode_digest(eps[2])) == 2
     assert validate_dataset(path).ok
+    assert wmx_main(["dataset", "info", f"two@{path.name}", "--home", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  1 episode held by several tasks' sets, pooled under each (builder.shared): "
+        f"{CART.name} and {swing.name}: 1")
     from wmx.cli.demo import find_dataset       # by its episodes, counted once per task
     c = write_set(tmp_path, CART, eps[:1], 1)   # other sources, the same pooled episodes
     assert find_dataset(tmp_path, "two", [a, b, c]) == f"two@{path.name}"

@@ -3,6 +3,7 @@ episode sets a build pools), synth."""
 from __future__ import annotations
 
 import argparse
+import collections
 
 from wmx.cli.table import print_table
 from wmx.runs.cli_common import at_least, count
@@ -190,6 +191,16 @@ def cmd_info(args) -> int:
     ran = f" ({b['runner_class']})" if b.get("runner_class") else ""
     print(f"  builder: {b.get('pipeline')} runner={b.get('runner')}{ran} "
           f"code={b.get('code_version')}")
+    dups, shared = b.get("duplicates") or [], b.get("shared") or []
+    if dups:
+        n = sum(len(d.get("dropped", ())) for d in dups)
+        print(f"  {counted(n, 'duplicate episode')} in the sources pooled once "
+              "(builder.duplicates)")
+    if shared:
+        groups = collections.Counter(" and ".join(r.split("/")[0] for r in x.get("tasks", ()))
+                                     for x in shared)
+        print(f"  {counted(len(shared), 'episode')} held by several tasks' sets, pooled under "
+              "each (builder.shared): " + "; ".join(f"{g}: {n}" for g, n in groups.items()))
     return 0
 
 
