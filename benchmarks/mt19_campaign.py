@@ -143,6 +143,10 @@ def cmd_status(args, campaign: Campaign) -> int:
                  if "tasks" in getattr(args, "given", set()) else "")
         print(f"every task recorded, its sets here: the dataset's build command: python "
               f"benchmarks/mt19_campaign.py build{_place_text(args)}{tasks}")
+    have = [s.task for s in states if s.recorded is not None and not s.missing_sets]
+    if have and (lost or kept):
+        print(f"a dataset of the recorded tasks whose sets are here: python "
+              f"benchmarks/mt19_campaign.py build{_place_text(args)} --tasks {','.join(have)}")
     if kept:
         print(f"first, here: python benchmarks/mt19_campaign.py restore{_place_text(args)}"
               f"{_flags_text(args)}   # {counted(len(kept), 'task')} "

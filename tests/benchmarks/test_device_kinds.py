@@ -14,6 +14,7 @@ import _device_kinds as kinds_lib  # noqa: E402
 import _mt19_next as next_lib  # noqa: E402
 import _mt19_plan as plan_lib  # noqa: E402
 import _mt19_record as record_lib  # noqa: E402
+import _mt19_tasks as tasks_lib  # noqa: E402
 import mt19_campaign as camp  # noqa: E402
 import mt19_physics as physics_lib  # noqa: E402
 
@@ -180,3 +181,21 @@ def test_status_says_when_no_task_fits_a_session(tmp_path, capsys, monkeypatch):
     assert camp.main(["status", "--device", "h200", "--home", str(tmp_path)]) == 0
     assert "note: at the plan's speeds no task left fits one 15-minute session of the " \
            "NVIDIA H200 (plan --device h200)" in capsys.readouterr().out
+
+
+def test_status_names_the_build_of_the_recorded_tasks_whose_sets_are_here(
+        tmp_path, capsys, monkeypatch):
+    """With some recorded tasks' sets missing, status prints the build of the recorded tasks
+    whose sets the data root holds (here: cheetah-run's, as if restored)."""
+    missing = tasks_lib.TaskState.missing_sets
+    monkeypatch.setattr(tasks_lib.TaskState, "missing_sets", property(
+        lambda s: [] if s.task == "cheetah-run" else missing.fget(s)))
+    results = _results(tmp_path, ("walker-stand", "walker-walk", "cheetah-run"))
+    flags = ["--home", str(tmp_path / "h"), "--results", str(results)]
+    assert camp.main(["status", *flags]) == 0
+    assert "a dataset of the recorded tasks whose sets are here: python benchmarks/" \
+           f"mt19_campaign.py build --home {tmp_path / 'h'} --results {results} " \
+           "--tasks cheetah-run\n" in capsys.readouterr().out
+    monkeypatch.setattr(tasks_lib.TaskState, "missing_sets", missing)
+    assert camp.main(["status", *flags]) == 0                      # none here: no such line
+    assert "a dataset of the recorded tasks" not in capsys.readouterr().out
