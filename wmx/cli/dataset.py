@@ -191,13 +191,14 @@ def cmd_info(args) -> int:
     ran = f" ({b['runner_class']})" if b.get("runner_class") else ""
     print(f"  builder: {b.get('pipeline')} runner={b.get('runner')}{ran} "
           f"code={b.get('code_version')}")
-    dups, shared = b.get("duplicates") or [], b.get("shared") or []
+    dups, shared = ([x for x in b.get(k) or () if isinstance(x, dict)]   # a hand-edited
+                    for k in ("duplicates", "shared"))                   # builder: skipped
     if dups:
         n = sum(len(d.get("dropped", ())) for d in dups)
         print(f"  {counted(n, 'duplicate episode')} in the sources pooled once "
               "(builder.duplicates)")
     if shared:
-        groups = collections.Counter(" and ".join(r.split("/")[0] for r in x.get("tasks", ()))
+        groups = collections.Counter(" and ".join(str(r).split("/")[0] for r in x.get("tasks", ()))
                                      for x in shared)
         print(f"  {counted(len(shared), 'episode')} held by several tasks' sets, pooled under "
               "each (builder.shared): " + "; ".join(f"{g}: {n}" for g, n in groups.items()))
