@@ -500,7 +500,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
         steps, train, calls, dev, session, fits = at[t]
         total += dev
         fitted += steps < aim
-        misfits += [] if fits else [t]
+        if not fits:
+            misfits.append(t)
         rows.append((t + (" (regenerate)" if t in regen else ""),
                      f"{aim:,}" + (f" -> {steps:,}" if steps < aim else ""),
                      f"{train / 60:.1f}", calls, f"{dev / 60:.1f}", mib,

@@ -175,8 +175,8 @@ def cmd_status(args, campaign: Campaign) -> int:
             print(f"next piece: {s.task}: {s.next_text()}")
         if fits == (None, None):
             print(f"note: at the plan's speeds no task left fits one "
-                  f"{KINDS[args.device].session_s / 60:g}-minute session of the "
-                  f"{KINDS[args.device].label} (plan --device {args.device})")
+                  f"{kind.session_s / 60:g}-minute session of the {kind.label} "
+                  f"(plan --device {args.device})")
         cv = code_version()
         print(f"device command on the {kind.label} machine (carry {kind.wheels}, made here by "
               f"`{kind.made_by}`; H a folder in the device's /tmp; again within "

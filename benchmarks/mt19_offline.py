@@ -38,8 +38,8 @@ refused in one line, exit 2, with nothing stored and no temporary left
 
 ``train`` (once the dataset is stored) runs ``train_offline --agent tdmpc2 --preset paper
 --model-size 5`` (``--agent dreamerv3``: its ``paper`` preset's 12m) on it as
-``H/runs/R``: new when R has no config.json, else resumed; it asks the trainer to stop (SIGTERM, after its running chunk, with a checkpoint) early
-enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
+``H/runs/R``: new when R has no config.json, else resumed; it asks the trainer to stop
+(SIGTERM, after its running chunk, with a checkpoint) early enough to exit ``--reserve-s`` before ``--budget-s``, judged from the chunks and
 evaluations it has seen, then writes ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run
 without checkpoints/, and each call's record and log) and prints one line: updates done
 of the total, finished or not. Flags after ``--`` go to train_offline
@@ -321,10 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="slices (TD-MPC2) or windows (DreamerV3) per update (default "
                          "train_offline's: TD-MPC2 1024 at any preset, DreamerV3 its "
                          "preset's, 16 at paper)")
+    sizes = ", ".join(f"{a} {s}" if s else f"{a} the preset's"
+                      for a, s in PAPER_MODEL_SIZE.items())
     tr.add_argument("--model-size", default=None,
-                    help="the agent's model size ('none': the preset's; default: "
-                         + ", ".join(f"{a} {s or 'the preset' + chr(39) + 's'}"
-                                     for a, s in PAPER_MODEL_SIZE.items()) + ")")
+                    help=f"the agent's model size ('none': the preset's; default: {sizes})")
     tr.add_argument("--preset", default="paper", help="agent preset")
     tr.add_argument("--agent", default="tdmpc2", choices=sorted(PAPER_MODEL_SIZE),
                     help="agent")

@@ -337,8 +337,7 @@ def _ratio_markdown(c: dict, labels: Sequence[str]) -> list[str]:
         lines.append(f"| {t} | {'-' if src is None else f'{src:.1f}'} | "
                      + " | ".join(cells) + " |")
     lines += ["", f"Tasks at >= {c['source_share']:.15g} x the source's final return, of the "
-                  "tasks "
-                  "with a ratio whose source learned (its final return at least "
+                  "tasks with a ratio whose source learned (its final return at least "
                   f"{LEARNED_MARGIN:g} above the uniform-random policy's, the reports' "
                   "`source_learned`); the others are left out and listed:", ""]
     for lab in labels:

@@ -436,11 +436,13 @@ def _check_same_tasks(staged: Path, stored: Path) -> None:
         return
     new = json.loads((staged / "manifest.json").read_text())["per_task"]
 
+    def close(x, y) -> bool:                         # None (no episodes) only to None
+        return x == y or (x is not None and y is not None
+                          and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9))
+
     def same(a: dict | None, b: dict) -> bool:       # counts exactly, returns to 1e-9
         return a is not None and a.get("episodes") == b.get("episodes") and all(
-            (a.get(k) is None and b.get(k) is None) or (
-                a.get(k) is not None and b.get(k) is not None
-                and math.isclose(a[k], b[k], rel_tol=1e-9, abs_tol=1e-9))
+            close(a.get(k), b.get(k))
             for k in ("return_mean", "return_std", "return_min", "return_max"))
     task = next((t for t in new if not same(old.get(t), new[t])), None)
     if task is None:
