@@ -3,8 +3,8 @@
 A check's run is a trainer's run directory (train_online's or train_offline's) that the
 check also describes in its ``benchmark.json``; this module keeps the parts both kinds
 share: the resume command the run records for `wmx runs info`, reading a run's JSON files
-with a one-line error for a damaged one, training under the run's lock, and the paths a
-result file records (relative to the data root, so a result names no machine's folders).
+with a one-line error for a damaged one, training under the run's lock, the code version
+and device of every training call, and the paths a result file records (relative to the data root, so a result names no machine's folders).
 """
 from __future__ import annotations
 
@@ -110,3 +110,50 @@ def training(run_dir: Path, changes: dict[str, Any]) -> Iterator[Any]:
             cfg = read_json(Path(run_dir) / "config.json", "--resume")
             rewrite_config(run_dir, {**cfg, **changes})
         yield stack.enter_context(stop_on_interrupt("the running chunk"))
+
+
+def record_training_call(run_dir: Path, **span: int) -> None:
+    """Append this call's code version, device and ``span`` (e.g. ``updates_from``,
+    ``updates_to``; ``env_steps_from``, ``env_steps_to``) to the run's benchmark.json as
+    an entry of ``training_calls`` (written atomically): a run prepared on one machine and
+    trained on another (``--pack``, a device call) records where and by which commit it
+    trained (in a copy without ``.git``, `wmx.version.code_version` reads
+    ``$WMX_CODE_VERSION``)."""
+    import time
+
+    from wmx.runs.cli_common import replace_json
+    from wmx.version import code_version, device_label
+    path = Path(run_dir) / "benchmark.json"
+    bench = read_json(path, "--resume") if path.is_file() else {}
+    bench.setdefault("training_calls", []).append({
+        "code_version": code_version(), "device": device_label(), **span,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    replace_json(path, bench, sort_keys=False)
+
+
+def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
+    """(code version, device, prepared) of a check run: the distinct code versions and
+    devices of its training calls (benchmark.json ``training_calls``), each "+"-joined in
+    call order, else those its config.json recorded when the run was created (None for a
+    run made before they were recorded); ``prepared`` is the creation's pair when it was
+    recorded and the training calls' differ from it, else None."""
+    def _read(name: str) -> dict:
+        try:
+            data = json.loads((Path(run_dir) / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+    created = _read("config.json")
+    made = (created.get("code_version"), created.get("device"))
+    calls = [c for c in _read("benchmark.json").get("training_calls") or []
+             if isinstance(c, dict)]
+    if not calls:
+        return made[0], made[1], None
+
+    def joined(key: str) -> str | None:
+        seen = list(dict.fromkeys(c.get(key) for c in calls if c.get(key)))
+        return "+".join(seen) if seen else None
+    trained = (joined("code_version"), joined("device"))
+    prepared = (None if trained == made or made == (None, None)
+                else {"code_version": made[0], "device": made[1]})
+    return trained[0], trained[1], prepared

@@ -33,8 +33,11 @@ and rates, the readings and ``passed``), ``<out>.png`` and, given official run f
         --out benchmarks/results/dreamerv3_online_reacher-easy_official_tpu
 
 An official argument is a folder from ``official_dreamerv3.py --out`` (metrics.csv and
-official_summary.json) or a metrics.csv; a wmx arm is ``LABEL=PATH`` with PATH a run
-folder (metrics.csv, config.json: its commit is read there) or a metrics.csv, and
+official_summary.json), a metrics.csv, or an earlier comparison's ``<out>.json`` (its
+official runs' chip, commit, calls and rates, with the rows of its
+``<out>_official_metrics.csv``: a new wmx arm beside official runs whose folders are
+gone). A wmx arm is ``LABEL=PATH`` with PATH a run folder (metrics.csv; its commit is
+its training calls' in benchmark.json, else config.json's) or a metrics.csv, and
 ``LABEL=PATH@COMMIT`` names the commit of a bare csv. Runs given under one label are
 pooled into one arm (seeds run as separate programs, e.g. ``--wmx bf16=RUN_S234 --wmx
 bf16=RUN_S01``: a seed's result does not depend on the seeds beside it, its keys being
@@ -160,9 +163,9 @@ def parse_arm(text: str) -> tuple[str, Path, str | None]:
 def wmx_arm(path: Path, commit: str | None) -> tuple[list[dict[str, str]], str | None]:
     """(train rows, commit) of a wmx run folder or metrics.csv."""
     if path.is_dir():
-        cfg = path / "config.json"
-        if commit is None and cfg.is_file():
-            commit = json.loads(cfg.read_text()).get("code_version")
+        if commit is None:
+            from check_run import trained_where
+            commit = trained_where(path)[0]
         path = path / "metrics.csv"
     return read_train_rows(path), commit
 
@@ -193,17 +196,29 @@ def _short(commit: str) -> str:
     return "+".join(c[:7] for c in commit.split("+"))
 
 
-def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict]]:
-    """(train rows of all seeds, the official summaries found) of --official arguments."""
-    rows, summaries = [], []
+def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict], list[dict]]:
+    """(train rows of all seeds, the raw official summaries found, the runs kept by earlier
+    comparisons) of --official arguments: run folders, metrics.csv files, or an earlier
+    comparison's ``<out>.json``, whose runs (`summary_of`'s form) it keeps and whose train
+    rows it reads from the ``<out>_official_metrics.csv`` beside it. Raises SystemExit
+    naming a record without that csv or without official runs."""
+    rows, summaries, kept = [], [], []
     for p in paths:
-        if p.is_dir():
+        if p.suffix == ".json" and p.is_file():
+            record = json.loads(p.read_text())
+            runs = (record.get("official") or {}).get("runs")
+            if not isinstance(runs, list):
+                raise SystemExit(f"{p}: not a comparison record (no official.runs); give "
+                                 "an <out>.json of this script, a run folder or a metrics.csv")
+            kept += runs
+            p = p.with_name(p.stem + "_official_metrics.csv")
+        elif p.is_dir():
             s = p / "official_summary.json"
             if s.is_file():
                 summaries.append(json.loads(s.read_text()))
             p = p / "metrics.csv"
         rows += read_train_rows(p)
-    return rows, summaries
+    return rows, summaries, kept
 
 
 def summary_of(s: dict) -> dict:
@@ -281,7 +296,9 @@ def main(argv: list[str] | None = None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="reacher-easy", help="the DMC task (default reacher-easy)")
     p.add_argument("--official", nargs="+", type=Path, required=True,
-                   help="official runs: folders of official_dreamerv3.py --out, or metrics.csv")
+                   help="official runs: folders of official_dreamerv3.py --out, metrics.csv "
+                        "files, or an earlier comparison's <out>.json (its runs, and the "
+                        "rows of its <out>_official_metrics.csv)")
     p.add_argument("--wmx", action="append", required=True, metavar="LABEL=PATH[@COMMIT]",
                    help="a wmx arm (repeatable): a run folder or metrics.csv; runs "
                         "under one label are pooled (different seeds)")
@@ -305,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     judged = a.judge or labels[0]
     if judged not in labels:
         raise SystemExit(f"--judge {judged}: not a --wmx label; give one of {labels}")
-    off_rows, summaries = official_runs(a.official)
+    off_rows, summaries, kept = official_runs(a.official)
     try:
         official = train_curve(off_rows, a.match)
         arms, commits = {}, {}
@@ -319,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict:
     readings = {lab: judge(c, official, published, a.until, a.threshold, a.by)
                 for lab, c in arms.items()}
     official_reading = judge(official, official, published, a.until, a.threshold, a.by)
-    runs = [summary_of(s) for s in summaries]
+    runs = [summary_of(s) for s in summaries] + kept
     top = max([*official, *(x for c in arms.values() for x in c)])
     shown = {x: v for x, v in published.items() if x <= published_bin(top)}
     result = {
@@ -340,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
         "passed": verdict(readings[judged], a.judge_published),
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    if summaries:
+    if runs:
         write_official_csv(off_rows, a.out.with_name(a.out.name + "_official_metrics.csv"))
     dtypes = sorted({(r["config"] or {}).get("compute_dtype") or "" for r in runs} - {""})
     official_label = " ".join(["official DreamerV3"] + sorted(

@@ -28,7 +28,8 @@ import math
 import time
 from pathlib import Path
 
-from check_run import read_json, resume_command, training
+from check_run import (read_json, record_training_call, resume_command, trained_where,
+                       training)
 # the evaluations, the results and the pack live in their own modules; the entry points,
 # device_check.py and the tests import them from here
 from offline_eval import (FINAL_EPISODES, eval_curves, eval_rows,  # noqa: F401
@@ -493,22 +494,22 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
     saved = read_json(run_dir / "config.json", "--resume")["updates"]
     extended = {} if saved == rc.updates else {"updates": rc.updates}   # --resume --updates
+    start = last_updates(run_dir)
     with training(run_dir, extended) as stop_request:
         summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
                       stop_request=stop_request)
+    record_training_call(run_dir, updates_from=start or 0, updates_to=summary["updates"])
     return summary, time.perf_counter() - t0
 
 
 def run_fields(rc, run_dir: Path, summary: dict, wall: float) -> dict:
     """The result entries every check records about its run; ``code_version`` and
-    ``device`` are those the run's config.json recorded when the run was created (None
-    for a run made before they were recorded)."""
-    try:
-        created = json.loads((Path(run_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        created = {}
+    ``device`` are those of its training calls (`trained_where`), with ``prepared``
+    (where the run was created) when that was elsewhere."""
+    version, device, prepared = trained_where(run_dir)
     return {"dataset": rc.dataset, "run_dir": str(run_dir), "preset": rc.preset,
-            "code_version": created.get("code_version"), "device": created.get("device"),
+            "code_version": version, "device": device,
+            **({"prepared": prepared} if prepared else {}),
             "agent_overrides": dict(rc.agent_overrides),
             "seeds": list(rc.seeds), "updates_planned": rc.updates,
             "updates_reached": summary["updates"], "finished": summary["finished"],

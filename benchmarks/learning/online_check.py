@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from check_run import parse, portable, read_json, record_resume_command, training
+from check_run import (parse, portable, read_json, record_resume_command, record_training_call,
+                       trained_where, training)
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
@@ -200,20 +201,27 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
+        start = (max((int(r["env_steps"]) for r in read_rows(run_dir)), default=0)
+                 if (run_dir / "metrics.csv").is_file() else 0)
         with training(run_dir, changes) as stop_request:   # changes: --chunk-ticks
             record_resume_command(run_dir, agent, "online")     # a run from before it was kept
             summary = run(rc, run_dir, export, progress=True, deadline=deadline,
                           stop_request=stop_request)
+        record_training_call(run_dir, env_steps_from=start,
+                             env_steps_to=int(summary.get("env_steps") or 0))
     wall = time.perf_counter() - t0
     rows = read_rows(run_dir)
     curve, train = eval_curve(rows), eval_curve(rows, "train")
     final_x = max(curve) if curve else 0
+    version, device, _ = trained_where(run_dir)
     final = float(np.mean(curve[final_x])) if curve else float("nan")
     judged = curve if args.threshold_on == "eval" else train
     best = max((float(np.mean(v)) for v in judged.values()), default=float("nan"))
     res = {"agent": agent, "task": task, "seeds": list(rc.seeds), "preset": rc.preset,
            "n_envs": rc.n_envs, "agent_overrides": rc.agent_overrides,
-           "env_steps_planned": rc.total_env_steps, "env_steps_reached": final_x,
+           "env_steps_planned": rc.total_env_steps,
+           "env_steps_reached": max([*curve, *train], default=0),
+           "code_version": version, "device": device,
            "finished": summary["finished"], "wall_s": wall,
            "run_wall_s": run_wall_s(rows),
            "eval_curve": {str(k): v for k, v in curve.items()},

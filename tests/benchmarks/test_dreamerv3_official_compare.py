@@ -107,6 +107,19 @@ def test_main_writes_the_json_plot_and_official_rows(tmp_path):
         assert len(list(csv.DictReader(f))) == 6
     assert not list((tmp_path / "res").glob("*.tmp"))
 
+    # the record as the official input of a later comparison: same runs, rows and verdict
+    again = cmp.main(["--official", str(tmp_path / "res" / "cmp.json"), "--wmx",
+                      f"f32={run / 'metrics.csv'}@fff0000", "--out", str(tmp_path / "b" / "cmp")])
+    assert again["official"] == res["official"] and again["chip"] == ["TPU_0"]
+    assert again["wmx"]["f32"] == res["wmx"]["f32"] and again["passed"] is True
+    assert (tmp_path / "b" / "cmp_official_metrics.csv").read_text() == \
+        (tmp_path / "res" / "cmp_official_metrics.csv").read_text()
+    (tmp_path / "other.json").write_text(json.dumps({"task": "reacher-easy"}))
+    with pytest.raises(SystemExit, match="not a comparison record"):
+        cmp.main(["--official", str(tmp_path / "other.json"), "--wmx", f"f32={run}",
+                  "--out", str(tmp_path / "c" / "cmp")])
+    assert not (tmp_path / "c").exists()
+
 
 def test_runs_under_one_label_are_pooled_into_one_arm(tmp_path):
     """Seeds 0-1 and 2 run as two programs, given under one label: one arm of 3 seeds, its

@@ -43,9 +43,35 @@ def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, ca
     rc = OfflineRunConfig.from_json(json.loads((run / "config.json").read_text()))
     older = offline_check.run_fields(rc, tmp_path, {"updates": 0, "finished": False}, 1.0)
     assert (older["code_version"], older["device"]) == (None, None)   # made before
+    assert "prepared" not in res and "prepared" not in older
     with pytest.raises(SystemExit):                       # nothing to report on
         bench.main(["--report-only", "--sources", str(run), "--out", str(out)])
     assert "--report-only needs --resume" in capsys.readouterr().err
+
+
+def test_a_packed_run_records_where_it_trained_beside_where_it_was_made(tmp_path, monkeypatch):
+    """Prepared on a CPU, trained in two calls on a chip at a later commit: the result names
+    the training calls' commits and device, and the preparation under ``prepared``."""
+    import offline_check
+
+    import wmx.version
+    from wmx.runs.offline_config import OfflineRunConfig
+    run = _prepared_run(tmp_path / "home")
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "device": "cpu: cpu"}))
+    (run / "metrics.csv").write_text(_METRICS)
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
+    for version, upto in (("4567def", 2500), ("89abcde", 4000)):
+        monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
+        offline_check.record_training_call(run, updates_from=offline_check.last_updates(run),
+                                           updates_to=upto)
+        (run / "metrics.csv").write_text(_METRICS + f"train,,0,{upto},\n")
+    calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
+    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 2500), (2500, 4000)]
+    rc = OfflineRunConfig.from_json(cfg)
+    res = offline_check.run_fields(rc, run, {"updates": 4000, "finished": True}, 1.0)
+    assert (res["code_version"], res["device"]) == ("4567def+89abcde", "tpu: TPU v5 lite")
+    assert res["prepared"] == {"code_version": "0123abc", "device": "cpu: cpu"}
 
 
 def test_resume_refuses_what_it_would_spoil(tmp_path):

@@ -32,7 +32,7 @@ def _fake_run(seen):
             w.writerow(["seed", "kind", "env_steps", "return", "wall_s"])
             for kind, x, seed, r in ROWS:
                 w.writerow([seed, kind, x, r, x / 100])
-        return {"finished": True}
+        return {"finished": True, "env_steps": 32_000}
     return run
 
 
@@ -63,9 +63,17 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert saved["run_dir"] == f"runs/{run_dir.name}"  # relative to the data root, not a path
 
     # the same rows judged on the eval returns: best 260 < 300
+    import wmx.version
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "fedcba9")
     res = online_check.main("dreamerv3", {"eval_every": 16_000}, argv[:-2] + ["--resume",
                                                                             str(run_dir)])
     assert res["threshold_on"] == "eval" and res["passed"] is False
+    # every training call records its commit, device and env steps; the result names them
+    calls = json.loads((run_dir / "benchmark.json").read_text())["training_calls"]
+    assert [(c["env_steps_from"], c["env_steps_to"]) for c in calls] == \
+        [(0, 32_000), (32_000, 32_000)]
+    assert calls[1]["code_version"] == "fedcba9" and calls[1]["device"].startswith("cpu")
+    assert res["code_version"].endswith("+fedcba9") and res["device"] == calls[0]["device"]
 
 
 def test_report_only_trains_nothing(tmp_path, monkeypatch):
@@ -151,11 +159,12 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
     run_dir = Path(online_check.main("dreamerv3", {}, ["--task", "reacher-easy", "--home",
                                                        str(home), "--out", out])["run_dir"])
     cmd = "python benchmarks/learning/dreamerv3_online.py --resume"
-    assert json.loads((run_dir / "benchmark.json").read_text()) == {"resume_command": cmd}
+    bench = json.loads((run_dir / "benchmark.json").read_text())
+    assert bench["resume_command"] == cmd and len(bench["training_calls"]) == 1
     assert (Path(__file__).resolve().parents[2] / cmd.split()[1]).is_file()
     (run_dir / "benchmark.json").unlink()
     online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
-    assert json.loads((run_dir / "benchmark.json").read_text()) == {"resume_command": cmd}
+    assert json.loads((run_dir / "benchmark.json").read_text())["resume_command"] == cmd
     assert sorted(p.name for p in run_dir.iterdir()) == ["benchmark.json", "config.json",
                                                          "metrics.csv"]
     capsys.readouterr()
