@@ -246,7 +246,7 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
     official agent, and the ``published`` points given (markers, their seeds' range as
     error bars)."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot(1, 1, 1)
     colours = ["#1f77b4", "#17becf", "#2ca02c", "#9467bd"]
     series = [(k, v, colours[i % len(colours)]) for i, (k, v) in enumerate(arms.items())]
@@ -271,7 +271,8 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
     ax.set_title(f"DreamerV3 online, {task}: training episodes", fontsize=10)
     ax.set_xlabel("env steps", fontsize=9)
     ax.set_ylabel("episode return", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              frameon=False)             # below the axes: the curves fill the whole box
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
