@@ -20,5 +20,6 @@ def test_noun_for_is_counted_without_the_number():
 
 def test_human_size_picks_the_unit():
     assert human_size(512) == "512 B"
-    assert human_size(1536) == "1.5 KB"
-    assert human_size(3 * 1024 ** 2) == "3.0 MB"
+    assert human_size(1536) == "1.5 KiB"
+    assert human_size(3 * 1024 ** 2) == "3.0 MiB"
+    assert human_size(5 * 1024 ** 5) == "5120.0 TiB"

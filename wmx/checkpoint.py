@@ -138,14 +138,14 @@ def save_checkpoint(run_dir: Path, step: int, items: dict[str, Any], host: dict[
 
 def _check_space(root: Path, items: dict[str, Any], margin: float = 1.25) -> None:
     """Raise OSError(ENOSPC) naming ``root`` when its filesystem has less free space than
-    the items' bytes (times ``margin``, plus 1 MB): a full disk is then one clear error
+    the items' bytes (times ``margin``, plus 1 MiB): a full disk is then one clear error
     before orbax starts writing (and logging its own failures)."""
     need = int(margin * sum(int(getattr(x, "nbytes", 0)) for x in jax.tree_util.tree_leaves(items))
                ) + (1 << 20)
     free = shutil.disk_usage(root).free
     if free < need:
         raise OSError(errno.ENOSPC, f"No space left on device: a checkpoint needs about "
-                                    f"{need / 2**20:.1f} MB, {free / 2**20:.1f} MB are free",
+                                    f"{need / 2**20:.1f} MiB, {free / 2**20:.1f} MiB are free",
                       str(root))
 
 

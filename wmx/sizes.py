@@ -33,9 +33,10 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def human_size(n: float) -> str:
-    """``512 B``, ``1.5 KB``, ``3.2 MB``, ... (powers of 1024; bytes as an int)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
+    """``512 B``, ``1.5 KiB``, ``3.2 MiB``, ... (powers of 1024, so the IEC units; bytes
+    as an int)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)

@@ -169,11 +169,11 @@ def test_size_estimate_covers_what_is_written(tmp_path, episodes, num_tasks, num
 
 
 def test_full_disk_message_gives_a_small_size_in_its_unit(tmp_path, monkeypatch):
-    """A small dataset's need is printed in KB (it said "0.0 GB")."""
+    """A small dataset's need is printed in KiB (it said "0.0 GB")."""
     import shutil
     monkeypatch.setattr(shutil, "disk_usage",
                         lambda path: shutil._ntuple_diskusage(10 ** 9, 10 ** 9 - 1000, 1000))
-    with pytest.raises(SynthError, match=r"5 episodes need about 1\d\d\.\d KB, only 1000 B "
+    with pytest.raises(SynthError, match=r"5 episodes need about 1\d\d\.\d KiB, only 1000 B "
                                          r"are free under"):
         write_synthetic_dataset(tmp_path, 5 * (T + 1), num_tasks=2, episode_length=T)
     assert not (tmp_path / "datasets").exists()
