@@ -131,11 +131,20 @@ def record_training_call(run_dir: Path, **span: int) -> None:
     replace_json(path, bench, sort_keys=False)
 
 
+def _trained(call: dict) -> bool:
+    """Whether a training call (`record_training_call`'s entry) moved its run on: some span
+    ``<x>_from`` .. ``<x>_to`` grew (a call on a finished run trains nothing)."""
+    spans = [(v, call.get(k[:-len("_from")] + "_to")) for k, v in call.items()
+             if k.endswith("_from")]
+    return not spans or any(a != b for a, b in spans)
+
+
 def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     """(code version, device, prepared) of a check run: the distinct code versions and
-    devices of its training calls (benchmark.json ``training_calls``), each "+"-joined in
-    call order, else those its config.json recorded when the run was created (None for a
-    run made before they were recorded); ``prepared`` is the creation's pair when it was
+    devices of its training calls that trained (benchmark.json ``training_calls``; a call
+    on a finished run, e.g. to re-judge it, trained nothing), each "+"-joined in call
+    order, else those its config.json recorded when the run was created (None for a run
+    made before they were recorded); ``prepared`` is the creation's pair when it was
     recorded and the training calls' differ from it, else None."""
     def _read(name: str) -> dict:
         try:
@@ -146,7 +155,7 @@ def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     created = _read("config.json")
     made = (created.get("code_version"), created.get("device"))
     calls = [c for c in _read("benchmark.json").get("training_calls") or []
-             if isinstance(c, dict)]
+             if isinstance(c, dict) and _trained(c)]
     if not calls:
         return made[0], made[1], None
 

@@ -61,17 +61,34 @@ def test_a_packed_run_records_where_it_trained_beside_where_it_was_made(tmp_path
     (run / "config.json").write_text(json.dumps({**cfg, "device": "cpu: cpu"}))
     (run / "metrics.csv").write_text(_METRICS)
     monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
-    for version, upto in (("4567def", 2500), ("89abcde", 4000)):
+    for version, upto in (("4567def", 3000), ("89abcde", 4000)):
         monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
         offline_check.record_training_call(run, updates_from=offline_check.last_updates(run),
                                            updates_to=upto)
         (run / "metrics.csv").write_text(_METRICS + f"train,,0,{upto},\n")
     calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
-    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 2500), (2500, 4000)]
+    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 3000), (3000, 4000)]
     rc = OfflineRunConfig.from_json(cfg)
     res = offline_check.run_fields(rc, run, {"updates": 4000, "finished": True}, 1.0)
     assert (res["code_version"], res["device"]) == ("4567def+89abcde", "tpu: TPU v5 lite")
     assert res["prepared"] == {"code_version": "0123abc", "device": "cpu: cpu"}
+
+
+def test_a_call_that_trained_nothing_does_not_name_where_it_ran(tmp_path, monkeypatch):
+    """The finished run resumed on a CPU at a later commit (to re-judge it) trains nothing:
+    its call is recorded, but the result names the commit and device that trained."""
+    import offline_check
+
+    import wmx.version
+    run = _prepared_run(tmp_path / "home")          # made at 0123abc on "tpu: TPU v5 lite"
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "0123abc")
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
+    offline_check.record_training_call(run, updates_from=0, updates_to=4000)
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "fedcba9")
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "cpu: cpu")
+    offline_check.record_training_call(run, updates_from=4000, updates_to=4000)
+    assert len(json.loads((run / "benchmark.json").read_text())["training_calls"]) == 2
+    assert offline_check.trained_where(run) == ("0123abc", "tpu: TPU v5 lite", None)
 
 
 def test_resume_refuses_what_it_would_spoil(tmp_path):
