@@ -145,7 +145,9 @@ def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     on a finished run, e.g. to re-judge it, trained nothing), each "+"-joined in call
     order, else those its config.json recorded when the run was created (None for a run
     made before they were recorded); ``prepared`` is the creation's pair when it was
-    recorded and the training calls' differ from it, else None."""
+    recorded and differs from the first training call's (the run was made elsewhere, e.g.
+    packed on a CPU: a run resumed at a later commit where it was made is not), else
+    None."""
     def _read(name: str) -> dict:
         try:
             data = json.loads((Path(run_dir) / name).read_text())
@@ -162,7 +164,7 @@ def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     def joined(key: str) -> str | None:
         seen = list(dict.fromkeys(c.get(key) for c in calls if c.get(key)))
         return "+".join(seen) if seen else None
-    trained = (joined("code_version"), joined("device"))
-    prepared = (None if trained == made or made == (None, None)
-                else {"code_version": made[0], "device": made[1]})
-    return trained[0], trained[1], prepared
+    first = (calls[0].get("code_version"), calls[0].get("device"))
+    elsewhere = any(m is not None and m != f for m, f in zip(made, first))
+    prepared = {"code_version": made[0], "device": made[1]} if elsewhere else None
+    return joined("code_version"), joined("device"), prepared

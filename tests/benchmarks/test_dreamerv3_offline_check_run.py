@@ -91,6 +91,20 @@ def test_a_call_that_trained_nothing_does_not_name_where_it_ran(tmp_path, monkey
     assert offline_check.trained_where(run) == ("0123abc", "tpu: TPU v5 lite", None)
 
 
+def test_a_run_made_where_it_first_trained_names_no_preparation(tmp_path, monkeypatch):
+    """Made and first trained at one commit on one device, resumed there at a later commit:
+    the result names both commits and no ``prepared`` (the run was not made elsewhere)."""
+    import offline_check
+
+    import wmx.version
+    run = _prepared_run(tmp_path / "home")          # made at 0123abc on "tpu: TPU v5 lite"
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
+    for version, start, upto in (("0123abc", 0, 2500), ("89abcde", 2500, 4000)):
+        monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
+        offline_check.record_training_call(run, updates_from=start, updates_to=upto)
+    assert offline_check.trained_where(run) == ("0123abc+89abcde", "tpu: TPU v5 lite", None)
+
+
 def test_resume_refuses_what_it_would_spoil(tmp_path):
     run = _prepared_run(tmp_path / "home")
     out = str(tmp_path / "out")
