@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import sys
 from pathlib import Path
@@ -110,6 +111,23 @@ def training(run_dir: Path, changes: dict[str, Any]) -> Iterator[Any]:
             cfg = read_json(Path(run_dir) / "config.json", "--resume")
             rewrite_config(run_dir, {**cfg, **changes})
         yield stack.enter_context(stop_on_interrupt("the running chunk"))
+
+
+def last_logged(run_dir: Path, column: str) -> int:
+    """The largest ``column`` (a step: "env_steps", "updates") of the whole rows of the
+    run's metrics.csv (0 without one): a row a killed process left incomplete is left out,
+    as a resume drops it (`wmx.metrics_csv.kept_rows`)."""
+    from wmx.metrics_csv import kept_rows
+    path = Path(run_dir) / "metrics.csv"
+    try:
+        with path.open(newline="") as f:
+            columns = next(csv.reader(f), [])
+    except OSError:
+        return 0
+    if column not in columns:
+        return 0
+    return max((int(r[column]) for r in kept_rows(path, columns, column, sys.maxsize)),
+               default=0)
 
 
 def record_training_call(run_dir: Path, **span: int) -> None:

@@ -161,6 +161,26 @@ def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
     assert len(seen) == 1
 
 
+def test_a_row_a_killed_process_left_incomplete_does_not_stop_a_resume(tmp_path,
+                                                                     monkeypatch):
+    """metrics.csv ending in a row a killed trainer left incomplete (the trainer drops it,
+    `wmx.metrics_csv.kept_rows`): the check resumes, its call starting at the last whole
+    row."""
+    import offline_check
+
+    from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.train_offline import loop
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS + "train,,0")     # killed writing a row
+    assert offline_check.last_updates(run) == 2500
+    monkeypatch.setattr(loop, "run", lambda rc, run_dir, **kw: {"finished": False,
+                                                                "updates": 3000})
+    rc = OfflineRunConfig.from_json(json.loads((run / "config.json").read_text()))
+    offline_check.train(rc, run, tmp_path / "home", None)
+    call, = json.loads((run / "benchmark.json").read_text())["training_calls"]
+    assert (call["updates_from"], call["updates_to"]) == (2500, 3000)
+
+
 def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):
     run = _prepared_run(tmp_path / "home")
     (run / "metrics.csv").write_text(_METRICS)
