@@ -4,7 +4,8 @@ A check's run is a trainer's run directory (train_online's or train_offline's) t
 check also describes in its ``benchmark.json``; this module keeps the parts both kinds
 share: the resume command the run records for `wmx runs info`, reading a run's JSON files
 with a one-line error for a damaged one, training under the run's lock, the code version
-and device of every training call, and the paths a result file records (relative to the data root, so a result names no machine's folders).
+and device of every training call, and the paths a result file records (relative to the
+data root, so a result names no machine's folders).
 """
 from __future__ import annotations
 
