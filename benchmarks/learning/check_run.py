@@ -4,12 +4,14 @@ A check's run is a trainer's run directory (train_online's or train_offline's) t
 check also describes in its ``benchmark.json``; this module keeps the parts both kinds
 share: the resume command the run records for `wmx runs info`, reading a run's JSON files
 with a one-line error for a damaged one, training under the run's lock, the code version
-and device of every training call, and the paths a result file records (relative to the data root, so a result names no machine's folders).
+and device of every training call, and the paths a result file records (relative to the
+data root, so a result names no machine's folders).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import sys
 from pathlib import Path
@@ -112,6 +114,23 @@ def training(run_dir: Path, changes: dict[str, Any]) -> Iterator[Any]:
         yield stack.enter_context(stop_on_interrupt("the running chunk"))
 
 
+def last_logged(run_dir: Path, column: str) -> int:
+    """The largest ``column`` (a step: "env_steps", "updates") of the whole rows of the
+    run's metrics.csv (0 without one): a row a killed process left incomplete is left out,
+    as a resume drops it (`wmx.metrics_csv.kept_rows`)."""
+    from wmx.metrics_csv import kept_rows
+    path = Path(run_dir) / "metrics.csv"
+    try:
+        with path.open(newline="") as f:
+            columns = next(csv.reader(f), [])
+    except OSError:
+        return 0
+    if column not in columns:
+        return 0
+    return max((int(r[column]) for r in kept_rows(path, columns, column, sys.maxsize)),
+               default=0)
+
+
 def record_training_call(run_dir: Path, **span: int) -> None:
     """Append this call's code version, device and ``span`` (e.g. ``updates_from``,
     ``updates_to``; ``env_steps_from``, ``env_steps_to``) to the run's benchmark.json as
@@ -131,12 +150,23 @@ def record_training_call(run_dir: Path, **span: int) -> None:
     replace_json(path, bench, sort_keys=False)
 
 
+def _trained(call: dict) -> bool:
+    """Whether a training call (`record_training_call`'s entry) moved its run on: some span
+    ``<x>_from`` .. ``<x>_to`` grew (a call on a finished run trains nothing)."""
+    spans = [(v, call.get(k[:-len("_from")] + "_to")) for k, v in call.items()
+             if k.endswith("_from")]
+    return not spans or any(a != b for a, b in spans)
+
+
 def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     """(code version, device, prepared) of a check run: the distinct code versions and
-    devices of its training calls (benchmark.json ``training_calls``), each "+"-joined in
-    call order, else those its config.json recorded when the run was created (None for a
-    run made before they were recorded); ``prepared`` is the creation's pair when it was
-    recorded and the training calls' differ from it, else None."""
+    devices of its training calls that trained (benchmark.json ``training_calls``; a call
+    on a finished run, e.g. to re-judge it, trained nothing), each "+"-joined in call
+    order, else those its config.json recorded when the run was created (None for a run
+    made before they were recorded); ``prepared`` is the creation's pair when it was
+    recorded and differs from the first training call's (the run was made elsewhere, e.g.
+    packed on a CPU: a run resumed at a later commit where it was made is not), else
+    None."""
     def _read(name: str) -> dict:
         try:
             data = json.loads((Path(run_dir) / name).read_text())
@@ -146,14 +176,14 @@ def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     created = _read("config.json")
     made = (created.get("code_version"), created.get("device"))
     calls = [c for c in _read("benchmark.json").get("training_calls") or []
-             if isinstance(c, dict)]
+             if isinstance(c, dict) and _trained(c)]
     if not calls:
         return made[0], made[1], None
 
     def joined(key: str) -> str | None:
         seen = list(dict.fromkeys(c.get(key) for c in calls if c.get(key)))
         return "+".join(seen) if seen else None
-    trained = (joined("code_version"), joined("device"))
-    prepared = (None if trained == made or made == (None, None)
-                else {"code_version": made[0], "device": made[1]})
-    return trained[0], trained[1], prepared
+    first = (calls[0].get("code_version"), calls[0].get("device"))
+    elsewhere = any(m is not None and m != f for m, f in zip(made, first))
+    prepared = {"code_version": made[0], "device": made[1]} if elsewhere else None
+    return joined("code_version"), joined("device"), prepared

@@ -25,8 +25,9 @@ Criterion (the judged wmx arm, ``--judge``; every arm's readings are in the JSON
   provenance note), not the official code that runs beside wmx.
 
 Writes ``<out>.json`` (every arm's curves per seed, the official summaries' chip, commit
-and rates, the readings and ``passed``), ``<out>.png`` and, given official run folders,
-``<out>_official_metrics.csv`` (their train rows, from which the JSON can be made again):
+and rates, the readings and ``passed``), ``<out>.png`` and, given official run folders
+or an earlier record, ``<out>_official_metrics.csv`` (their train rows, from which the
+JSON can be made again):
 
     python benchmarks/learning/dreamerv3_official_compare.py --task reacher-easy \\
         --official OUT0 OUT1 --wmx "bfloat16=RUN_DIR" \\
@@ -201,17 +202,32 @@ def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict], 
     comparisons) of --official arguments: run folders, metrics.csv files, or an earlier
     comparison's ``<out>.json``, whose runs (`summary_of`'s form) it keeps and whose train
     rows it reads from the ``<out>_official_metrics.csv`` beside it. Raises SystemExit
-    naming a record without that csv or without official runs."""
+    naming a record that is unreadable, has no official runs (one made of metrics.csv
+    files keeps no rows) or lacks that csv."""
     rows, summaries, kept = [], [], []
     for p in paths:
-        if p.suffix == ".json" and p.is_file():
-            record = json.loads(p.read_text())
-            runs = (record.get("official") or {}).get("runs")
+        if p.suffix == ".json" and not p.is_dir():
+            try:
+                record = json.loads(p.read_text())
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"{p}: unreadable ({type(e).__name__}: {e}); give an "
+                                 "<out>.json of this script, a run folder or a metrics.csv"
+                                 ) from None
+            official = record.get("official") if isinstance(record, dict) else None
+            runs = official.get("runs") if isinstance(official, dict) else None
             if not isinstance(runs, list):
                 raise SystemExit(f"{p}: not a comparison record (no official.runs); give "
                                  "an <out>.json of this script, a run folder or a metrics.csv")
+            if not runs:
+                raise SystemExit(f"{p}: a comparison record with no official runs (made of "
+                                 "metrics.csv files, whose rows it does not keep); give "
+                                 "those metrics.csv files")
+            csv_path = p.with_name(p.stem + "_official_metrics.csv")
+            if not csv_path.is_file():
+                raise SystemExit(f"{p}: {csv_path.name} (its official rows) is missing "
+                                 "beside it; give the official run folders it was made from")
             kept += runs
-            p = p.with_name(p.stem + "_official_metrics.csv")
+            p = csv_path
         elif p.is_dir():
             s = p / "official_summary.json"
             if s.is_file():

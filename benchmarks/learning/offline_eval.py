@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from check_run import read_json
+from check_run import last_logged, read_json
 
 FINAL_EPISODES = 50
 """--final-episodes default: episodes per task and seed of the final evaluation that the
@@ -36,8 +36,9 @@ def eval_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def last_updates(run_dir: Path) -> int:
-    """The largest update count in an offline run's metrics.csv (0 without one)."""
-    return max((int(r["updates"]) for r in metrics_rows(run_dir)), default=0)
+    """The largest update count in an offline run's metrics.csv (0 without one; a row a
+    killed process left incomplete is left out, `check_run.last_logged`)."""
+    return last_logged(run_dir, "updates")
 
 
 def eval_curves(run_dir: Path) -> dict[str, dict[int, list[float]]]:

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from check_run import (parse, portable, read_json, record_resume_command, record_training_call,
-                       trained_where, training)
+from check_run import (last_logged, parse, portable, read_json, record_resume_command,
+                       record_training_call, trained_where, training)
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
@@ -201,8 +201,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-        start = (max((int(r["env_steps"]) for r in read_rows(run_dir)), default=0)
-                 if (run_dir / "metrics.csv").is_file() else 0)
+        start = last_logged(run_dir, "env_steps")
         with training(run_dir, changes) as stop_request:   # changes: --chunk-ticks
             record_resume_command(run_dir, agent, "online")     # a run from before it was kept
             summary = run(rc, run_dir, export, progress=True, deadline=deadline,

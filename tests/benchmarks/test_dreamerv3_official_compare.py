@@ -121,6 +121,51 @@ def test_main_writes_the_json_plot_and_official_rows(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_a_record_that_cannot_give_official_runs_is_one_line(tmp_path):
+    """An earlier record as --official: damaged, of bare metrics.csv files only (no official
+    runs, so no rows kept beside it), or without its _official_metrics.csv: one line
+    naming the record and what to give instead, and nothing written."""
+    run = _csv(tmp_path / "run.csv", [(0, 16000, 50.0), (0, 32000, 160.0)])
+    off = _csv(tmp_path / "off.csv", [(0, 16032, 40.0), (0, 32064, 150.0)])
+    bare = cmp.main(["--official", str(off), "--wmx", f"a={run}", "--out",
+                     str(tmp_path / "bare" / "cmp")])
+    assert bare["official"]["runs"] == []
+    assert not (tmp_path / "bare" / "cmp_official_metrics.csv").exists()
+    kept = tmp_path / "kept" / "cmp.json"       # official runs, its csv gone
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({**bare, "official": {**bare["official"], "runs": [
+        {"devices": ["TPU_0"], "config": None, "official_commit": None}]}}))
+    (tmp_path / "damaged.json").write_text('{"official": ')
+    (tmp_path / "list.json").write_text("[]")
+    for record, why in [(tmp_path / "bare" / "cmp.json", "no official runs"),
+                        (kept, "cmp_official_metrics.csv (its official rows) is missing"),
+                        (tmp_path / "damaged.json", "unreadable"),
+                        (tmp_path / "list.json", "not a comparison record")]:
+        with pytest.raises(SystemExit) as e:
+            cmp.main(["--official", str(record), "--wmx", f"a={run}", "--out",
+                      str(tmp_path / "new" / "cmp")])
+        assert str(e.value).startswith(f"{record}: ") and why in str(e.value)
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_run_folders_commit_is_its_training_calls(tmp_path):
+    """A wmx run folder's commit: its training calls' (benchmark.json), not the commit
+    that created it (config.json); a call that trained nothing is not one of them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _csv(run / "metrics.csv", [(0, 16000, 50.0), (0, 32000, 160.0)])
+    (run / "config.json").write_text(json.dumps({"code_version": "0000000aaa"}))
+    calls = [{"code_version": c, "device": "tpu: TPU v5 lite", "env_steps_from": a,
+              "env_steps_to": b} for c, a, b in (("1111111bbb", 0, 16000),
+                                                  ("2222222ccc", 16000, 32000),
+                                                  ("3333333ddd", 32000, 32000))]
+    (run / "benchmark.json").write_text(json.dumps({"training_calls": calls}))
+    assert cmp.wmx_arm(run, None)[1] == "1111111bbb+2222222ccc"
+    assert cmp.wmx_arm(run, "fff0000")[1] == "fff0000"         # @COMMIT wins
+    assert cmp._short("1111111bbb+2222222ccc") == "1111111+2222222"
+
+
 def test_runs_under_one_label_are_pooled_into_one_arm(tmp_path):
     """Seeds 0-1 and 2 run as two programs, given under one label: one arm of 3 seeds, its
     commits joined; a seed in both runs is refused."""

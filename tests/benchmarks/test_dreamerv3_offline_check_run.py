@@ -61,17 +61,48 @@ def test_a_packed_run_records_where_it_trained_beside_where_it_was_made(tmp_path
     (run / "config.json").write_text(json.dumps({**cfg, "device": "cpu: cpu"}))
     (run / "metrics.csv").write_text(_METRICS)
     monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
-    for version, upto in (("4567def", 2500), ("89abcde", 4000)):
+    for version, upto in (("4567def", 3000), ("89abcde", 4000)):
         monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
         offline_check.record_training_call(run, updates_from=offline_check.last_updates(run),
                                            updates_to=upto)
         (run / "metrics.csv").write_text(_METRICS + f"train,,0,{upto},\n")
     calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
-    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 2500), (2500, 4000)]
+    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 3000), (3000, 4000)]
     rc = OfflineRunConfig.from_json(cfg)
     res = offline_check.run_fields(rc, run, {"updates": 4000, "finished": True}, 1.0)
     assert (res["code_version"], res["device"]) == ("4567def+89abcde", "tpu: TPU v5 lite")
     assert res["prepared"] == {"code_version": "0123abc", "device": "cpu: cpu"}
+
+
+def test_a_call_that_trained_nothing_does_not_name_where_it_ran(tmp_path, monkeypatch):
+    """The finished run resumed on a CPU at a later commit (to re-judge it) trains nothing:
+    its call is recorded, but the result names the commit and device that trained."""
+    import offline_check
+
+    import wmx.version
+    run = _prepared_run(tmp_path / "home")          # made at 0123abc on "tpu: TPU v5 lite"
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "0123abc")
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
+    offline_check.record_training_call(run, updates_from=0, updates_to=4000)
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "fedcba9")
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "cpu: cpu")
+    offline_check.record_training_call(run, updates_from=4000, updates_to=4000)
+    assert len(json.loads((run / "benchmark.json").read_text())["training_calls"]) == 2
+    assert offline_check.trained_where(run) == ("0123abc", "tpu: TPU v5 lite", None)
+
+
+def test_a_run_made_where_it_first_trained_names_no_preparation(tmp_path, monkeypatch):
+    """Made and first trained at one commit on one device, resumed there at a later commit:
+    the result names both commits and no ``prepared`` (the run was not made elsewhere)."""
+    import offline_check
+
+    import wmx.version
+    run = _prepared_run(tmp_path / "home")          # made at 0123abc on "tpu: TPU v5 lite"
+    monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
+    for version, start, upto in (("0123abc", 0, 2500), ("89abcde", 2500, 4000)):
+        monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
+        offline_check.record_training_call(run, updates_from=start, updates_to=upto)
+    assert offline_check.trained_where(run) == ("0123abc+89abcde", "tpu: TPU v5 lite", None)
 
 
 def test_resume_refuses_what_it_would_spoil(tmp_path):
@@ -128,6 +159,26 @@ def test_the_check_holds_the_run_lock_while_it_trains(tmp_path, monkeypatch):
         with pytest.raises(SystemExit, match=r"pid \d+"):
             offline_check.train(rc, run, tmp_path / "home", None)
     assert len(seen) == 1
+
+
+def test_a_row_a_killed_process_left_incomplete_does_not_stop_a_resume(tmp_path,
+                                                                     monkeypatch):
+    """metrics.csv ending in a row a killed trainer left incomplete (the trainer drops it,
+    `wmx.metrics_csv.kept_rows`): the check resumes, its call starting at the last whole
+    row."""
+    import offline_check
+
+    from wmx.runs.offline_config import OfflineRunConfig
+    from wmx.train_offline import loop
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS + "train,,0")     # killed writing a row
+    assert offline_check.last_updates(run) == 2500
+    monkeypatch.setattr(loop, "run", lambda rc, run_dir, **kw: {"finished": False,
+                                                                "updates": 3000})
+    rc = OfflineRunConfig.from_json(json.loads((run / "config.json").read_text()))
+    offline_check.train(rc, run, tmp_path / "home", None)
+    call, = json.loads((run / "benchmark.json").read_text())["training_calls"]
+    assert (call["updates_from"], call["updates_to"]) == (2500, 3000)
 
 
 def test_a_tdmpc2_run_is_checked_before_it_is_recorded(tmp_path):

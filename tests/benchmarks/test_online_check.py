@@ -73,7 +73,30 @@ def test_check_holds_the_run_lock_and_judges_the_chosen_returns(tmp_path, monkey
     assert [(c["env_steps_from"], c["env_steps_to"]) for c in calls] == \
         [(0, 32_000), (32_000, 32_000)]
     assert calls[1]["code_version"] == "fedcba9" and calls[1]["device"].startswith("cpu")
-    assert res["code_version"].endswith("+fedcba9") and res["device"] == calls[0]["device"]
+    # the second call found the run finished and trained nothing: not named in the result
+    assert (res["code_version"], res["device"]) == (calls[0]["code_version"],
+                                                    calls[0]["device"])
+    assert res["code_version"] != "fedcba9"
+
+
+def test_a_row_a_killed_process_left_incomplete_does_not_stop_a_resume(tmp_path,
+                                                                     monkeypatch):
+    """metrics.csv ending in a row a killed trainer left incomplete (the trainer drops it,
+    `wmx.metrics_csv.kept_rows`): the check resumes, its call starting at the last whole
+    row."""
+    seen = {}
+    monkeypatch.setattr(online_check, "run", _fake_run(seen))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    out = str(tmp_path / "out")
+    res = online_check.main("dreamerv3", {"eval_every": 16_000},
+                            ["--task", "reacher-easy", "--env-steps", "48000", "--home",
+                             str(tmp_path / "home"), "--out", out])
+    run_dir = Path(res["run_dir"])
+    with (run_dir / "metrics.csv").open("a") as f:
+        f.write("0,ev")                                 # killed while writing a row
+    online_check.main("dreamerv3", {}, ["--resume", str(run_dir), "--out", out])
+    calls = json.loads((run_dir / "benchmark.json").read_text())["training_calls"]
+    assert (calls[-1]["env_steps_from"], calls[-1]["env_steps_to"]) == (32_000, 32_000)
 
 
 def test_report_only_trains_nothing(tmp_path, monkeypatch):
