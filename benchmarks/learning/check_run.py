@@ -187,3 +187,28 @@ def trained_where(run_dir: Path) -> tuple[str | None, str | None, dict | None]:
     elsewhere = any(m is not None and m != f for m, f in zip(made, first))
     prepared = {"code_version": made[0], "device": made[1]} if elsewhere else None
     return joined("code_version"), joined("device"), prepared
+
+
+@contextlib.contextmanager
+def training_call(run_dir: Path, column: str) -> Iterator[dict[str, int]]:
+    """Record the training call around the block in the run's benchmark.json
+    (`record_training_call`): ``<column>_from`` is the last logged ``column`` ("updates",
+    "env_steps") before the block, ``<column>_to`` what the block puts in the yielded
+    dict under "to" (the trainer's summary), else the last logged after it. A call the
+    block leaves by an exception (a NaN stop, a crash) is recorded too, its checkpointed
+    chunks being kept, and an error while recording it does not hide that exception."""
+    start = last_logged(run_dir, column)
+    span: dict[str, int] = {}
+
+    def record() -> None:
+        to = span.get("to")
+        record_training_call(run_dir, **{f"{column}_from": start, f"{column}_to":
+                                         last_logged(run_dir, column) if to is None else to})
+    try:
+        yield span
+    except BaseException:
+        with contextlib.suppress(Exception, SystemExit):
+            record()
+        raise
+    record()
+

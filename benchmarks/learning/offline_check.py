@@ -28,8 +28,7 @@ import math
 import time
 from pathlib import Path
 
-from check_run import (read_json, record_training_call, resume_command, trained_where,
-                       training)
+from check_run import read_json, resume_command, trained_where, training, training_call
 # the evaluations, the results and the pack live in their own modules; the entry points,
 # device_check.py and the tests import them from here
 from offline_eval import (FINAL_EPISODES, eval_curves, eval_rows,  # noqa: F401
@@ -494,11 +493,11 @@ def train(rc, run_dir: Path, home: Path, budget_min: float | None,
     deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
     saved = read_json(run_dir / "config.json", "--resume")["updates"]
     extended = {} if saved == rc.updates else {"updates": rc.updates}   # --resume --updates
-    start = last_updates(run_dir)
-    with training(run_dir, extended) as stop_request:
-        summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
-                      stop_request=stop_request)
-    record_training_call(run_dir, updates_from=start or 0, updates_to=summary["updates"])
+    with training_call(run_dir, "updates") as span:
+        with training(run_dir, extended) as stop_request:
+            summary = run(rc, run_dir, home=home, progress=True, deadline=deadline,
+                          stop_request=stop_request)
+        span["to"] = summary["updates"]
     return summary, time.perf_counter() - t0
 
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from check_run import (last_logged, parse, portable, read_json, record_resume_command,
-                       record_training_call, trained_where, training)
+from check_run import (parse, portable, read_json, record_resume_command, trained_where,
+                       training, training_call)
 
 from wmx.datasets.store import Store
 from wmx.evaluate.plots import learning_curves
@@ -201,13 +201,13 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     else:
         export = online_cli.make_export(store, rc, run_dir)
         deadline = None if args.budget_min is None else time.monotonic() + 60 * args.budget_min
-        start = last_logged(run_dir, "env_steps")
-        with training(run_dir, changes) as stop_request:   # changes: --chunk-ticks
-            record_resume_command(run_dir, agent, "online")     # a run from before it was kept
-            summary = run(rc, run_dir, export, progress=True, deadline=deadline,
-                          stop_request=stop_request)
-        record_training_call(run_dir, env_steps_from=start,
-                             env_steps_to=int(summary.get("env_steps") or 0))
+        with training_call(run_dir, "env_steps") as span:
+            with training(run_dir, changes) as stop_request:   # changes: --chunk-ticks
+                record_resume_command(run_dir, agent, "online")  # a run from before it was kept
+                summary = run(rc, run_dir, export, progress=True, deadline=deadline,
+                              stop_request=stop_request)
+            if summary.get("env_steps") is not None:
+                span["to"] = int(summary["env_steps"])
     wall = time.perf_counter() - t0
     rows = read_rows(run_dir)
     curve, train = eval_curve(rows), eval_curve(rows, "train")

@@ -12,6 +12,8 @@ import pytest
 
 from offline_check_stand_ins import _METRICS, _prepared_run, bench
 
+import check_run  # noqa: E402 (its folder is on sys.path once the stand-ins are imported)
+
 
 def test_a_prepared_home_moves_and_its_run_is_reported_from_metrics(tmp_path, capsys):
     # prepared on one machine (sources recorded relative to the home folder), trained on
@@ -63,8 +65,8 @@ def test_a_packed_run_records_where_it_trained_beside_where_it_was_made(tmp_path
     monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
     for version, upto in (("4567def", 3000), ("89abcde", 4000)):
         monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
-        offline_check.record_training_call(run, updates_from=offline_check.last_updates(run),
-                                           updates_to=upto)
+        check_run.record_training_call(run, updates_from=offline_check.last_updates(run),
+                                       updates_to=upto)
         (run / "metrics.csv").write_text(_METRICS + f"train,,0,{upto},\n")
     calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
     assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 3000), (3000, 4000)]
@@ -83,10 +85,10 @@ def test_a_call_that_trained_nothing_does_not_name_where_it_ran(tmp_path, monkey
     run = _prepared_run(tmp_path / "home")          # made at 0123abc on "tpu: TPU v5 lite"
     monkeypatch.setattr(wmx.version, "code_version", lambda: "0123abc")
     monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
-    offline_check.record_training_call(run, updates_from=0, updates_to=4000)
+    check_run.record_training_call(run, updates_from=0, updates_to=4000)
     monkeypatch.setattr(wmx.version, "code_version", lambda: "fedcba9")
     monkeypatch.setattr(wmx.version, "device_label", lambda: "cpu: cpu")
-    offline_check.record_training_call(run, updates_from=4000, updates_to=4000)
+    check_run.record_training_call(run, updates_from=4000, updates_to=4000)
     assert len(json.loads((run / "benchmark.json").read_text())["training_calls"]) == 2
     assert offline_check.trained_where(run) == ("0123abc", "tpu: TPU v5 lite", None)
 
@@ -101,8 +103,39 @@ def test_a_run_made_where_it_first_trained_names_no_preparation(tmp_path, monkey
     monkeypatch.setattr(wmx.version, "device_label", lambda: "tpu: TPU v5 lite")
     for version, start, upto in (("0123abc", 0, 2500), ("89abcde", 2500, 4000)):
         monkeypatch.setattr(wmx.version, "code_version", lambda v=version: v)
-        offline_check.record_training_call(run, updates_from=start, updates_to=upto)
+        check_run.record_training_call(run, updates_from=start, updates_to=upto)
     assert offline_check.trained_where(run) == ("0123abc+89abcde", "tpu: TPU v5 lite", None)
+
+
+def test_a_call_stopped_by_an_error_is_recorded_and_the_error_kept(tmp_path, monkeypatch):
+    """A block left by an exception (a NaN stop, a crash) is recorded to its last logged
+    row, its checkpointed chunks being kept; an error while recording does not replace the
+    block's own exception; a block that ends normally records what it put under "to"."""
+    import wmx.version
+    run = _prepared_run(tmp_path / "home")
+    (run / "metrics.csv").write_text(_METRICS)            # logged to 2,500 updates
+    monkeypatch.setattr(wmx.version, "code_version", lambda: "0123abc")
+    with pytest.raises(FloatingPointError, match="NaN"):
+        with check_run.training_call(run, "updates"):
+            (run / "metrics.csv").write_text(_METRICS + "train,,0,3000,\ntrain,,0,35")
+            raise FloatingPointError("NaN in the loss")
+    calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
+    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 3000)]
+    with check_run.training_call(run, "updates") as span:
+        span["to"] = 4000
+    (run / "benchmark.json").write_text("{damaged")
+    with pytest.raises(FloatingPointError):
+        with check_run.training_call(run, "updates"):
+            raise FloatingPointError("NaN in the loss")
+    with pytest.raises(SystemExit, match="benchmark.json is unreadable"):
+        with check_run.training_call(run, "updates"):
+            pass
+    (run / "benchmark.json").write_text(json.dumps({"training_calls": calls}))
+    with check_run.training_call(run, "updates") as span:
+        span["to"] = 4000
+    calls = json.loads((run / "benchmark.json").read_text())["training_calls"]
+    assert [(c["updates_from"], c["updates_to"]) for c in calls] == [(2500, 3000),
+                                                                       (3000, 4000)]
 
 
 def test_resume_refuses_what_it_would_spoil(tmp_path):
