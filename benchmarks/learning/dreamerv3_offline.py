@@ -68,6 +68,31 @@ from wmx.evaluate.random_policy import LEARNED_MARGIN, random_return  # noqa: E4
 RESULT_NAME = "dreamerv3_offline"
 
 
+def accelerator_note(run_dir: Path, backend: str | None = None) -> str | None:
+    """A note for a run prepared on a CPU (``backend``, default JAX's) whose config left
+    fields "auto" that an accelerator resolves otherwise
+    (`wmx.agents.dreamerv3.config.backend_choices`): the run keeps the CPU's values
+    wherever it trains (`wmx.runs.pins`), so a run packed for an accelerator is prepared
+    with the accelerator's, given by ``--set``. None when there is nothing to say."""
+    import jax
+
+    from wmx.agents.dreamerv3.config import backend_choices
+    if (backend or jax.default_backend()) != "cpu":
+        return None
+    cfg = json.loads((run_dir / "config.json").read_text())
+    over = cfg.get("agent_overrides") or {}
+    here = backend_choices(cfg["preset"], over, "cpu")
+    there = {k: v for k, v in backend_choices(cfg["preset"], over, "tpu").items()
+             if here.get(k) != v}
+    if not there:
+        return None
+    fixed = ", ".join(f"{k}={here[k]}" for k in there)
+    sets = " ".join(f"--set {k}={v}" for k, v in there.items())
+    return (f"note: this CPU fixed {fixed} for the run, and the run keeps that wherever it "
+            f"trains; to train it on an accelerator as a run made there would, prepare it "
+            f"with {sets}")
+
+
 def judge(tasks: dict[str, dict], curves: dict[str, dict[int, list[float]]],
           learned_margin: float = LEARNED_MARGIN, finals: dict[str, dict] | None = None
           ) -> dict:
@@ -188,6 +213,9 @@ def main(argv=None) -> int:
         {"learned_margin": args.learned_margin, "final_episodes": args.final_episodes},
         check=tdmpc2_entry)
     if prepared_only(args, run_dir, bench):
+        note = accelerator_note(run_dir)
+        if note:
+            print(note)
         return 0
     rc = run_config(run_dir, args)
     beside = tdmpc2_beside(bench.get("tdmpc2_run") and home / bench["tdmpc2_run"],

@@ -90,3 +90,32 @@ def test_pack_refuses_before_anything_is_prepared_and_packs_the_tdmpc2_run(tmp_p
     assert p2.stat().st_mode & 0o777 == 0o777 & ~umask
     assert not (tmp_path / "p1").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_pack_prepared_on_a_cpu_names_what_an_accelerator_would_choose(tmp_path, capsys):
+    """The fields a preset leaves "auto" are fixed by the CPU that prepares the run and kept
+    wherever it trains (wmx.runs.pins): packing says which, and the --set that gives the
+    accelerator's; with them given (or on an accelerator) it says nothing."""
+    from wmx.agents.dreamerv3.config import backend_choices
+    assert backend_choices("paper", {}, "cpu") == {"scan_weight_grads": "inside"}
+    assert backend_choices("paper", {}, "tpu") == {"scan_weight_grads": "outside"}
+    assert backend_choices("cpu", {"compute_dtype": "float32"}, "tpu") == \
+        {"scan_weight_grads": "outside"}
+    assert backend_choices("cpu", {"compute_dtype": "auto", "scan_weight_grads": "inside"},
+                           "gpu") == {"compute_dtype": "bfloat16"}
+    home = tmp_path / "home"
+    run = _prepared_run(home)                     # preset cpu, no overrides
+    ds = home / "datasets" / "mt19-x" / ("ab" * 32)
+    ds.mkdir(parents=True)
+    (ds / "manifest.json").write_text("{}")
+    capsys.readouterr()
+    assert bench.main(["--resume", str(run), "--pack", str(tmp_path / "p"),
+                       "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert ("note: this CPU fixed compute_dtype=float32, scan_weight_grads=inside for the run"
+            in out) and "--set compute_dtype=bfloat16 --set scan_weight_grads=outside" in out
+    assert bench.accelerator_note(run, backend="tpu") is None
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["agent_overrides"] = {"compute_dtype": "bfloat16", "scan_weight_grads": "outside"}
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert bench.accelerator_note(run, backend="cpu") is None

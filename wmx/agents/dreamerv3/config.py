@@ -445,6 +445,27 @@ PRESETS: dict[str, dict[str, Any]] = {
 """
 
 
+def backend_choices(preset: str, overrides: dict[str, Any], backend: str) -> dict[str, str]:
+    """{field: its value on ``backend``} of the fields that the preset and ``overrides``
+    leave "auto" (compute_dtype, `auto_compute_dtype`; scan_weight_grads,
+    `auto_scan_weight_grads`): what a run created on that backend fixes (`wmx.runs.pins`).
+
+    Args:
+        preset: a name in `PRESETS`.
+        overrides: the run's agent overrides (a field given there is not "auto" unless
+            given as "auto").
+        backend: a jax backend name ("cpu", "tpu", "gpu", ...).
+    Returns:
+        The "auto" fields with their values on ``backend``; {} when none is left "auto".
+    Raises:
+        KeyError: an unknown preset.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(DreamerV3Config)}
+    resolvers = {"compute_dtype": auto_compute_dtype, "scan_weight_grads": auto_scan_weight_grads}
+    return {name: resolve(backend) for name, resolve in resolvers.items()
+            if overrides.get(name, PRESETS[preset].get(name, defaults[name])) == "auto"}
+
+
 def make_config(preset: str = "paper", **overrides: Any) -> DreamerV3Config:
     """A resolved `DreamerV3Config` from a named preset plus keyword overrides.
 
