@@ -1,4 +1,4 @@
-"""Learning check: does online DreamerV3 learn real Playground tasks on this CPU?
+"""Learning check: does online DreamerV3 learn real Playground tasks on this machine?
 
 `online_check.main` with DreamerV3's defaults: the `cpu` preset (the code-only
 1m widths with every paper hyperparameter: 16 envs, train ratio 512, action

@@ -1,4 +1,4 @@
-"""The online learning check of any agent: does it learn a real Playground task on this CPU?
+"""The online learning check of any agent: does it learn a real Playground task on this machine?
 
 Runs ``train_online`` (the agent's ``cpu`` preset by default) and records the
 mean eval return and the training-episode return of every logged point, beside

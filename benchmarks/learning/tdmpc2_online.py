@@ -1,4 +1,4 @@
-"""Learning check: does online TD-MPC2 learn real Playground tasks on this CPU?
+"""Learning check: does online TD-MPC2 learn real Playground tasks on this machine?
 
 `online_check.main` with TD-MPC2's defaults (cpu preset, 1 env per seed, 2
 seeds, eval returns judged). Acceptance (online issue): cartpole-balance
