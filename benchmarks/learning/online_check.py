@@ -117,6 +117,26 @@ def resumed(args, run_dir: Path, agent: str):
         raise SystemExit(str(e) if str(e).startswith("--") else f"--resume: {e}") from None
 
 
+JUDGING = ("threshold", "threshold_on")
+"""The flags that judge a run, not train it: kept in its benchmark.json, so a resumed
+call judges as the call that started it unless it is given them again."""
+
+
+def judging(run_dir: Path, args) -> None:
+    """Keep the judging flags with the run: those typed now are written to its
+    benchmark.json (atomically), those not typed are read from it when it holds them
+    (``args`` is updated in place)."""
+    from wmx.runs.cli_common import replace_json
+    path = run_dir / "benchmark.json"
+    bench = read_json(path, "--resume") if path.is_file() else {}
+    typed = {k: getattr(args, k) for k in JUDGING if k in args.given}
+    for k in JUDGING:
+        if k not in typed and k in bench:
+            setattr(args, k, bench[k])
+    if any(bench.get(k, object()) != v for k, v in typed.items()):
+        replace_json(path, {**bench, **typed}, sort_keys=False)
+
+
 def main(agent: str, defaults: dict, argv=None) -> dict:
     """Parse the flags (``defaults`` replaces the argparse defaults), run, write the
     result JSON and plot; returns the result dict."""
@@ -137,9 +157,11 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
     p.add_argument("--eval-every", type=int, default=2_000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval episodes per seed")
     p.add_argument("--threshold", type=float, default=None,
-                   help="the criterion: the mean return (over seeds) to reach within the run")
+                   help="the criterion: the mean return (over seeds) to reach within the run "
+                        "(kept with the run: a --resume without it judges by it)")
     p.add_argument("--threshold-on", choices=("eval", "train"), default="eval",
-                   help="which return the threshold applies to")
+                   help="which return the threshold applies to (kept with the run, as "
+                        "--threshold)")
     p.add_argument("--budget-min", type=float, default=None,
                    help="stop after this many minutes (whole chunks); record as far as reached")
     p.add_argument("--chunk-ticks", type=int, default=None,
@@ -194,6 +216,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text(json.dumps(rc.to_json(), indent=1))
         record_resume_command(run_dir, agent, "online")
+    judging(run_dir, args)
     task = rc.task
     t0 = time.perf_counter()
     if args.report_only:

@@ -99,6 +99,26 @@ def test_a_row_a_killed_process_left_incomplete_does_not_stop_a_resume(tmp_path,
     assert (calls[-1]["env_steps_from"], calls[-1]["env_steps_to"]) == (32_000, 32_000)
 
 
+def test_the_judging_flags_are_kept_with_the_run(tmp_path, monkeypatch):
+    """--threshold and --threshold-on typed when the run starts judge its resumed calls
+    that do not type them; typed again, they replace the kept ones."""
+    monkeypatch.setattr(online_check, "run", _fake_run({}))
+    monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
+    out = str(tmp_path / "out")
+    run_dir = online_check.main("dreamerv3", {}, [
+        "--task", "reacher-easy", "--home", str(tmp_path / "home"), "--out", out,
+        "--threshold", "300", "--threshold-on", "train"])["run_dir"]
+    bench = json.loads((Path(run_dir) / "benchmark.json").read_text())
+    assert (bench["threshold"], bench["threshold_on"]) == (300.0, "train")
+    res = online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out])
+    assert (res["threshold"], res["threshold_on"], res["passed"]) == (300.0, "train", True)
+    res = online_check.main("dreamerv3", {}, ["--resume", run_dir, "--report-only",
+                                              "--threshold", "400", "--out", out])
+    assert (res["threshold"], res["threshold_on"], res["passed"]) == (400.0, "train", False)
+    res = online_check.main("dreamerv3", {}, ["--resume", run_dir, "--out", out])
+    assert res["threshold"] == 400.0 and res["passed"] is False
+
+
 def test_report_only_trains_nothing(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(online_check, "run", _fake_run(seen))
