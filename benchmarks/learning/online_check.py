@@ -154,7 +154,9 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                    help="lockstep envs per seed (default: the agent's preset's)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="agent config fields (train_online's --set)")
-    p.add_argument("--eval-every", type=int, default=2_000, help="env steps between evaluations")
+    p.add_argument("--eval-every", type=int, default=2_000,
+                   help="env steps between evaluations (each at the first end of a round of "
+                        "episodes at or past a multiple, and one at the run's end)")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval episodes per seed")
     p.add_argument("--threshold", type=float, default=None,
                    help="the criterion: the mean return (over seeds) to reach within the run "

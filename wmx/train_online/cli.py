@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "dreamerv3 the preset's, 16 as the paper)")
     p.add_argument("--batch-size", type=count, default=None,
                    help="batch of one update (default: the preset's)")
-    p.add_argument("--eval-every", type=count, default=5_000, help="env steps between evaluations")
+    p.add_argument("--eval-every", type=count, default=5_000,
+                   help="env steps between evaluations (each at the first end of a round of "
+                        "episodes at or past a multiple, and one at the run's end)")
     p.add_argument("--eval-episodes", type=int, default=10, help="eval_mode episodes per seed")
     p.add_argument("--chunk-episodes", type=int, default=1,
                    help="rounds of episodes per jitted chunk (host work happens between chunks)")
