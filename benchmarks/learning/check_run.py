@@ -14,6 +14,7 @@ import contextlib
 import csv
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -138,8 +139,6 @@ def record_training_call(run_dir: Path, **span: int) -> None:
     trained on another (``--pack``, a device call) records where and by which commit it
     trained (in a copy without ``.git``, `wmx.version.code_version` reads
     ``$WMX_CODE_VERSION``)."""
-    import time
-
     from wmx.runs.cli_common import replace_json
     from wmx.version import code_version, device_label
     path = Path(run_dir) / "benchmark.json"

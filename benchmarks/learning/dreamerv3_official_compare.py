@@ -54,6 +54,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from check_run import trained_where
 
 from wmx.evaluate.reference_curves import points_up_to, reference_source
 
@@ -165,7 +166,6 @@ def wmx_arm(path: Path, commit: str | None) -> tuple[list[dict[str, str]], str |
     """(train rows, commit) of a wmx run folder or metrics.csv."""
     if path.is_dir():
         if commit is None:
-            from check_run import trained_where
             commit = trained_where(path)[0]
         path = path / "metrics.csv"
     return read_train_rows(path), commit
@@ -197,37 +197,41 @@ def _short(commit: str) -> str:
     return "+".join(c[:7] for c in commit.split("+"))
 
 
+def record_runs(p: Path) -> tuple[list[dict], Path]:
+    """(its official runs, the csv of its official rows) of an earlier comparison's
+    ``<out>.json``. Raises SystemExit naming a record that is unreadable, has no official
+    runs (one made of metrics.csv files keeps no rows) or lacks that csv."""
+    try:
+        record = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{p}: unreadable ({type(e).__name__}: {e}); give an <out>.json of "
+                         "this script, a run folder or a metrics.csv") from None
+    official = record.get("official") if isinstance(record, dict) else None
+    runs = official.get("runs") if isinstance(official, dict) else None
+    if not isinstance(runs, list):
+        raise SystemExit(f"{p}: not a comparison record (no official.runs); give an "
+                         "<out>.json of this script, a run folder or a metrics.csv")
+    if not runs:
+        raise SystemExit(f"{p}: a comparison record with no official runs (made of "
+                         "metrics.csv files, whose rows it does not keep); give those "
+                         "metrics.csv files")
+    csv_path = p.with_name(p.stem + "_official_metrics.csv")
+    if not csv_path.is_file():
+        raise SystemExit(f"{p}: {csv_path.name} (its official rows) is missing beside it; "
+                         "give the official run folders it was made from")
+    return runs, csv_path
+
+
 def official_runs(paths: list[Path]) -> tuple[list[dict[str, str]], list[dict], list[dict]]:
     """(train rows of all seeds, the raw official summaries found, the runs kept by earlier
     comparisons) of --official arguments: run folders, metrics.csv files, or an earlier
-    comparison's ``<out>.json``, whose runs (`summary_of`'s form) it keeps and whose train
-    rows it reads from the ``<out>_official_metrics.csv`` beside it. Raises SystemExit
-    naming a record that is unreadable, has no official runs (one made of metrics.csv
-    files keeps no rows) or lacks that csv."""
+    comparison's ``<out>.json`` (`record_runs`: its runs, in `summary_of`'s form, and the
+    rows of the ``<out>_official_metrics.csv`` beside it)."""
     rows, summaries, kept = [], [], []
     for p in paths:
         if p.suffix == ".json" and not p.is_dir():
-            try:
-                record = json.loads(p.read_text())
-            except (OSError, ValueError) as e:
-                raise SystemExit(f"{p}: unreadable ({type(e).__name__}: {e}); give an "
-                                 "<out>.json of this script, a run folder or a metrics.csv"
-                                 ) from None
-            official = record.get("official") if isinstance(record, dict) else None
-            runs = official.get("runs") if isinstance(official, dict) else None
-            if not isinstance(runs, list):
-                raise SystemExit(f"{p}: not a comparison record (no official.runs); give "
-                                 "an <out>.json of this script, a run folder or a metrics.csv")
-            if not runs:
-                raise SystemExit(f"{p}: a comparison record with no official runs (made of "
-                                 "metrics.csv files, whose rows it does not keep); give "
-                                 "those metrics.csv files")
-            csv_path = p.with_name(p.stem + "_official_metrics.csv")
-            if not csv_path.is_file():
-                raise SystemExit(f"{p}: {csv_path.name} (its official rows) is missing "
-                                 "beside it; give the official run folders it was made from")
+            runs, p = record_runs(p)
             kept += runs
-            p = csv_path
         elif p.is_dir():
             s = p / "official_summary.json"
             if s.is_file():

@@ -83,6 +83,11 @@ def auto_scan_weight_grads(backend: str | None = None) -> str:
     return "inside" if backend == "cpu" else "outside"
 
 
+AUTO_FIELDS = {"compute_dtype": auto_compute_dtype, "scan_weight_grads": auto_scan_weight_grads}
+"""The fields whose "auto" the backend resolves: field -> resolver(backend=None) (`resolved`,
+`backend_choices`)."""
+
+
 @dataclass(frozen=True)
 class DreamerV3Config:
     """Every DreamerV3 hyperparameter, 2411f7d defaults (spec Hyperparameter table).
@@ -337,10 +342,8 @@ class DreamerV3Config:
             return self
         table = dict(zip(_WIDTHS, MODEL_SIZES[self.model_size]))
         fill = {f: table[f] for f in _WIDTHS if getattr(self, f) is None}
-        if self.compute_dtype == "auto":
-            fill["compute_dtype"] = auto_compute_dtype()
-        if self.scan_weight_grads == "auto":
-            fill["scan_weight_grads"] = auto_scan_weight_grads()
+        fill.update({f: resolve() for f, resolve in AUTO_FIELDS.items()
+                     if getattr(self, f) == "auto"})
         return dataclasses.replace(self, **fill)
 
     @property
@@ -446,9 +449,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def backend_choices(preset: str, overrides: dict[str, Any], backend: str) -> dict[str, str]:
-    """{field: its value on ``backend``} of the fields that the preset and ``overrides``
-    leave "auto" (compute_dtype, `auto_compute_dtype`; scan_weight_grads,
-    `auto_scan_weight_grads`): what a run created on that backend fixes (`wmx.runs.pins`).
+    """{field: its value on ``backend``} of the `AUTO_FIELDS` that the preset and
+    ``overrides`` leave "auto": what a run created on that backend fixes (`wmx.runs.pins`).
 
     Args:
         preset: a name in `PRESETS`.
@@ -461,8 +463,7 @@ def backend_choices(preset: str, overrides: dict[str, Any], backend: str) -> dic
         KeyError: an unknown preset.
     """
     defaults = {f.name: f.default for f in dataclasses.fields(DreamerV3Config)}
-    resolvers = {"compute_dtype": auto_compute_dtype, "scan_weight_grads": auto_scan_weight_grads}
-    return {name: resolve(backend) for name, resolve in resolvers.items()
+    return {name: resolve(backend) for name, resolve in AUTO_FIELDS.items()
             if overrides.get(name, PRESETS[preset].get(name, defaults[name])) == "auto"}
 
 
