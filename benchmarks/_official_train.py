@@ -27,8 +27,11 @@ class _Stop:
 
     With ``episode_window`` (seconds) the budget stop comes early, at the first episode
     end within that window before the deadline: a resumed official loop restarts its
-    envs, so the episodes still running at a stop are never scored, and on DMC (all envs
-    end together) a stop just after a group ended loses none.
+    envs, so the episodes still running at a stop are never scored. On DMC (all envs end
+    together) the driver stops at the very step a group ends (`group_ended`, `drive`):
+    no episode is lost and the resumed loop's groups end where an unstopped loop's would;
+    an episode end the logger reports (`episode_ended`; envs out of step) stops the loop
+    at its next check, up to one driver call (10 steps of every env) later.
     """
 
     def __init__(self, deadline: float | None, episode_window: float = 0.0):
@@ -39,6 +42,21 @@ class _Stop:
     def episode_ended(self, now: float | None = None) -> None:
         """An env's episode ended (the logger got its score) at ``now`` (monotonic s)."""
         self.last_episode_end = time.monotonic() if now is None else now
+
+    def group_ended(self, now: float | None = None) -> bool:
+        """Every env's episode ended at the driver step just taken (DMC's lockstep
+        episodes: a group). True when the loop should stop right there, before the envs
+        reset: the episode window is open (its last ``episode_window`` seconds before
+        the deadline, or the deadline has passed); sets ``reason`` then. A call stopped
+        so loses no episode, and its resumed loop's groups end where an unstopped loop's
+        would (k × envs × (T + 1) steps)."""
+        if self.deadline is None or self.episode_window <= 0:
+            return False
+        now = time.monotonic() if now is None else now
+        if now < self.deadline - self.episode_window:
+            return False
+        self.reason = self.reason or "budget, at an episode end"
+        return True
 
     def check(self, now: float | None = None) -> bool:
         """True once the loop must stop: sets ``reason`` to "budget" at the deadline, or
@@ -52,6 +70,26 @@ class _Stop:
                     self.last_episode_end >= self.deadline - self.episode_window:
                 self.reason = "budget, at an episode end"
         return self.reason is not None
+
+
+def drive(step_once, steps: int, episodes: int, all_ended, stop: _Stop) -> None:
+    """The official ``Driver.__call__``'s loop (steps until ``steps`` env steps or
+    ``episodes`` episodes), ended right after a step at which every env's episode ended
+    and ``stop.group_ended()`` says to stop (``--episode-window``): the loop then stops
+    on the group's boundary instead of up to ``steps`` env steps into the next episodes.
+
+    Args:
+        step_once: ``(step, episode) -> (step, episode)``, one step of every env (the
+            official ``Driver._step`` with its policy).
+        steps, episodes: the call's targets, as the official driver takes them.
+        all_ended: ``() -> bool``: whether every env's episode ended at the last step.
+        stop: the call's `_Stop`.
+    """
+    step, episode = 0, 0
+    while step < steps or episode < episodes:
+        step, episode = step_once(step, episode)
+        if all_ended() and stop.group_ended():
+            return
 
 
 class _Steps:
@@ -239,6 +277,12 @@ def train(args) -> None:
             with env_process_environ():
                 super().__init__(*a, **kw)
             state["driver"] = self
+
+        def __call__(self, policy, steps=0, episodes=0):
+            # the official loop, ended at a group's boundary inside the episode window
+            # (after a step whose every env ended: its ``reset`` action is set for all)
+            drive(lambda s, e: self._step(policy, s, e), steps, episodes,
+                  lambda: bool(self.acts["reset"].all()), stop)
 
         def _receive(self, pipe):
             if self.parallel:

@@ -21,7 +21,9 @@ loop the driver only adds what short, killable calls need:
 - the loop stops when ``--budget-s`` has passed since the driver started (with
   ``--episode-window S``: at the first episode end in the last S seconds before it,
   as a resumed loop restarts its envs and never scores the episodes that were
-  running), when the env-step target is reached, or on SIGTERM/SIGINT (``timeout -k``'s
+  running; on DMC, whose envs end their episodes at the same step, on that very
+  step, so the resumed loop's groups of episodes end where an unstopped loop's
+  would), when the env-step target is reached, or on SIGTERM/SIGINT (``timeout -k``'s
   first signal; the env processes ignore it), and then saves a checkpoint
   (also every ``--save-every`` seconds, synchronously, so the resume point's
   counters are exact); the next call with the same ``--logdir`` continues
@@ -128,7 +130,7 @@ from _official_settings import (DEFAULT_BUNDLE, LOGS_TAR, METRICS_CSV,  # noqa: 
                                 _import_official, build_config, check_official,
                                 official_task, resolve_settings)
 from _official_supervise import ended_line, supervise, tee_process  # noqa: E402,F401
-from _official_train import _OnSignal, _say, _Steps, _Stop, train  # noqa: E402,F401
+from _official_train import _OnSignal, _say, _Steps, _Stop, drive, train  # noqa: E402,F401
 
 
 def time_train(args) -> None:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -161,6 +162,38 @@ def test_episode_window_stops_at_the_first_episode_end_inside_it():
     off_ = off._Stop(deadline=1000.0)               # no window: only the deadline
     off_.episode_ended(now=990.0)
     assert not off_.check(now=995.0) and off_.check(now=1001.0)
+
+
+def test_driver_stops_on_the_step_a_group_of_episodes_ends_inside_the_window():
+    """Envs in lockstep with episodes of 5 steps, a driver call of 30 steps: with the
+    window open the call ends right after step 5 (the group's end); with it closed, or
+    without a window, it takes its 30 steps as the official driver does."""
+    def call(stop):
+        taken = []
+
+        def step_once(step, episode):
+            taken.append(step + 1)
+            return step + 1, episode + ((step + 1) % 5 == 0)
+        off.drive(step_once, 30, 0, lambda: taken[-1] % 5 == 0, stop)
+        return taken[-1]
+
+    now = time.monotonic()
+    open_ = off._Stop(deadline=now + 100.0, episode_window=1000.0)
+    assert call(open_) == 5 and open_.reason == "budget, at an episode end"
+    assert open_.check()                            # the loop's next check stops it
+    assert call(off._Stop(deadline=now + 1000.0, episode_window=10.0)) == 30
+    assert call(off._Stop(deadline=now + 1000.0)) == 30
+    assert call(off._Stop(deadline=None)) == 30
+
+
+def test_group_end_stops_only_inside_the_window():
+    stop = off._Stop(deadline=1000.0, episode_window=50.0)
+    assert not stop.group_ended(now=949.0) and stop.reason is None
+    assert stop.group_ended(now=950.0) and stop.reason == "budget, at an episode end"
+    late = off._Stop(deadline=1000.0, episode_window=50.0)
+    assert late.group_ended(now=1200.0)             # past the deadline: at once too
+    assert not off._Stop(deadline=1000.0).group_ended(now=999.0)     # no window
+    assert not off._Stop(deadline=None, episode_window=50.0).group_ended(now=1e9)
 
 
 def test_resume_refuses_a_changed_setting(tmp_path, capsys):
@@ -471,11 +504,12 @@ def test_official_loop_trains_saves_resumes_and_converts(tmp_path):
     second continues from the first's checkpoint; then the logs are converted."""
     logdir, out = tmp_path / "run", tmp_path / "out"
 
-    def call(env_steps, budget_s):
+    def call(env_steps, budget_s, window_s=0):
         cmd = ('export PATH="$(dirname "$PY"):$PATH"; source .official-dv3/setup.sh; '
                f'python benchmarks/official_dreamerv3.py --task reacher-easy --logdir {logdir} '
                f'--out {out} --platform cpu --size debug --envs 2 --env-steps {env_steps} '
-               f'--budget-s {budget_s} --set run.driver_parallel=True')
+               f'--budget-s {budget_s} --episode-window {window_s} '
+               '--set run.driver_parallel=True')
         env = {**os.environ, "PY": BUNDLE_PYTHON, "JAX_PLATFORMS": "cpu",
                "DV3_SITE": os.environ.get("DV3_SITE", str(tmp_path / "dv3site"))}
         env.pop(off.WORKER_ENV, None)
@@ -495,6 +529,13 @@ def test_official_loop_trains_saves_resumes_and_converts(tmp_path):
     log = (logdir / off.RUN_LOG).read_text()
     assert log.count("the training process exited with status 0") == 2
     assert "Loading checkpoint" in log
+    # a window as long as the budget: the resumed envs start new episodes (the debug
+    # size's time limit: 100 agent steps), and the call stops on the very step their
+    # first group ends, 2 envs x 101 steps (the reset step counts) x action repeat 2 on;
+    # a stop at the loop's next check would land up to 10 driver steps (40) later
+    third = call(8000, 240, window_s=240)[-1]
+    assert third["stop"] == "budget, at an episode end", third
+    assert third["env_steps_end"] == third["env_steps_start"] + 404, third
 
 
 def test_check_train_probe_flag():
