@@ -39,4 +39,3 @@ def human_size(n: float) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
-    return str(n)

@@ -154,9 +154,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                    help="lockstep envs per seed (default: the agent's preset's)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="agent config fields (train_online's --set)")
-    p.add_argument("--eval-every", type=int, default=2_000,
-                   help="env steps between evaluations (each at the first end of a round of "
-                        "episodes at or past a multiple, and one at the run's end)")
+    p.add_argument("--eval-every", type=int, default=2_000, help=online_cli.EVAL_EVERY_HELP)
     p.add_argument("--eval-episodes", type=int, default=10, help="eval episodes per seed")
     p.add_argument("--threshold", type=float, default=None,
                    help="the criterion: the mean return (over seeds) to reach within the run "
@@ -231,8 +229,7 @@ def main(agent: str, defaults: dict, argv=None) -> dict:
                 record_resume_command(run_dir, agent, "online")  # a run from before it was kept
                 summary = run(rc, run_dir, export, progress=True, deadline=deadline,
                               stop_request=stop_request)
-            if summary.get("env_steps") is not None:
-                span["to"] = int(summary["env_steps"])
+            span["to"] = int(summary["env_steps"])
     wall = time.perf_counter() - t0
     rows = read_rows(run_dir)
     curve, train = eval_curve(rows), eval_curve(rows, "train")

@@ -195,7 +195,7 @@ def test_wmx_runs_info_names_the_checks_own_resume(tmp_path, monkeypatch, capsys
     from wmx.cli.main import main as wmx_main
     def header_only(rc, run_dir, *a, **k):          # stopped inside its first chunk
         (run_dir / "metrics.csv").write_text("seed,kind,env_steps,return,wall_s\n")
-        return {"finished": False}
+        return {"finished": False, "env_steps": 0}
     monkeypatch.setattr(online_check, "run", header_only)
     monkeypatch.setattr(online_check.online_cli, "make_export", lambda *a, **k: None)
     home, out = tmp_path / "home", str(tmp_path / "out")

@@ -34,6 +34,10 @@ from wmx.runs.cli_common import (ArgumentParser, HelpFormatter, add_agent_argume
                                  run_cli, run_name, warn_if_restarting)
 
 DESCRIPTION = __doc__.split("\n\n")[0]
+EVAL_EVERY_HELP = ("env steps between evaluations (each at the first end of a round of "
+                   "episodes at or past a multiple, and one at the run's end)")
+"""``--eval-every``'s help, shared with the online learning checks (`wmx.train_online.loop`
+decides when an evaluation runs)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,9 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "dreamerv3 the preset's, 16 as the paper)")
     p.add_argument("--batch-size", type=count, default=None,
                    help="batch of one update (default: the preset's)")
-    p.add_argument("--eval-every", type=count, default=5_000,
-                   help="env steps between evaluations (each at the first end of a round of "
-                        "episodes at or past a multiple, and one at the run's end)")
+    p.add_argument("--eval-every", type=count, default=5_000, help=EVAL_EVERY_HELP)
     p.add_argument("--eval-episodes", type=int, default=10, help="eval_mode episodes per seed")
     p.add_argument("--chunk-episodes", type=int, default=1,
                    help="rounds of episodes per jitted chunk (host work happens between chunks)")
