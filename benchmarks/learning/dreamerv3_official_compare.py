@@ -15,8 +15,8 @@ published point at ceil(x / 10,000) · 10,000.
 
 Criterion (the judged wmx arm, ``--judge``; every arm's readings are in the JSON):
 
-- ``within_official``: at every point where wmx and all official seeds logged a group,
-  up to ``--until`` env steps, wmx's seed mean lies inside the official seeds' range;
+- ``within_official``: at every point where all of wmx's seeds and all official seeds
+  logged a group (a mean over some of the seeds is not read, nor drawn), up to ``--until`` env steps, wmx's seed mean lies inside the official seeds' range;
 - ``threshold``: wmx's seed mean reaches ``--threshold`` at a logged point at or below
   ``--by`` env steps;
 - ``within_published``: at every published point wmx's logged points reach (their bins),
@@ -96,6 +96,14 @@ def train_curve(rows: list[dict[str, str]], match: int = 1000) -> Curve:
     return dict(sorted(out.items()))
 
 
+def complete(c: Curve) -> Curve:
+    """The points of ``c`` where every seed of the curve logged (a seed mean over fewer
+    would mix seed sets: an arm pooled from a run cut short, whose later points hold only
+    the other run's seeds). The JSON keeps every point; readings and plot use these."""
+    n = max((len(v) for v in c.values()), default=0)
+    return {x: seeds for x, seeds in c.items() if len(seeds) == n}
+
+
 def published_bin(x: int, bin_steps: int = PUBLISHED_BIN) -> int:
     """The published point whose bin (X - bin, X] holds a logged point at env step x."""
     return int(math.ceil(x / bin_steps) * bin_steps)
@@ -112,12 +120,14 @@ def judge(arm: Curve, official: Curve, published: dict[int, tuple[float, float, 
           until: int, threshold: float, by: int) -> dict:
     """The criterion's readings of one wmx arm (module docstring).
 
+    Only the arm's points where all its seeds logged are read (`complete`).
+
     Returns {"within_official": {"points": [...], "ok"}, "threshold": {"best", "at",
     "ok"}, "within_published": {"points": [...], "ok"}}; an ``ok`` is None when it has no
     point to judge.
     """
     n_official = max((len(v) for v in official.values()), default=0)
-    means = {x: float(np.mean(list(seeds.values()))) for x, seeds in arm.items()}
+    means = {x: float(np.mean(list(seeds.values()))) for x, seeds in complete(arm).items()}
     pts = []
     for x, mean in means.items():
         off = official.get(x)
@@ -263,8 +273,8 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
          published: dict[int, tuple[float, float, float]], path: Path,
          official_label: str = "official DreamerV3") -> None:
     """Seed mean (line) and range (band) of each wmx arm (labelled by its key) and of the
-    official agent, and the ``published`` points given (markers, their seeds' range as
-    error bars)."""
+    official agent at the points where all their seeds logged (`complete`), and the
+    ``published`` points given (markers, their seeds' range as error bars)."""
     from matplotlib.figure import Figure
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot(1, 1, 1)
@@ -272,6 +282,7 @@ def plot(task: str, arms: dict[str, Curve], official: Curve,
     series = [(k, v, colours[i % len(colours)]) for i, (k, v) in enumerate(arms.items())]
     series.append((official_label, official, "#d62728"))
     for label, c, colour in series:
+        c = complete(c)
         if not c:
             continue
         xs = np.array(list(c), float)

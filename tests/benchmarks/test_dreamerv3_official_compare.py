@@ -189,6 +189,20 @@ def test_runs_under_one_label_are_pooled_into_one_arm(tmp_path):
     assert not (tmp_path / "o2.json").exists()
 
 
+def test_points_some_seeds_of_a_pooled_arm_lack_are_not_read():
+    """Seeds 2-4 cut short at 32,000 beside seeds 0-1 to 48,000: the arm's 48,000 point
+    (seeds 0-1 only) is neither judged nor in the threshold's best; the JSON keeps it."""
+    official = {16000: {0: 40.0, 1: 90.0}, 32000: {0: 150.0, 1: 180.0},
+                48000: {0: 200.0, 1: 780.0}}
+    arm = {16000: {s: 60.0 for s in range(5)}, 32000: {s: 160.0 for s in range(5)},
+           48000: {0: 900.0, 1: 900.0}}
+    assert cmp.complete(arm) == {16000: arm[16000], 32000: arm[32000]}
+    r = cmp.judge(arm, official, {}, until=64000, threshold=300.0, by=50000)
+    assert [p["env_steps"] for p in r["within_official"]["points"]] == [16000, 32000]
+    assert r["threshold"]["best"] == 160.0 and r["threshold"]["ok"] is False
+    assert cmp.complete({}) == {}
+
+
 def test_bad_arguments_fail_in_one_line(tmp_path):
     empty = _csv(tmp_path / "e.csv", [(0, 16000, 1.0)], kind="eval")
     with pytest.raises(SystemExit, match="no train rows"):
