@@ -41,8 +41,9 @@ gone). A wmx arm is ``LABEL=PATH`` with PATH a run folder (metrics.csv; its comm
 its training calls' in benchmark.json, else config.json's) or a metrics.csv, and
 ``LABEL=PATH@COMMIT`` names the commit of a bare csv. Runs given under one label are
 pooled into one arm (seeds run as separate programs, e.g. ``--wmx bf16=RUN_S234 --wmx
-bf16=RUN_S01``: a seed's result does not depend on the seeds beside it, its keys being
-its own); they must hold different seeds.
+bf16=RUN_S01``: a seed's random keys are its own, so its run is a draw from the same
+distribution in any program, though not to the digit: on an accelerator the program it is
+vmapped in changes its rounding); they must hold different seeds.
 """
 from __future__ import annotations
 
