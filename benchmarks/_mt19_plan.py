@@ -381,12 +381,13 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
 
     Returns:
         ([(env steps per seed planned, training s, calls, device s, session number, fits
-        one session)] per task in ``targets``' order, sessions).
+        one session)] per task in ``targets``' order, [device s each session uses, machine
+        start included] in session order: its length is the sessions' count).
     """
     rows: dict[int, tuple[int, float, int, float, int, bool]] = {}
     fresh = [fresh_fit(task, sizes, args) for task, sizes in targets]   # once per task
     waiting = list(range(len(targets)))
-    session, clock = 0, Clock(None, float("inf"))
+    session, clock, used = 0, Clock(None, float("inf")), []
     while waiting:
         placed = None
         for i in waiting:
@@ -397,13 +398,15 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
                 break
         if placed is None:              # nothing fits the session open: a new one
             session += 1
+            used.append(0.0)
             i = waiting[0]
             placed = (i, *fresh[i])
         i, steps, dev, calls, after, fits = placed
         rows[i] = (steps, steps / sps_of(targets[i][0], args), calls, dev, session, fits)
         clock = after
+        used[-1] = after.session_used
         waiting.remove(i)
-    return [rows[i] for i in range(len(targets))], session
+    return [rows[i] for i in range(len(targets))], used
 
 
 def bundle_mib(task: str, target: int, seeds: int, ratio: float) -> float:
@@ -441,7 +444,7 @@ def campaign_timeline(args, campaign: Campaign, home: Path) -> tuple[
 
     Returns:
         (the regenerations, [(task, sizes)] in the order simulated, {task: `simulate`'s
-        row}, sessions).
+        row}, [device s each session uses] (`simulate`'s)).
     """
     record = load_record(Path(args.results))
     args.measured_sps = measured_sps(record, len(campaign.seeds), KINDS[args.device].backends)
@@ -451,8 +454,8 @@ def campaign_timeline(args, campaign: Campaign, home: Path) -> tuple[
     regen = [t for t in campaign.tasks if states[t].needs_regeneration]
     todo = [(t, [states[t].recorded["env_steps"]]) for t in regen] + [
         (t, campaign.sizes(t)) for t in campaign.tasks if not states[t].done]
-    timeline, sessions = simulate(todo, args)
-    return regen, todo, dict(zip([t for t, _ in todo], timeline)), sessions
+    timeline, used = simulate(todo, args)
+    return regen, todo, dict(zip([t for t, _ in todo], timeline)), used
 
 
 def first_fitting(todo: list[tuple[str, list[int]]], at: dict[str, tuple],
@@ -485,7 +488,8 @@ def cmd_plan(args, campaign: Campaign) -> int:
         raise ValueError(f"--budget-s {args.budget_s:g} leaves no time to train after "
                          f"--reserve-s, --startup-s and --compile-s ({room:g} s); give a "
                          "longer budget")
-    regen, todo, at, sessions = campaign_timeline(args, campaign, Store(args.home).home)
+    regen, todo, at, used = campaign_timeline(args, campaign, Store(args.home).home)
+    sessions = len(used)
     speeds = {**SPS_BY_DOMAIN, **args.measured_sps, **args.prior_sps}
     rows, total, fitted, misfits = [], 0.0, 0, []
     for t in campaign.tasks:
@@ -530,6 +534,10 @@ def cmd_plan(args, campaign: Campaign) -> int:
           + (f"; {len(regen)} of them done tasks whose recorded episode sets this data root "
              "lacks, trained again first (next --regenerate " + ",".join(regen) + ")"
              if regen else ""))
+    if used:
+        print("device minutes each session leaves for other runs: " + ", ".join(
+            f"{n}: {max(session_seconds(args) - u, 0.0) / 60:.1f}"
+            for n, u in enumerate(used, 1)))
     if misfits:
         print(f"{len(misfits)} of them do not fit one {session_seconds(args) / 60:g}-minute "
               f"session at these speeds, not even at their floor ({', '.join(misfits)}): "
