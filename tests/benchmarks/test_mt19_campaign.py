@@ -342,8 +342,8 @@ def test_plan(tmp_path, capsys):
     assert "DOES NOT FIT" not in out
     assert "to do: 19 task(s), 5 fitted below their aim, 342 device minutes in 16 session(s)" \
         in out
-    # what each session leaves: 30 - 26.7 in sessions 1-3, 30 - 2.0 - 27.4 in acrobot's
-    # (4), and 30 - 2.0 - 16.3 where a 160-per-s task of two calls runs alone (5)
+    # what each session leaves: 30 - 26.7 in the first three, 30 - 2.0 - 27.4 in acrobot's
+    # (the 4th), and 30 - 2.0 - 16.3 where a 160-per-s task of two calls runs alone (5th)
     left = next(ln for ln in out.splitlines() if ln.startswith("device minutes each"))
     assert left.split(": ", 1)[1].split(", ")[:5] == ["1: 3.3", "2: 3.3", "3: 3.3", "4: 0.6",
                                                       "5: 11.7"]
