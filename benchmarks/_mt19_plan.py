@@ -387,7 +387,7 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
     rows: dict[int, tuple[int, float, int, float, int, bool]] = {}
     fresh = [fresh_fit(task, sizes, args) for task, sizes in targets]   # once per task
     waiting = list(range(len(targets)))
-    session, clock, used = 0, Clock(None, float("inf")), []
+    clock, used = Clock(None, float("inf")), []
     while waiting:
         placed = None
         for i in waiting:
@@ -397,12 +397,11 @@ def simulate(targets: list[tuple[str, list[int]]], args) -> tuple[
                 placed = (i, steps, dev, calls, after, True)
                 break
         if placed is None:              # nothing fits the session open: a new one
-            session += 1
             used.append(0.0)
             i = waiting[0]
             placed = (i, *fresh[i])
         i, steps, dev, calls, after, fits = placed
-        rows[i] = (steps, steps / sps_of(targets[i][0], args), calls, dev, session, fits)
+        rows[i] = (steps, steps / sps_of(targets[i][0], args), calls, dev, len(used), fits)
         clock = after
         used[-1] = after.session_used
         waiting.remove(i)

@@ -43,10 +43,11 @@ refused in one line, exit 2, with nothing stored and no temporary left
 before ``--budget-s``, judged from the chunks and evaluations it has seen, then writes
 ``OUT/R.callNN.tar.gz`` (at most 16 MiB: the run without checkpoints/, and each call's
 record and log) and prints one line: updates done of the total, finished or not. Flags
-after ``--`` go to train_offline (``--skip-validation``: unpack validated the dataset). ``--budget-s`` is what the call
-has left after unpack; a signal to the command (``timeout``) asks the trainer to stop
-once. Call it again, while the machine is warm (a fresh one has lost the checkpoint and
-starts R again, which ingest then refuses as another run), until the run has finished.
+after ``--`` go to train_offline (``--skip-validation``: unpack validated the dataset).
+``--budget-s`` is what the call has left after unpack; a signal to the command
+(``timeout``) asks the trainer to stop once. Call it again, while the machine is warm (a
+fresh one has lost the checkpoint and starts R again, which ingest then refuses as another
+run), until the run has finished.
 ``ingest`` puts the returned tarball into ``~/.wmx/runs/R`` (a later call's replaces an
 earlier one's; an earlier, damaged or foreign one is refused, exit 2, nothing written)
 and, once the run has finished, writes its report from the trainer's final evaluation,

@@ -16,7 +16,8 @@ published point at ceil(x / 10,000) · 10,000.
 Criterion (the judged wmx arm, ``--judge``; every arm's readings are in the JSON):
 
 - ``within_official``: at every point where all of wmx's seeds and all official seeds
-  logged a group (a mean over some of the seeds is not read, nor drawn), up to ``--until`` env steps, wmx's seed mean lies inside the official seeds' range;
+  logged a group (a mean over some of the seeds is not read, nor drawn), up to
+  ``--until`` env steps, wmx's seed mean lies inside the official seeds' range;
 - ``threshold``: wmx's seed mean reaches ``--threshold`` at a logged point at or below
   ``--by`` env steps;
 - ``within_published``: at every published point wmx's logged points reach (their bins),
@@ -121,18 +122,19 @@ def judge(arm: Curve, official: Curve, published: dict[int, tuple[float, float, 
           until: int, threshold: float, by: int) -> dict:
     """The criterion's readings of one wmx arm (module docstring).
 
-    Only the arm's points where all its seeds logged are read (`complete`).
+    Only the points where all the arm's seeds, and all the official seeds, logged are read
+    (`complete`).
 
     Returns {"within_official": {"points": [...], "ok"}, "threshold": {"best", "at",
     "ok"}, "within_published": {"points": [...], "ok"}}; an ``ok`` is None when it has no
     point to judge.
     """
-    n_official = max((len(v) for v in official.values()), default=0)
+    official = complete(official)
     means = {x: float(np.mean(list(seeds.values()))) for x, seeds in complete(arm).items()}
     pts = []
     for x, mean in means.items():
         off = official.get(x)
-        if x > until or off is None or len(off) < n_official:
+        if x > until or off is None:
             continue
         lo, hi = min(off.values()), max(off.values())
         pts.append({"env_steps": x, "mean": mean, "official_min": lo,
